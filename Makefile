@@ -1,0 +1,39 @@
+# Two commands: `make lab` (install if needed, then JupyterLab on notebooks/) and `make test`.
+VENV    ?= .venv
+PYTHON  ?= python3
+PY      := $(VENV)/bin/python
+EXTRAS  ?= mpi
+STAMP   := $(VENV)/.installed-$(EXTRAS)
+export TF_CPP_MIN_LOG_LEVEL ?= 2
+export PYTHONUNBUFFERED := 1
+
+.PHONY: lab test install pytest nbval browser-deps clean
+
+install: $(STAMP)
+
+# Re-runs only when requirements.txt or pyproject.toml changed (a stamp file records the last install).
+$(STAMP): requirements.txt pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -r requirements.txt -e ".[$(EXTRAS)]"
+	@touch $(STAMP)
+
+lab: install
+	$(VENV)/bin/jupyter lab --ServerApp.root_dir=notebooks $(LAB_ARGS)
+
+browser-deps:
+	@command -v chromium >/dev/null 2>&1 || { \
+	  echo "installing Debian's chromium for the browser test"; \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium >/dev/null; }
+
+pytest: install browser-deps
+	$(PY) -m pytest tests -q
+
+nbval: install
+	$(PY) -m pytest -q --nbval-lax --nbval-current-env --nbval-cell-timeout=900 -p no:cacheprovider notebooks
+
+test: pytest nbval
+
+clean:
+	rm -rf $(VENV) .pytest_cache runs

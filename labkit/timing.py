@@ -1,0 +1,93 @@
+"""Honest timing in one place: warm up, synchronise the device, repeat, report the median.
+
+d2l's timer forgets to synchronise the GPU, so it times kernel *launches*; this one does not.
+"""
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+
+
+def synchronize(device: str | torch.device | None = None) -> None:
+    """Wait for queued GPU work so that a clock read means 'done', not 'launched'."""
+    if device is None:
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+        return
+    dev = torch.device(device)
+    if dev.type == "cuda":
+        torch.cuda.synchronize(dev)
+
+
+def percentile(values: list[float], q: float) -> float:
+    """The q-th percentile (0..100) by linear interpolation, as numpy does."""
+    if not values:
+        raise ValueError("percentile of an empty list")
+    xs = sorted(values)
+    pos = (len(xs) - 1) * q / 100.0
+    lo, hi = int(pos), min(int(pos) + 1, len(xs) - 1)
+    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+
+
+@dataclass(frozen=True)
+class TimingResult:
+    """Repeated timings of one piece of work; every figure in seconds."""
+
+    times_s: list[float] = field(repr=False)
+    device: str
+
+    @property
+    def median_s(self) -> float:
+        return statistics.median(self.times_s)
+
+    @property
+    def p10_s(self) -> float:
+        return percentile(self.times_s, 10)
+
+    @property
+    def p90_s(self) -> float:
+        return percentile(self.times_s, 90)
+
+    def __str__(self) -> str:
+        return (f"median {self.median_s * 1e3:.2f} ms (p10 {self.p10_s * 1e3:.2f}, "
+                f"p90 {self.p90_s * 1e3:.2f}, n={len(self.times_s)}) on {self.device}")
+
+
+def time_fn(fn: Callable[[], object], *, warmup: int = 2, repeats: int = 5,
+            device: str | torch.device | None = None) -> TimingResult:
+    """Time ``fn()`` honestly: ``warmup`` untimed calls, then ``repeats`` synchronised calls."""
+    if warmup < 0 or repeats < 1:
+        raise ValueError(f"need warmup >= 0 and repeats >= 1, got warmup={warmup}, repeats={repeats}")
+    for _ in range(warmup):
+        fn()
+    synchronize(device)
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        synchronize(device)
+        times.append(time.perf_counter() - start)
+    from labkit.env import device_label
+
+    return TimingResult(times, device_label(device))
+
+
+class Stopwatch:
+    """``with Stopwatch(device) as sw: ...`` then ``sw.elapsed_s`` (synchronised at both ends)."""
+
+    def __init__(self, device: str | torch.device | None = None) -> None:
+        self.device = device
+        self.elapsed_s = float("nan")
+
+    def __enter__(self) -> "Stopwatch":
+        synchronize(self.device)
+        self._start = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        synchronize(self.device)
+        self.elapsed_s = time.perf_counter() - self._start
