@@ -1,0 +1,44 @@
+import json
+import subprocess
+import sys
+
+from labkit import doctor
+
+
+def test_report_has_every_piece(monkeypatch):
+    monkeypatch.setenv("LABKIT_OFFLINE", "1")
+    report = doctor.collect()
+    assert report.ok and report.cpu_cores >= 1 and report.ram_bytes > 0
+    assert {"torch", "torchvision", "tensorflow-cpu", "jupyterlab", "ipywidgets"} <= set(report.packages)
+    assert report.mode in ("fast", "full") and report.dataset in ("cifar10", "digits")
+    text = doctor.format_report(report)
+    for word in ("torch", "CPU", "GPUs", "NCCL", "Mode", "Dataset", "CIFAR-10"):
+        assert word in text
+
+
+def test_missing_required_package_gives_one_line_fix(monkeypatch):
+    real = doctor.env.package_version
+    monkeypatch.setattr(doctor.env, "package_version", lambda n: None if n == "torchvision" else real(n))
+    report = doctor.collect(check_network=False)
+    assert not report.ok and "torchvision" in report.missing_required[0]
+    assert "Fix: run `make lab`" in doctor.format_report(report)
+
+
+def run_doctor(*args, env_extra=None):
+    import os
+
+    env = {**os.environ, "LABKIT_OFFLINE": "1", **(env_extra or {})}
+    return subprocess.run([sys.executable, "-m", "labkit", "doctor", *args], capture_output=True, text=True,
+                          env=env, timeout=120)
+
+
+def test_doctor_cli_json_and_mode_env():
+    proc = run_doctor("--json", env_extra={"LABKIT_MODE": "full"})
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    assert report["mode"] == "full" and "forced" in report["mode_reason"] and report["ok"] is True
+
+
+def test_doctor_cli_bad_mode_is_usage_error():
+    proc = run_doctor(env_extra={"LABKIT_MODE": "turbo"})
+    assert proc.returncode == 2 and "LABKIT_MODE must be one of" in proc.stderr

@@ -1,0 +1,56 @@
+import pytest
+import torch
+
+from labkit import env
+
+
+def test_mode_automatic_fast_without_gpu():
+    mode = env.get_mode(environ={}, cuda_available=False)
+    assert mode.fast and mode.name == "fast" and "no CUDA GPU" in mode.reason
+
+
+def test_mode_automatic_full_with_gpu():
+    mode = env.get_mode(environ={}, cuda_available=True)
+    assert not mode.fast and mode.name == "full"
+
+
+@pytest.mark.parametrize("value, expected, gpu", [("fast", "fast", True), ("FULL", "full", False), (" full ", "full", False)])
+def test_mode_forced_by_env_both_ways(value, expected, gpu):
+    mode = env.get_mode(environ={env.MODE_ENV_VAR: value}, cuda_available=gpu)
+    assert mode.name == expected and env.MODE_ENV_VAR in mode.reason
+
+
+def test_mode_bad_env_value_is_clear():
+    with pytest.raises(ValueError, match="LABKIT_MODE must be one of"):
+        env.get_mode(environ={env.MODE_ENV_VAR: "turbo"})
+
+
+def test_pick_follows_mode():
+    assert env.pick(1, 100, env.Mode("fast", "test")) == 1
+    assert env.pick(1, 100, env.Mode("full", "test")) == 100
+
+
+def test_mode_rejects_unknown_name():
+    with pytest.raises(ValueError):
+        env.Mode("medium", "x")
+
+
+def test_seed_everything_reproducible():
+    env.seed_everything(3)
+    a = torch.rand(4)
+    env.seed_everything(3)
+    assert torch.equal(a, torch.rand(4))
+
+
+def test_get_device_cpu_and_bad_cuda():
+    assert env.get_device("cpu").type == "cpu"
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="no CUDA GPU"):
+            env.get_device("cuda")
+        assert env.gpu_info() == [] and env.nccl_available() is False
+
+
+def test_machine_facts():
+    assert env.cpu_count() >= 1 and env.total_ram_bytes() > 0
+    assert env.package_version("torch") and env.package_version("surely-not-a-package-xyz") is None
+    assert "CPU" in env.device_label("cpu")
