@@ -1,0 +1,58 @@
+"""The all-reduce benchmark: nccl-tests' formulas, the table layout, bad input, and one tiny real run."""
+from __future__ import annotations
+
+import pytest
+
+from labkit.comm_bench import (BenchRow, allreduce_benchmark, bandwidths_gb_s, busbw_factor, fit_latency_bandwidth,
+                               format_nccl_tests_table, plot_busbw, rows_to_dataframe)
+
+
+def test_busbw_factors_are_the_nccl_tests_ones():
+    assert busbw_factor(2) == 1.0
+    assert busbw_factor(4) == 1.5
+    assert busbw_factor(8, "all_gather") == 7 / 8
+    assert busbw_factor(8, "broadcast") == 1.0
+    with pytest.raises(ValueError, match="collective must be one of"):
+        busbw_factor(4, "alltoallv")
+
+
+def test_bandwidths_by_hand():
+    algbw, busbw = bandwidths_gb_s(1_000_000_000, 0.5, 4)  # 1 GB in 0.5 s on 4 ranks
+    assert algbw == pytest.approx(2.0) and busbw == pytest.approx(3.0)
+
+
+def test_fit_recovers_a_known_line():
+    rows = [BenchRow(s, s // 4, "float32", 2, "gloo", 1e-4 + s * 2e-9, 0.0, 0.0, 0, "CPU") for s in (16, 1024, 2**20)]
+    a, b = fit_latency_bandwidth(rows)
+    assert a == pytest.approx(1e-4) and b == pytest.approx(2e-9)
+    with pytest.raises(ValueError, match="at least two"):
+        fit_latency_bandwidth(rows[:1])
+
+
+def test_table_layout():
+    row = BenchRow(1024, 256, "float32", 2, "gloo", 125e-6, 0.008192, 0.008192, 0, "CPU")
+    table = format_nccl_tests_table([row]).splitlines()
+    assert table[1].split() == ["#", "size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong"]
+    assert table[3].split() == ["1024", "256", "float", "sum", "-1", "125.0", "0.008", "0.008", "0"]
+
+
+@pytest.mark.parametrize("kwargs,match", [({"sizes_bytes": [6]}, "multiple of the element size"),
+                                          ({"sizes_bytes": []}, "at least one"),
+                                          ({"dtype": "complex64"}, "dtype must be one of"),
+                                          ({"iters": 0}, "iters >= 1"),
+                                          ({"repeats": 0}, "repeats >= 1")])
+def test_bad_input(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        allreduce_benchmark(2, **kwargs)
+
+
+def test_real_gloo_run_is_correct_and_consistent():
+    rows = allreduce_benchmark(2, sizes_bytes=[64, 65536], iters=3, warmup=1, repeats=2, timeout_s=120)
+    assert [r.size_bytes for r in rows] == [64, 65536]
+    for r in rows:
+        assert r.wrong == 0 and r.backend == "gloo" and r.world_size == 2 and r.time_s > 0
+        assert r.algbw_gb_s == pytest.approx(r.size_bytes / r.time_s / 1e9)
+        assert r.busbw_gb_s == pytest.approx(r.algbw_gb_s * 2 * (2 - 1) / 2)
+    assert list(rows_to_dataframe(rows).columns)[:3] == ["size_bytes", "count", "dtype"]
+    ax = plot_busbw(rows)
+    assert len(ax.lines) == 1 and ax.get_xscale() == "log"

@@ -1,0 +1,233 @@
+"""The launcher: results, output order, errors, timeouts and no orphaned processes (real gloo processes)."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+import torch
+import torch.distributed as dist
+
+import labkit.distributed as ld
+from labkit.distributed import LaunchTimeout, RankFailedError, init_from_env, launch, target_name
+
+REPO = Path(__file__).resolve().parents[1]
+WORKER_MARK = "_worker_main"
+
+
+# ---- functions the worker processes import by name (this module is importable from the children)
+def report_and_print(lines: int = 3) -> tuple:
+    rank = dist.get_rank()
+    for i in range(lines):
+        print(f"line {i} from rank {rank}", flush=True)
+        time.sleep(0.05)
+    t = torch.tensor([float(rank + 1)])
+    dist.all_reduce(t)
+    return rank, dist.get_world_size(), dist.get_backend(), torch.get_num_threads(), t.item()
+
+
+def fail_on_rank_one() -> None:
+    if dist.get_rank() == 1:
+        raise ValueError("rank one is unhappy")
+    dist.barrier()
+
+
+def sleep_forever() -> None:
+    time.sleep(600)
+
+
+def rank_one_never_joins() -> None:
+    if dist.get_rank() == 1:
+        time.sleep(600)
+    dist.all_reduce(torch.ones(1))
+
+
+def _worker_children() -> list[psutil.Process]:
+    """Descendants of this test process that are launcher workers."""
+    found = []
+    for proc in psutil.Process().children(recursive=True):
+        try:
+            if any(WORKER_MARK in part for part in proc.cmdline()):
+                found.append(proc)
+        except psutil.NoSuchProcess:
+            pass
+    return found
+
+
+def _assert_no_orphans() -> None:
+    assert _worker_children() == []
+
+
+# ---- happy path
+def test_returns_values_in_rank_order_and_prints_output_rank_by_rank(capsys):
+    results = launch(report_and_print, 2, timeout_s=90)
+    assert [r[0] for r in results] == [0, 1]
+    assert all(r[1] == 2 and r[2] == "gloo" for r in results)
+    assert all(r[3] == 1 for r in results)  # one torch thread per rank by default (no oversubscription)
+    assert all(r[4] == 3.0 for r in results)  # 1 + 2 summed by a real all_reduce
+    lines = [ln for ln in capsys.readouterr().out.splitlines() if "line" in ln]
+    assert lines == [f"[rank {r}] line {i} from rank {r}" for r in range(2) for i in range(3)]
+    _assert_no_orphans()
+
+
+def test_string_target_and_world_of_one():
+    assert launch("labkit.dist_demos:all_reduce_sum", 1, timeout_s=90, show_output=False)[0]["after"] == \
+        [1.0, 2.0, 3.0, 4.0]
+
+
+# ---- failures
+def test_failing_rank_traceback_is_reraised_and_children_cleaned_up():
+    with pytest.raises(RankFailedError) as info:
+        launch(fail_on_rank_one, 2, timeout_s=90, pg_timeout_s=30, show_output=False)
+    err = info.value
+    assert err.rank == 1
+    assert "ValueError: rank one is unhappy" in str(err)
+    assert "fail_on_rank_one" in err.remote_traceback
+    _assert_no_orphans()
+
+
+def test_timeout_kills_every_rank_and_names_them():
+    start = time.monotonic()
+    with pytest.raises(LaunchTimeout, match=r"rank\(s\) \[0, 1\] were still running"):
+        launch(sleep_forever, 2, timeout_s=3, show_output=False)
+    assert time.monotonic() - start < 30
+    _assert_no_orphans()
+
+
+def test_pg_timeout_turns_a_stuck_collective_into_an_error():
+    with pytest.raises(RankFailedError) as info:
+        launch(rank_one_never_joins, 2, timeout_s=90, pg_timeout_s=3, show_output=False)
+    assert info.value.rank == 0  # rank 0 waited in all_reduce for a partner that never came
+    _assert_no_orphans()
+
+
+def test_keyboard_interrupt_stops_all_children(monkeypatch):
+    def interrupted_wait(procs, timeout_s):
+        assert all(p.poll() is None for p in procs)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(ld, "_wait", interrupted_wait)
+    with pytest.raises(KeyboardInterrupt):
+        launch(sleep_forever, 2, timeout_s=60, show_output=False)
+    _assert_no_orphans()
+
+
+def test_workers_exit_when_the_launching_process_is_killed(tmp_path):
+    script = tmp_path / "parent.py"
+    script.write_text(textwrap.dedent(f"""
+        import sys; sys.path.insert(0, {str(Path(__file__).parent)!r})
+        from labkit.distributed import launch
+        import test_distributed
+        launch(test_distributed.sleep_forever, 2, timeout_s=300)
+    """))
+    parent = subprocess.Popen([sys.executable, str(script)], cwd=REPO)
+    try:
+        deadline = time.monotonic() + 60
+        kids: list[psutil.Process] = []
+        while time.monotonic() < deadline and len(kids) < 2:
+            time.sleep(0.2)
+            kids = psutil.Process(parent.pid).children()
+        assert len(kids) == 2  # killed at once: a watchdog that starts late still sees its parent gone
+        parent.send_signal(signal.SIGKILL)
+        parent.wait()
+        gone, alive = psutil.wait_procs(kids, timeout=30)
+        assert alive == []
+    finally:
+        ld.kill_tree(parent.pid)
+
+
+# ---- bad input: one clear error, no process started
+def _nested():
+    def inner():
+        return 1
+    return inner
+
+
+@pytest.mark.parametrize("fn", [lambda: 1, _nested()], ids=["lambda", "nested"])
+def test_functions_without_an_importable_name_are_refused(fn):
+    with pytest.raises(ValueError, match="Move it into a module"):
+        launch(fn, 2)
+
+
+def test_notebook_function_is_refused():
+    fn = _nested()
+    fn.__module__, fn.__qualname__ = "__main__", "train"
+    with pytest.raises(ValueError, match="notebook cell"):
+        target_name(fn)
+
+
+@pytest.mark.parametrize("world_size", [0, -1, 2.0, "2", True])
+def test_bad_world_size(world_size):
+    with pytest.raises(ValueError, match="world_size must be an integer >= 1"):
+        launch(report_and_print, world_size)
+
+
+def test_world_size_beyond_the_machine():
+    with pytest.raises(ValueError, match="processes per CPU core"):
+        launch(report_and_print, 1000)
+
+
+def test_nccl_without_enough_gpus():
+    if torch.cuda.device_count() >= 64:
+        pytest.skip("this machine has 64 GPUs")
+    with pytest.raises(ValueError, match="one CUDA GPU per rank"):
+        launch(report_and_print, 64, backend="nccl")
+
+
+@pytest.mark.parametrize("kwargs,match", [({"backend": "mpi"}, "backend must be one of"),
+                                          ({"timeout_s": 0}, "timeout_s must be > 0"),
+                                          ({"pg_timeout_s": -1}, "pg_timeout_s must be > 0"),
+                                          ({"threads_per_rank": 0}, "threads_per_rank"),
+                                          ({"args": (threading.Lock(),)}, "cannot be pickled")])
+def test_bad_options(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        launch(report_and_print, 2, **kwargs)
+
+
+def test_bad_string_targets():
+    with pytest.raises(ValueError, match="package.module:function"):
+        launch("labkit.dist_demos.all_reduce_sum", 2)
+    with pytest.raises(ValueError, match="cannot import"):
+        launch("labkit.dist_demos:no_such_function", 2)
+
+
+# ---- scripts: torchrun and init_from_env
+def test_same_entry_point_runs_under_torchrun():
+    cmd = ld.torchrun_command("labkit.dist_demos:all_reduce_sum", 2)
+    out = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert out.returncode == 0, out.stderr[-2000:]
+    for rank in range(2):
+        assert f"[rank {rank}/2] labkit.dist_demos:all_reduce_sum" in out.stdout
+    assert "'after': [12.0, 14.0, 16.0, 18.0]" in out.stdout
+
+
+def test_torchrun_command_checks_its_input():
+    with pytest.raises(ValueError, match="node_rank"):
+        ld.torchrun_command("labkit.dist_demos:all_reduce_sum", 2, nnodes=2, node_rank=2)
+    assert "--nnodes=2" in ld.torchrun_command("labkit.dist_demos:all_reduce_sum", 8, nnodes=2, master_port=29500)
+
+
+def test_init_from_env_single_process(monkeypatch):
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_PORT", "PMI_RANK", "OMPI_COMM_WORLD_RANK"):
+        monkeypatch.delenv(name, raising=False)
+    try:
+        assert init_from_env(backend="gloo") == (0, 1)
+        assert dist.get_backend() == "gloo"
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def test_script_entry_gives_one_line_errors(capsys):
+    assert ld.main(["labkit.dist_demos.no_colon"]) == 2
+    assert ld.main(["--nproc", "0", "labkit.dist_demos:send_recv"]) == 2
+    err = capsys.readouterr().err
+    assert "error: a function given by name" in err and "error: world_size must be" in err
