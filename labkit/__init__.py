@@ -1,29 +1,53 @@
 """Training Performance Lab: the reusable parts behind the notebooks.
 
-Notebooks tell the story; this package holds the instruments they call.
+Notebooks tell the story; this package holds the instruments they call. Names are imported lazily
+(PEP 562), so ``import labkit`` is instant and a worker process that needs only ``labkit.mpi_demos``
+does not pay for torch and TensorFlow.
 """
+from __future__ import annotations
+
+import importlib
 import os as _os
+from typing import Any
 
 _os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # keep TensorFlow's C++ start-up chatter out of the lessons
 
-from labkit.data import (DATASETS, DataUnavailableError, ImageData, load_data, make_loader, synthetic_data,
-                         validate_batch_size, validate_num_workers, verify_data_file)
-from labkit.env import (MODE_ENV_VAR, Mode, cpu_count, device_label, get_device, get_mode, gpu_info, pick,
-                        seed_everything)
-from labkit.models import MLP, SmallCNN, build_model, check_model_accepts, count_parameters, keras_small_cnn, resnet18_cifar
-from labkit.timing import Stopwatch, TimingResult, synchronize, time_fn
-
 __version__ = "0.1.0"
 
-__all__ = [
-    # env
-    "MODE_ENV_VAR", "Mode", "cpu_count", "device_label", "get_device", "get_mode", "gpu_info", "pick",
-    "seed_everything",
-    # data
-    "DATASETS", "DataUnavailableError", "ImageData", "load_data", "make_loader", "synthetic_data",
-    "validate_batch_size", "validate_num_workers", "verify_data_file",
-    # models
-    "MLP", "SmallCNN", "build_model", "check_model_accepts", "count_parameters", "keras_small_cnn", "resnet18_cifar",
-    # timing
-    "Stopwatch", "TimingResult", "synchronize", "time_fn",
-]
+# public name -> the module that defines it
+_EXPORTS: dict[str, tuple[str, ...]] = {
+    "env": ("MODE_ENV_VAR", "Mode", "cpu_count", "device_label", "get_device", "get_mode", "gpu_info",
+            "nccl_available", "pick", "seed_everything"),
+    "data": ("DATASETS", "DataUnavailableError", "ImageData", "load_data", "make_loader", "synthetic_data",
+             "validate_batch_size", "validate_num_workers", "verify_data_file"),
+    "models": ("MLP", "SmallCNN", "build_model", "check_model_accepts", "count_parameters", "keras_small_cnn",
+               "resnet18_cifar"),
+    "timing": ("Stopwatch", "TimingResult", "percentile", "synchronize", "time_fn"),
+    "distributed": ("LaunchError", "LaunchTimeout", "RankFailedError", "init_from_env", "launch",
+                    "torchrun_command"),
+    "collectives": ("ALGORITHMS", "OPS", "AllreduceResult", "Step", "allreduce", "allreduce_cost",
+                    "reference_allreduce"),
+    "comm_bench": ("BenchRow", "allreduce_benchmark", "fit_latency_bandwidth", "format_nccl_tests_table",
+                   "plot_busbw"),
+    "ring_view": ("chunk_contributions", "draw_step"),  # the ring_view() widget: from labkit.ring_view import ring_view
+    "launch_env": ("LaunchEnv", "LaunchEnvError", "detect_launcher_env"),
+    "mpi": ("DemoRun", "MpiError", "MpiInfo", "MpiRankError", "MpiTimeout", "MpiUnavailableError",
+            "mpi_allreduce_benchmark", "mpi_info", "run_demo"),
+}
+_MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}
+
+__all__ = sorted(_MODULE_OF)
+
+
+def __getattr__(name: str) -> Any:
+    """Import the defining module on first use of a public name."""
+    module = _MODULE_OF.get(name)
+    if module is None:
+        raise AttributeError(f"module 'labkit' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"labkit.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

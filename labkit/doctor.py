@@ -68,7 +68,10 @@ def collect(check_network: bool = True) -> Report:
         dataset, reason = data.resolve_dataset()
     else:
         dataset, reason = ("cifar10", "cached") if data.cifar10_cached() else ("digits", "network not checked")
+    from labkit.mpi import mpi_info
+
     return Report(
+        extras={"MPI": str(mpi_info())},
         python=sys.version.split()[0], platform=platform.platform(), packages=packages, missing_required=missing,
         cpu_cores=env.cpu_count(), ram_bytes=env.total_ram_bytes(),
         gpus=[asdict(g) for g in env.gpu_info()], nccl=env.nccl_available(),

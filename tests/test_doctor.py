@@ -42,3 +42,9 @@ def test_doctor_cli_json_and_mode_env():
 def test_doctor_cli_bad_mode_is_usage_error():
     proc = run_doctor(env_extra={"LABKIT_MODE": "turbo"})
     assert proc.returncode == 2 and "LABKIT_MODE must be one of" in proc.stderr
+
+
+def test_doctor_reports_mpi(monkeypatch):
+    monkeypatch.setenv("LABKIT_OFFLINE", "1")
+    report = doctor.collect(check_network=False)
+    assert "MPI" in report.extras and "MPI" in doctor.format_report(report)
