@@ -1,17 +1,31 @@
 """`python -m labkit SUBCOMMAND`: the lab's measurements from the terminal.
 
 Each subcommand calls the same `labkit` functions as the notebooks; usage errors exit with 2.
+Run `python -m labkit SUBCOMMAND --help` for a subcommand's options and examples.
 """
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import sys
 from dataclasses import asdict
 from typing import Sequence
 
+# Subcommands that live in their own modules; each has `add_parser(subparsers)`.
+SUBCOMMAND_MODULES = ("labkit.cli_sweep", "labkit.cli_profile", "labkit.cli_bench", "labkit.cli_simulate",
+                      "labkit.cli_ladder")
+EXAMPLES = """examples:
+  python -m labkit doctor
+  python -m labkit sweep --model small_cnn --batch-sizes 16,32,64
+  python -m labkit profile --batch-size 64 --active 3
+  python -m labkit allreduce-bench --world-size 2 --sizes 1K,64K,1M
+  python -m labkit simulate --algorithm ring --workers 4 --size 1M
+  python -m labkit ladder --budget-epochs 1 --skip compile ddp"""
+
 
 def cmd_doctor(args: argparse.Namespace) -> int:
+    """Print the doctor report (or JSON); exit 1 when a required package is missing."""
     from labkit import doctor
 
     report = doctor.collect(check_network=not args.no_network)
@@ -23,7 +37,8 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m labkit", description=__doc__,
+    """The `python -m labkit` parser with every available subcommand."""
+    parser = argparse.ArgumentParser(prog="python -m labkit", description=__doc__, epilog=EXAMPLES,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     p = sub.add_parser("doctor", help="report versions, devices, mode and dataset",
@@ -33,10 +48,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.add_argument("--no-network", action="store_true", help="do not probe whether CIFAR-10 can be downloaded")
     p.set_defaults(func=cmd_doctor)
+    for name in SUBCOMMAND_MODULES:
+        importlib.import_module(name).add_parser(sub)
     return parser
 
 
+def _failure_types() -> tuple[type[BaseException], ...]:
+    """Errors that mean 'the measurement could not run here' (exit 1, one line), not a bug in the kit."""
+    from labkit.data import DataUnavailableError
+    from labkit.distributed import LaunchError
+
+    return DataUnavailableError, LaunchError, PermissionError, TimeoutError
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    """Parse, run the subcommand, and turn expected errors into one line and an exit status."""
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
@@ -47,3 +73,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as err:  # bad arguments that argparse could not see: one line, exit 2
         print(f"error: {err}", file=sys.stderr)
         return 2
+    except _failure_types() as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
