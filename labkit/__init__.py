@@ -7,10 +7,34 @@ does not pay for torch and TensorFlow.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import os as _os
+import sys as _sys
+import warnings as _warnings
 from typing import Any
 
 _os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # keep TensorFlow's C++ start-up chatter out of the lessons
+
+
+def _load_triton_before_tensorflow() -> None:
+    """Import Triton now if TensorFlow may follow: in one process, Triton loaded *after* TensorFlow segfaults.
+
+    torch's optimizers import Triton on their first step (CUDA builds), so a kernel that imported TensorFlow
+    and then trains a torch model dies without a Python traceback. Loading Triton first costs ~7 MB and
+    0.5 s, and only where both are installed (the CPU wheels Binder uses ship no Triton).
+    """
+    if "triton" in _sys.modules or importlib.util.find_spec("triton") is None \
+            or importlib.util.find_spec("tensorflow") is None:
+        return
+    if "tensorflow" in _sys.modules:
+        _warnings.warn("TensorFlow was imported before labkit: in this environment a torch optimizer step will "
+                       "then crash the kernel (Triton cannot load after TensorFlow). Restart the kernel and "
+                       "`import labkit` (or `import triton`) before TensorFlow.", RuntimeWarning, stacklevel=3)
+        return
+    import triton  # noqa: F401
+
+
+_load_triton_before_tensorflow()
 
 __version__ = "0.1.0"
 

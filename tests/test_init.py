@@ -30,3 +30,12 @@ def test_no_public_name_shadows_a_submodule():
 
     submodules = {m.name for m in pkgutil.iter_modules(labkit.__path__)}
     assert not submodules & set(labkit.__all__)
+
+
+def test_tensorflow_then_torch_training_does_not_crash():
+    """The segfault this guards against kills the process, so run it in a child."""
+    code = ("import labkit, tensorflow, torch\n"
+            "m = torch.nn.Linear(2, 2); o = torch.optim.SGD(m.parameters(), 0.1)\n"
+            "m(torch.ones(1, 2)).sum().backward(); o.step(); print('trained')")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0 and "trained" in proc.stdout, proc.stderr[-500:]

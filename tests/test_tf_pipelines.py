@@ -1,0 +1,71 @@
+"""Tests for labkit.tf_pipelines: every experiment's result shape, exact counts, and bad input."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch._dynamo  # noqa: F401  (load triton before TensorFlow: the reverse order segfaults later torch code)
+
+tf = pytest.importorskip("tensorflow")
+
+from labkit import tf_pipelines as tfp  # noqa: E402
+
+
+def images(n=24):
+    return np.random.default_rng(0).integers(0, 256, (n, 8, 8, 3), dtype=np.uint8)
+
+
+def test_parse_is_batch_agnostic():
+    x = images(4)
+    one_by_one = np.stack([tfp.parse(tf.constant(img)).numpy() for img in x])
+    np.testing.assert_allclose(tfp.parse(tf.constant(x)).numpy(), one_by_one, atol=1e-5)
+
+
+def test_map_vs_batch_shape():
+    comp = tfp.map_vs_batch(images(), batch_size=8, repeats=1, epochs=1)
+    assert [r["variant"] for r in comp.rows] == ["map then batch", "batch then map (vectorised)"]
+    assert all(r["samples_per_s"] > 0 for r in comp.rows)
+    assert list(comp.to_dataframe().columns) == ["seconds", "samples_per_s"]
+    with pytest.raises(KeyError, match="no variant"):
+        comp["nope"]
+
+
+def test_cache_and_shuffle_semantics():
+    comp = tfp.cache_and_shuffle(images(16), decode_s=0.0)
+    assert comp["decode, cache, then shuffle"]["epoch2_reshuffled"]
+    assert not comp["decode, shuffle, then cache"]["epoch2_reshuffled"]      # cache froze the first order
+    assert comp["no cache"]["cache_mb"] == 0
+    assert comp["decode, cache, then shuffle"]["cache_mb"] == 4 * comp["cache raw, then decode"]["cache_mb"]
+
+
+def test_prefetch_parallel_shapes():
+    pf = tfp.prefetch_overlap(n=4, read_s=0.0, step_s=0.0, repeats=1)
+    assert [r["variant"] for r in pf.rows] == ["no prefetch", "prefetch(AUTOTUNE)"]
+    assert pf.extra["serial_s"] == 0.0
+    par = tfp.parallel_map(n=4, decode_s=0.0, parallel=2, repeats=1)
+    assert par.rows[1]["variant"] == "num_parallel_calls=2"
+
+
+def test_interleave_reads_every_record(tmp_path):
+    paths = tfp.write_shards(images(10), tmp_path, num_files=3)
+    assert len(paths) == 3 and all(p.endswith(".tfrecord") for p in paths)
+    comp = tfp.interleave_files(paths, record_s=0.0, cycle_length=2, repeats=1)
+    assert [r["records"] for r in comp.rows] == [10, 10]
+    with pytest.raises(ValueError, match="num_files"):
+        tfp.write_shards(images(4), tmp_path, num_files=9)
+    with pytest.raises(ValueError, match="paths is empty"):
+        tfp.interleave_files([])
+
+
+def test_shard_counts_are_exact():
+    comp = tfp.shard_order(n=12, num_workers=3, decode_s=0.0)
+    assert comp["map then shard"]["decode_calls"] == 36 and comp["shard then map"]["decode_calls"] == 12
+    assert comp["map then shard"]["samples"] == comp["shard then map"]["samples"] == 12
+    with pytest.raises(ValueError, match="num_workers"):
+        tfp.shard_order(num_workers=1)
+
+
+def test_bad_images():
+    with pytest.raises(ValueError, match="uint8"):
+        tfp.map_vs_batch(np.zeros((4, 8, 8, 3), dtype=np.float32))
+    with pytest.raises(ValueError, match="epochs"):
+        tfp.map_vs_batch(images(), epochs=0)

@@ -1,0 +1,78 @@
+"""Tests for labkit.tf_profiling: the .xplane.pb is written, bad input is refused clearly."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch._dynamo  # noqa: F401  (load triton before TensorFlow: the reverse order segfaults later torch code)
+
+tf = pytest.importorskip("tensorflow")
+
+from labkit.models import keras_small_cnn  # noqa: E402
+from labkit.tf_profiling import (TFProfileResult, profile_keras_fit, profile_keras_in_subprocess,  # noqa: E402
+                                 small_keras_cnn, xplane_files)
+
+
+def tiny_model():
+    tf.keras.utils.set_random_seed(0)
+    model = tf.keras.Sequential([tf.keras.Input(shape=(4,)), tf.keras.layers.Dense(3)])
+    model.compile("sgd", loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    return model
+
+
+def data(n=40):
+    rng = np.random.default_rng(0)
+    return rng.random((n, 4), dtype=np.float32), rng.integers(0, 3, n)
+
+
+def test_programmatic_profile_writes_xplane(tmp_path):
+    x, y = data()
+    res = profile_keras_fit(tiny_model(), x, y, run_dir=tmp_path / "tfrun", batch_size=8, profile_batch=(2, 3))
+    assert isinstance(res, TFProfileResult) and res.profiled_batches == (2, 3)
+    assert res.xplane_files == xplane_files(tmp_path / "tfrun") and len(res.xplane_files) == 1
+    assert res.xplane_files[0].endswith(".xplane.pb") and "plugins/profile" in res.xplane_files[0]
+    assert "Profile tab" in str(res)
+    again = profile_keras_fit(tiny_model(), x, y, run_dir=tmp_path / "tfrun", batch_size=8, profile_batch=(2, 3))
+    assert len(again.xplane_files) == 1 and again.xplane_files != res.xplane_files   # only the new session
+
+
+@pytest.mark.parametrize("batches, match", [((0, 2), "1 <= first <= last"), ((3, 2), "1 <= first <= last"),
+                                            ((2, 99), "only 5 batches"), ((1,), "pair of integers")])
+def test_bad_profile_batch(tmp_path, batches, match):
+    x, y = data()
+    with pytest.raises(ValueError, match=match):
+        profile_keras_fit(tiny_model(), x, y, run_dir=tmp_path, batch_size=8, profile_batch=batches)
+
+
+def test_bad_method_and_dir(tmp_path):
+    x, y = data()
+    with pytest.raises(ValueError, match="method must be one of"):
+        profile_keras_fit(tiny_model(), x, y, run_dir=tmp_path, method="tensorboard-plugin")
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    with pytest.raises(PermissionError, match="not a writable directory"):
+        profile_keras_fit(tiny_model(), x, y, run_dir=blocker / "sub", batch_size=8)
+
+
+def test_callback_method_needs_tensorboard_or_works(tmp_path):
+    x, y = data()
+    try:
+        import tensorboard  # noqa: F401
+    except ImportError:
+        with pytest.raises(ImportError, match="pip install tensorboard"):
+            profile_keras_fit(tiny_model(), x, y, run_dir=tmp_path, batch_size=8, method="callback")
+    else:
+        res = profile_keras_fit(tiny_model(), x, y, run_dir=tmp_path, batch_size=8, method="callback")
+        assert res.xplane_files
+
+
+def test_child_process_model_matches_labkit_model():
+    a, b = small_keras_cnn(), keras_small_cnn()
+    assert [type(layer).__name__ for layer in a.layers] == [type(layer).__name__ for layer in b.layers]
+    assert a.count_params() == b.count_params()
+
+
+def test_subprocess_profile(tmp_path):
+    res = profile_keras_in_subprocess(tmp_path / "child", samples=64, batch_size=16, profile_batch=(2, 3))
+    assert res.profiled_batches == (2, 3) and len(res.xplane_files) == 1
+    with pytest.raises(ValueError, match="only 4 batches"):
+        profile_keras_in_subprocess(tmp_path, samples=64, batch_size=16, profile_batch=(2, 5))
