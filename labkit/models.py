@@ -8,20 +8,22 @@ from torch import nn
 MODELS = ("resnet18", "small_cnn", "mlp")
 
 
-def resnet18_cifar(num_classes: int = 10, pretrained: bool = False) -> nn.Module:
+def resnet18_cifar(num_classes: int = 10, weights: str | None = None) -> nn.Module:
     """ResNet-18 from torchvision with a 3x3 stem and no max-pool, as usual for 32x32 inputs.
 
-    ``pretrained=True`` loads ``ResNet18_Weights.DEFAULT`` (ImageNet; needs internet once) for the
+    ``weights="DEFAULT"`` loads ``ResNet18_Weights.DEFAULT`` (ImageNet; needs internet once) for the
     classic transfer-learning recipe; the stem is then replaced, so only later layers keep weights.
     """
     from torchvision.models import ResNet18_Weights, resnet18
 
-    if pretrained:
+    if weights not in (None, "DEFAULT"):
+        raise ValueError(f"weights must be None (train from scratch) or 'DEFAULT', got {weights!r}")
+    if weights:
         try:
             model = resnet18(weights=ResNet18_Weights.DEFAULT)
         except Exception as err:  # noqa: BLE001 - download failures come in many types
             raise RuntimeError("could not fetch ResNet18_Weights.DEFAULT (no internet?); "
-                               "use pretrained=False to train from scratch") from err
+                               "use weights=None to train from scratch") from err
         model.fc = nn.Linear(model.fc.in_features, num_classes)
     else:
         model = resnet18(weights=None, num_classes=num_classes)

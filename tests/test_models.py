@@ -29,3 +29,8 @@ def test_check_model_accepts_names_the_shape():
     with pytest.raises(ValueError, match="outputs 10 classes but the data has 5"):
         models.check_model_accepts(models.SmallCNN(), (3, 32, 32), num_classes=5)
     models.check_model_accepts(models.SmallCNN(), (3, 32, 32), num_classes=10)
+
+
+def test_weights_argument_is_validated():
+    with pytest.raises(ValueError, match="weights must be None"):
+        models.resnet18_cifar(weights="IMAGENET1K_V9")
