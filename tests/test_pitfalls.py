@@ -1,0 +1,83 @@
+"""Pitfall functions: broken and fixed variants give the evidence the notebook asserts on."""
+import numpy as np
+import pytest
+import torch
+
+from labkit.models import MLP
+from labkit.pitfalls_tf import (BN_VARIANTS, count_then_configure, uneven_example_count, uneven_last_batch_bn)
+from labkit.pitfalls_torch import (padded_eval_accuracy, rank0_extra_work, save_wrapped_model, scaled_lr,
+                                   shard_coverage, torch_uneven_last_batch)
+from labkit.tf_distribute import run_in_fresh_process
+
+
+def test_uneven_example_count():
+    assert uneven_example_count(100, 32) == 97
+    assert uneven_example_count(100, 32, remainder=3) == 99
+    with pytest.raises(ValueError):
+        uneven_example_count(10, 32)
+
+
+def test_bn_rejects_unknown_variant():
+    x = np.zeros((65, 4), "float32")
+    with pytest.raises(ValueError, match="variants"):
+        uneven_last_batch_bn(x, np.zeros(65), x, np.zeros(65), variants=("nope",))
+    assert "drop_remainder" in BN_VARIANTS
+
+
+def test_bn_nan_reproduced_and_fixed():
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(81, 6)).astype("float32")
+    y = (x[:, 0] > 0).astype("int32")
+    ev = uneven_last_batch_bn(x, y, x[:16], y[:16], global_batch_size=8, replicas=2,
+                              variants=("broken", "synchronized_bn"))
+    assert ev.num_examples == 81 and ev.last_step_replica_batch_sizes == (1, 0)
+    assert np.isfinite(ev.broken.train_loss)
+    assert np.isnan(ev.broken.moving_mean).any() and not ev.broken.predictions_finite
+    fixed = ev.run("synchronized_bn")
+    assert fixed.stats_finite and fixed.predictions_finite and fixed.reload_max_abs_diff < 1e-4
+
+
+def test_counting_logical_devices_blocks_configuration():
+    out = run_in_fresh_process("labkit.pitfalls_tf:count_then_configure", {"method": "logical"})
+    assert out["strategy_replicas"] is None and "restart the kernel" in out["error"]
+
+
+def test_torch_uneven_last_batch():
+    ev = torch_uneven_last_batch(num_examples=65, batch_size=8, world_size=2)
+    assert ev.samples_per_rank == (33, 33) and ev.duplicated_samples == 1
+    assert ev.last_batch_sizes == (1, 1) and "Expected more than 1 value" in ev.broken_error
+    assert ev.fixed_last_batch_sizes == (8, 8) and ev.fixed_stats_finite
+    assert ev.empty_batch_changes_stats is False
+
+
+def test_save_wrapped_model():
+    torch.manual_seed(0)
+    ev = save_wrapped_model(MLP(10, in_features=12, hidden=8), torch.randn(3, 12), MLP(10, in_features=12, hidden=8))
+    assert ev.wrapped_keys_sample[0].startswith("module.")
+    assert "Missing key" in ev.broken_error and ev.fixed_max_abs_diff == 0.0
+    assert "Weights only load failed" in ev.pickled_model_error
+
+
+def test_padded_eval_accuracy_real_processes():
+    ev = padded_eval_accuracy([0, 0] + [1] * 8, world_size=3)
+    assert ev.padded_samples_seen == 12 and ev.padded_accuracy == pytest.approx(8 / 12)
+    assert ev.fixed_samples_seen == 10 and ev.fixed_accuracy == pytest.approx(0.8)
+
+
+def test_rank0_extra_work_times_out_then_fixed():
+    broken = rank0_extra_work("broken", extra_work_s=4.5, pg_timeout_s=3.0)
+    assert not broken.ok and broken.failed_rank == 1 and "Timed out" in broken.error
+    fixed = rank0_extra_work("all_ranks", extra_work_s=1.0, pg_timeout_s=3.0)
+    assert fixed.ok and fixed.all_reduce_result == [3.0] * 4
+    with pytest.raises(ValueError, match="variant"):
+        rank0_extra_work("sometimes")
+
+
+def test_shard_coverage_and_lr_rules():
+    assert shard_coverage(100, 4, False) == {"samples_read": 400, "distinct": 100, "per_rank": 100}
+    assert shard_coverage(100, 4, True) == {"samples_read": 100, "distinct": 100, "per_rank": 25}
+    assert scaled_lr(0.1, 32, 256) == pytest.approx(0.8)
+    assert scaled_lr(0.1, 32, 128, "sqrt") == pytest.approx(0.2)
+    assert scaled_lr(0.1, 32, 256, "none") == 0.1
+    with pytest.raises(ValueError):
+        scaled_lr(0.1, 32, 256, "cubic")
