@@ -1,0 +1,206 @@
+"""The training-memory model: parameters + gradients + optimizer state + activations saved for backward.
+
+Parameters, gradients and optimizer state do not depend on the batch; the activations autograd saves
+for the backward pass grow linearly with it. We *measure* those exactly, on any device, by hooking
+every tensor autograd saves (``torch.autograd.graph.saved_tensors_hooks``) and adding up the distinct
+storages that are not parameters — then fit ``bytes = per_sample * batch + fixed`` from two small
+batches and predict any batch size and dtype. (Sohoni et al. 2019 and Rajbhandari et al. 2020, ZeRO,
+break training memory down the same way.)
+"""
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from typing import Iterator
+
+import torch
+from torch import nn
+
+OPTIMIZERS = ("sgd", "sgd_momentum", "adam")
+_STATE_COPIES = {"sgd": 0, "sgd_momentum": 1, "adam": 2}     # fp32 tensors of parameter size kept per optimizer
+
+
+@contextlib.contextmanager
+def preserved_state(model: nn.Module) -> Iterator[None]:
+    """Run a probe pass without side effects: buffers (BatchNorm statistics), grads and train mode restored."""
+    buffers = {name: b.detach().clone() for name, b in model.named_buffers()}
+    grads = {name: (None if p.grad is None else p.grad.detach().clone()) for name, p in model.named_parameters()}
+    was_training = model.training
+    try:
+        yield
+    finally:
+        with torch.no_grad():
+            for name, b in model.named_buffers():
+                b.copy_(buffers[name])
+        for name, p in model.named_parameters():
+            p.grad = grads[name]
+        model.train(was_training)
+
+
+def optimizer_kind(optimizer: str, momentum: float = 0.0) -> str:
+    """'sgd' with momentum > 0 is 'sgd_momentum'; validates the name."""
+    name = optimizer.lower()
+    if name == "sgd" and momentum > 0:
+        name = "sgd_momentum"
+    if name not in OPTIMIZERS:
+        raise ValueError(f"optimizer must be one of {OPTIMIZERS} (or 'sgd' with momentum), got {optimizer!r}")
+    return name
+
+
+def dtype_bytes(dtype: str | torch.dtype) -> int:
+    """Bytes per element: 'float32' -> 4, 'bf16' -> 2."""
+    from labkit.flops import normalise_dtype
+
+    return {"float32": 4, "tf32": 4, "bfloat16": 2, "float16": 2}[normalise_dtype(dtype)]
+
+
+def saved_activation_bytes(model: nn.Module, inputs: torch.Tensor, amp_dtype: str | None = None) -> int:
+    """Exact bytes of the distinct non-parameter storages autograd saves for backward in one forward pass."""
+    param_ptrs = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    seen: dict[int, int] = {}
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        storage = t.untyped_storage()
+        ptr = storage.data_ptr()
+        if ptr not in param_ptrs and ptr != 0:
+            seen[ptr] = storage.nbytes()
+        return t
+
+    autocast = contextlib.nullcontext()
+    if amp_dtype is not None:
+        from labkit.flops import normalise_dtype
+
+        dt = getattr(torch, normalise_dtype(amp_dtype))
+        autocast = torch.autocast(inputs.device.type, dtype=dt)
+    with preserved_state(model):
+        model.train()
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), autocast:
+            out = model(inputs)
+        total = sum(seen.values())
+        del out
+    return int(total)
+
+
+@dataclass(frozen=True)
+class MemoryBreakdown:
+    """Predicted training memory, in bytes, by part."""
+
+    batch_size: int
+    params_bytes: int
+    grads_bytes: int
+    optimizer_bytes: int
+    activations_bytes: int
+
+    @property
+    def total_bytes(self) -> int:
+        return self.params_bytes + self.grads_bytes + self.optimizer_bytes + self.activations_bytes
+
+    def as_dict_mb(self) -> dict:
+        """The parts in MB (1e6 bytes), for tables and bar charts."""
+        parts = ("params", "grads", "optimizer", "activations")
+        d = {p: getattr(self, f"{p}_bytes") / 1e6 for p in parts}
+        d["total"] = self.total_bytes / 1e6
+        return d
+
+
+@dataclass(frozen=True)
+class MemoryModel:
+    """Training memory as a function of batch size: fixed parts plus activations linear in the batch."""
+
+    param_bytes: int
+    param_elements: int
+    optimizer: str
+    activation_bytes_per_sample: float
+    activation_fixed_bytes: float
+    activation_dtype: str = "float32"
+    param_dtype: str = "float32"
+
+    def __post_init__(self) -> None:
+        optimizer_kind(self.optimizer)
+        if self.param_bytes < 0 or self.activation_bytes_per_sample < 0:
+            raise ValueError("memory sizes must be >= 0")
+
+    def predict(self, batch_size: int, activation_dtype: str | None = None,
+                param_dtype: str | None = None) -> MemoryBreakdown:
+        """Predicted bytes at ``batch_size``; dtypes rescale the measured ones (e.g. 'bf16' halves activations)."""
+        from labkit.data import validate_batch_size
+
+        batch_size = validate_batch_size(batch_size)
+        act_scale = dtype_bytes(activation_dtype or self.activation_dtype) / dtype_bytes(self.activation_dtype)
+        pbytes = self.param_elements * dtype_bytes(param_dtype or self.param_dtype)
+        acts = (self.activation_bytes_per_sample * batch_size + self.activation_fixed_bytes) * act_scale
+        opt = _STATE_COPIES[self.optimizer] * pbytes
+        return MemoryBreakdown(batch_size, pbytes, pbytes, opt, int(round(acts)))
+
+    def largest_batch_within(self, budget_bytes: int, safety_margin: float = 0.1, limit: int = 1 << 20) -> int:
+        """Largest batch whose predicted total fits in ``budget_bytes * (1 - safety_margin)`` (0 if none)."""
+        usable = budget_bytes * (1.0 - safety_margin)
+        fixed = self.predict(1).total_bytes - self.activation_bytes_per_sample
+        if self.activation_bytes_per_sample <= 0:
+            return limit if fixed <= usable else 0
+        best = int((usable - fixed) // self.activation_bytes_per_sample)
+        while best >= 1 and self.predict(best).total_bytes > usable:    # guard the rounding edge
+            best -= 1
+        return max(0, min(best, limit))
+
+
+def build_memory_model(model: nn.Module, sample_shape: tuple[int, ...], optimizer: str = "sgd",
+                       momentum: float = 0.9, amp_dtype: str | None = None,
+                       probe_batches: tuple[int, int] = (2, 4)) -> MemoryModel:
+    """Measure saved-activation bytes at two small batches and fit the linear memory model."""
+    b1, b2 = probe_batches
+    if not (0 < b1 < b2):
+        raise ValueError(f"probe_batches must be two increasing positive sizes, got {probe_batches}")
+    param = next(model.parameters(), None)
+    if param is None:
+        raise ValueError("model has no parameters; nothing to train")
+    dev = param.device
+    a1 = saved_activation_bytes(model, torch.randn(b1, *sample_shape, device=dev), amp_dtype)
+    a2 = saved_activation_bytes(model, torch.randn(b2, *sample_shape, device=dev), amp_dtype)
+    per_sample = (a2 - a1) / (b2 - b1)
+    params = [p for p in model.parameters() if p.requires_grad]
+    return MemoryModel(param_bytes=sum(p.numel() * p.element_size() for p in params),
+                       param_elements=sum(p.numel() for p in params),
+                       optimizer=optimizer_kind(optimizer, momentum),
+                       activation_bytes_per_sample=per_sample, activation_fixed_bytes=max(0.0, a1 - per_sample * b1),
+                       activation_dtype="bfloat16" if amp_dtype in ("bf16", "bfloat16") else
+                       ("float16" if amp_dtype in ("fp16", "float16") else "float32"))
+
+
+def measure_cuda_step_peak_bytes(model: nn.Module, optimizer: torch.optim.Optimizer, inputs: torch.Tensor,
+                                 targets: torch.Tensor) -> tuple[int, int]:
+    """(max_memory_allocated, max_memory_reserved) over one full training step on a CUDA device."""
+    if inputs.device.type != "cuda":
+        raise ValueError("measure_cuda_step_peak_bytes needs CUDA tensors; on CPU compare with saved_activation_bytes")
+    loss_fn = nn.CrossEntropyLoss()
+    for reset in (False, True):               # first step creates optimizer state, second one is measured
+        if reset:
+            torch.cuda.synchronize(inputs.device)
+            torch.cuda.reset_peak_memory_stats(inputs.device)
+        optimizer.zero_grad(set_to_none=True)
+        loss_fn(model(inputs), targets).backward()
+        optimizer.step()
+    torch.cuda.synchronize(inputs.device)
+    return (int(torch.cuda.max_memory_allocated(inputs.device)), int(torch.cuda.max_memory_reserved(inputs.device)))
+
+
+def release_cpu_memory() -> int | None:
+    """Collect garbage and hand freed heap pages back to the OS (glibc ``malloc_trim``); returns RSS bytes freed.
+
+    Freed CPU tensors return to the C allocator, which often keeps the pages; trimming makes the process's
+    resident memory reflect what is really still in use. None where psutil or glibc is unavailable.
+    """
+    import ctypes
+    import gc
+
+    try:
+        import psutil
+
+        proc = psutil.Process()
+        before = proc.memory_info().rss
+        gc.collect()
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+        return int(before - proc.memory_info().rss)
+    except (ImportError, OSError, AttributeError):
+        gc.collect()
+        return None

@@ -1,0 +1,114 @@
+"""One timed training step (the inside of :func:`labkit.loop.train`): copy, forward, backward, update.
+
+With ``sync_every_step`` the device is synchronised at each phase boundary so each time is what that
+phase cost; without it, nothing here waits for the GPU and the phase times are NaN.
+"""
+from __future__ import annotations
+
+import contextlib
+import math
+import time
+
+import torch
+from torch import nn
+
+from labkit.timing import synchronize
+
+NAN = math.nan
+
+
+class Stepper:
+    """Holds model, optimizer, loss, AMP state; ``step(i, batch)`` returns the phase times of one step."""
+
+    def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer, config, device: torch.device) -> None:
+        self.model, self.optimizer, self.config, self.device = model, optimizer, config, device
+        self.loss_fn = nn.CrossEntropyLoss()
+        self.sync = config.sync_every_step
+        self.dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(config.amp_dtype)
+        self.scaler = torch.amp.GradScaler("cuda") if config.amp_dtype == "fp16" else None
+        self.base_lrs = [g["lr"] for g in optimizer.param_groups]
+        self.last_loss: torch.Tensor | None = None
+        self.last_inputs: torch.Tensor | None = None
+        model.train()
+
+    def _autocast(self):
+        if self.dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(self.device.type, dtype=self.dtype)
+
+    def _mark(self) -> float:
+        if self.sync:
+            synchronize(self.device)
+            return time.perf_counter()
+        return NAN
+
+    def _set_lr(self, i: int) -> None:
+        """Linear warm-up from lr/10 to lr over ``lr_warmup_steps`` (Goyal et al. 2017, gradual warm-up)."""
+        n = self.config.lr_warmup_steps
+        if n and i <= n:
+            frac = 0.1 + 0.9 * min(1.0, i / n)
+            for group, base in zip(self.optimizer.param_groups, self.base_lrs):
+                group["lr"] = base * frac
+
+    def _forward(self, i: int, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        with self._autocast():
+            if i > 0:
+                return self.loss_fn(self.model(x), y)
+            try:
+                out = self.model(x)
+            except RuntimeError as err:
+                raise ValueError(f"{type(self.model).__name__} does not accept batches of shape {tuple(x.shape)}: "
+                                 f"{str(err).splitlines()[0]}. Build the model for this data's image shape "
+                                 "(see labkit.build_model)") from None
+            if out.ndim != 2 or out.shape[0] != x.shape[0]:
+                raise ValueError(f"model output has shape {tuple(out.shape)}; expected (batch, classes)")
+            return self.loss_fn(out, y)
+
+    def step(self, i: int, batch) -> dict:
+        """Run one step on ``batch`` = (inputs, targets); returns samples, loss and per-phase seconds."""
+        x, y = batch
+        t0 = self._mark()
+        x = x.to(self.device, non_blocking=True)
+        y = y.to(self.device, non_blocking=True)
+        if self.config.channels_last and x.ndim == 4:
+            x = x.contiguous(memory_format=torch.channels_last)
+        t1 = self._mark()
+        self._set_lr(i)
+        loss = self._forward(i, x, y)
+        t2 = self._mark()
+        if self.scaler is not None:
+            self.scaler.scale(loss).backward()
+        else:
+            loss.backward()
+        t3 = self._mark()
+        if self.scaler is not None:
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+        else:
+            self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        t4 = self._mark()
+        self.last_loss, self.last_inputs = loss.detach(), x
+        loss_value = float(loss.item()) if self.sync else NAN
+        return dict(h2d_s=t1 - t0, forward_s=t2 - t1, backward_s=t3 - t2, optimizer_s=t4 - t3,
+                    loss=loss_value, samples=int(x.shape[0]))
+
+    def final_loss(self) -> float:
+        """The last step's loss (one device read, at the end)."""
+        return float(self.last_loss.item()) if self.last_loss is not None else NAN
+
+    def probe(self):
+        """(training FLOPs per sample, MemoryBreakdown at the run's batch size) from 2- and 4-sample probes."""
+        from labkit.flops import count_training_flops
+        from labkit.memory import build_memory_model, preserved_state
+
+        if self.last_inputs is None:
+            return None, None
+        x = self.last_inputs
+        shape = tuple(x.shape[1:])
+        with preserved_state(self.model), self._autocast():
+            flops = count_training_flops(self.model, x[:2].clone() if x.shape[0] >= 2 else x.clone())
+        flops_per_sample = flops / min(2, x.shape[0])
+        mem = build_memory_model(self.model, shape, self.config.optimizer, self.config.momentum,
+                                 amp_dtype=self.config.amp_dtype)
+        return flops_per_sample, mem.predict(int(x.shape[0]))

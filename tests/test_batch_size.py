@@ -1,0 +1,123 @@
+"""The largest-batch finder (mocked OOM on CPU, memory-model budget) and the batch-size sweep."""
+import math
+
+import pytest
+import torch
+from torch import nn
+
+from labkit.batch_size import (batch_size_sweep, find_max_batch, knee_batch, scaled_lr, search_largest)
+from labkit.data import synthetic_data
+from labkit.memory import build_memory_model
+from labkit.models import MLP
+
+SHAPE = (3, 8, 8)
+
+
+class OomAbove(nn.Module):
+    """A small model that raises torch.cuda.OutOfMemoryError for batches larger than ``limit``."""
+
+    def __init__(self, limit: int):
+        super().__init__()
+        self.limit, self.net = limit, MLP(10, in_features=3 * 8 * 8, hidden=8)
+
+    def forward(self, x):
+        if x.shape[0] > self.limit:
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory (mocked)")
+        return self.net(x)
+
+
+@pytest.mark.parametrize("limit", [1, 7, 33, 64, 100])
+def test_search_finds_exact_threshold(limit):
+    tried = []
+    got = search_largest(lambda n: tried.append(n) or n <= limit, 1, 128)
+    assert got == limit and len(tried) <= 2 * math.ceil(math.log2(128)) + 1
+    assert search_largest(lambda n: False) == 0 and search_largest(lambda n: True, 1, 100) == 100
+
+
+def test_mocked_oom_finder_restores_state_and_process_stays_usable():
+    torch.manual_seed(0)
+    model = OomAbove(23)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    model(torch.randn(4, *SHAPE)).sum().backward()
+    opt.step()                                                # optimizer has momentum state now
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    mom_before = [opt.state[p]["momentum_buffer"].clone() for p in model.parameters()]
+    res = find_max_batch(model, SHAPE, optimizer=opt, method="oom", timing_steps=1, limit=256)
+    assert res.max_batch == 23 and res.method == "cuda-oom"
+    fits = {t.batch_size: t.fits for t in res.trials}
+    assert fits[23] and not fits[24]                          # the answer fits, the next size up does not
+    assert all(t.samples_per_s > 0 for t in res.trials if t.fits)
+    assert all(t.samples_per_s is None and t.note == "out of memory" for t in res.trials if not t.fits)
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+    assert all(torch.equal(a, opt.state[p]["momentum_buffer"]) for a, p in zip(mom_before, model.parameters()))
+    assert model(torch.randn(8, *SHAPE)).shape == (8, 10)    # still usable after the OOMs
+    assert len(res.to_dataframe()) == len(res.trials)
+
+
+def test_cpu_budget_finder_uses_memory_model():
+    model = MLP(10, in_features=3 * 8 * 8, hidden=32)
+    mm = build_memory_model(model, SHAPE, "sgd", 0.9)
+    budget = mm.predict(40).total_bytes + 10                  # 40 fits exactly without a margin
+    res = find_max_batch(model, SHAPE, memory_budget_bytes=budget, safety_margin=0.0, timing_steps=1)
+    assert res.method == "memory-model" and res.max_batch == 40
+    assert mm.predict(res.max_batch).total_bytes <= budget < mm.predict(res.max_batch + 1).total_bytes
+    res_m = find_max_batch(model, SHAPE, memory_budget_bytes=budget, safety_margin=0.2, timing_steps=0)
+    assert res_m.max_batch < 40 and mm.predict(res_m.max_batch).total_bytes <= budget * 0.8
+
+
+def test_finder_bad_inputs():
+    model = MLP(10, in_features=3 * 8 * 8, hidden=32)
+    with pytest.raises(ValueError, match="memory_budget_bytes"):
+        find_max_batch(model, SHAPE)
+    with pytest.raises(ValueError, match="less than the parameters"):
+        find_max_batch(model, SHAPE, memory_budget_bytes=1000)
+    with pytest.raises(ValueError, match="safety_margin"):
+        find_max_batch(model, SHAPE, memory_budget_bytes=10**9, safety_margin=1.5)
+
+
+def test_knee_and_lr_scaling():
+    assert knee_batch([1, 2, 4, 8, 16], [10, 50, 92, 100, 99]) == 4
+    assert knee_batch([], []) is None
+    assert scaled_lr(0.1, 256, 32) == pytest.approx(0.8)
+
+
+@pytest.fixture(scope="module")
+def data():
+    return synthetic_data(n_train=96, n_val=32, image_shape=SHAPE)
+
+
+def test_sweep_rows_budget_and_lr_scaling(data):
+    make = lambda: MLP(10, in_features=3 * 8 * 8, hidden=16)     # noqa: E731
+    budget = build_memory_model(make(), SHAPE).predict(16).total_bytes
+    res = batch_size_sweep(make, data, [2, 8, 32], steps=3, lr_scaling=True, base_lr=0.04, base_batch=8,
+                           memory_budget_bytes=budget, progress=False)
+    df = res.to_dataframe()
+    assert list(df.batch_size) == [2, 8, 32] and list(df.fits) == [True, True, False]
+    assert list(df.lr) == pytest.approx([0.01, 0.04, 0.16])
+    assert "does not fit" in res.rows[2].note and math.isnan(res.rows[2].samples_per_s)
+    assert all(r.samples_per_s > 0 and 0 <= r.val_accuracy <= 1 and r.steps == 3 for r in res.rows[:2])
+    assert res.knee() in (2, 8)
+    import matplotlib
+    matplotlib.use("Agg")
+    axes = res.plot()
+    assert axes[0].get_xscale() == "log"
+
+
+def test_sweep_time_budget_and_bad_sizes(data):
+    make = lambda: MLP(10, in_features=3 * 8 * 8, hidden=16)     # noqa: E731
+    res = batch_size_sweep(make, data, [4], steps=500, time_budget_s=1e-9, progress=False)
+    assert res.rows[0].steps == 1                                 # stopped by the time budget after one step
+    with pytest.raises(ValueError, match="larger than the dataset"):
+        batch_size_sweep(make, data, [1000], steps=1, progress=False)
+    with pytest.raises(ValueError, match="positive integer"):
+        batch_size_sweep(make, data, [0], steps=1, progress=False)
+
+
+def test_per_replica_batch_rule_of_thumb():
+    from labkit.batch_size import per_replica_batch
+
+    assert per_replica_batch(256, 8) == 32
+    with pytest.raises(ValueError, match="not a multiple of replicas=3"):
+        per_replica_batch(256, 3)
+    with pytest.raises(ValueError, match="8 per GPU, below 16"):
+        per_replica_batch(64, 8)
