@@ -97,7 +97,9 @@ def profile_keras_fit(model, x, y, *, run_dir: str | Path, batch_size: int = 32,
     steps = -(-len(x) // batch_size)
     first, last = _check_batches(profile_batch, steps)
     run_dir = _check_run_dir(run_dir)
-    earlier = set(xplane_files(run_dir))   # report only this run's files, not older sessions in the same dir
+    # report only this run's files: TF names a session's folder by the second, so two runs within one second
+    # share a path; a file counts as new when it did not exist or was rewritten
+    earlier = {f: os.stat(f).st_mtime_ns for f in xplane_files(run_dir)}
     if not model.optimizer or not getattr(model, "compiled", True):
         raise ValueError("compile the model first, e.g. model.compile('sgd', loss=...)")
     start = time.perf_counter()
@@ -116,7 +118,7 @@ def profile_keras_fit(model, x, y, *, run_dir: str | Path, batch_size: int = 32,
         finally:
             tf.profiler.experimental.stop()
     fit_s = time.perf_counter() - start
-    files = [f for f in xplane_files(run_dir) if f not in earlier]
+    files = [f for f in xplane_files(run_dir) if earlier.get(f) != os.stat(f).st_mtime_ns]
     if not files:
         raise RuntimeError(f"the TF profiler wrote no .xplane.pb under {run_dir}/plugins/profile; "
                            "check that profile_batch lies inside the first epoch")

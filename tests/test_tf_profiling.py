@@ -24,15 +24,36 @@ def data(n=40):
     return rng.random((n, 4), dtype=np.float32), rng.integers(0, 3, n)
 
 
+_PROGRAMMATIC = """
+import sys, json
+sys.path.insert(0, {tests!r})
+from test_tf_profiling import data, tiny_model
+from labkit.tf_profiling import TFProfileResult, profile_keras_fit, xplane_files
+x, y = data()
+res = profile_keras_fit(tiny_model(), x, y, run_dir={run!r}, batch_size=8, profile_batch=(2, 3))
+again = profile_keras_fit(tiny_model(), x, y, run_dir={run!r}, batch_size=8, profile_batch=(2, 3))
+print(json.dumps(dict(kind=type(res).__name__, batches=list(res.profiled_batches), files=res.xplane_files,
+                      listed=xplane_files({run!r}), text=str(res), again=again.xplane_files)))
+"""
+
+
 def test_programmatic_profile_writes_xplane(tmp_path):
-    x, y = data()
-    res = profile_keras_fit(tiny_model(), x, y, run_dir=tmp_path / "tfrun", batch_size=8, profile_batch=(2, 3))
-    assert isinstance(res, TFProfileResult) and res.profiled_batches == (2, 3)
-    assert res.xplane_files == xplane_files(tmp_path / "tfrun") and len(res.xplane_files) == 1
-    assert res.xplane_files[0].endswith(".xplane.pb") and "plugins/profile" in res.xplane_files[0]
-    assert "Profile tab" in str(res)
-    again = profile_keras_fit(tiny_model(), x, y, run_dir=tmp_path / "tfrun", batch_size=8, profile_batch=(2, 3))
-    assert len(again.xplane_files) == 1 and again.xplane_files != res.xplane_files   # only the new session
+    """Runs in a fresh process so that the TF profiler starts from a clean state."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    run = str(tmp_path / "tfrun")
+    code = _PROGRAMMATIC.format(tests=str(Path(__file__).parent), run=run)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    res = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert res["kind"] == "TFProfileResult" and res["batches"] == [2, 3]
+    assert len(res["files"]) == 1 and res["files"][0] in res["listed"]
+    assert res["files"][0].endswith(".xplane.pb") and "plugins/profile" in res["files"][0]
+    assert "Profile tab" in res["text"]
+    assert len(res["again"]) == 1   # only the new session's file, even when TF reuses the folder name
 
 
 @pytest.mark.parametrize("batches, match", [((0, 2), "1 <= first <= last"), ((3, 2), "1 <= first <= last"),
