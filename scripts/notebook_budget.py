@@ -1,8 +1,9 @@
 """Run notebooks the way CI does and record each one's wall time and peak memory.
 
-Peak memory is sampled every 0.2 s over the kernel's whole process tree (worker processes included):
-RSS, and its anonymous part (RssAnon: heap/tensors, what a Binder memory limit squeezes first; the rest is
-shared-library pages, large for torch's CUDA build and much smaller for the CPU wheel Binder installs).
+Peak memory is sampled every 0.3 s over the kernel's whole process tree (DataLoader workers and
+torch.distributed ranks included) as PSS — each shared page split among the processes that map it, so
+forked workers are not counted twice — and its anonymous part (heap and tensors). Shared-library pages are
+large for torch's CUDA build (~430 MB per process) and much smaller for the CPU wheel Binder installs.
 
     .venv/bin/python scripts/notebook_budget.py notebooks/02_batch_size.ipynb [...]  [--markdown]
 """
@@ -18,38 +19,39 @@ import psutil
 from nbclient import NotebookClient
 
 
-def _anon_bytes(proc: psutil.Process) -> int:
+def _pss_bytes(pid: int) -> tuple[int, int]:
+    """(PSS, anonymous PSS) of one process from /proc/PID/smaps_rollup."""
+    pss = anon = 0
     try:
-        for line in Path(f"/proc/{proc.pid}/status").read_text().splitlines():
-            if line.startswith("RssAnon:"):
-                return int(line.split()[1]) * 1024
+        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+            if line.startswith("Pss:"):
+                pss = int(line.split()[1]) * 1024
+            elif line.startswith("Pss_Anon:"):
+                anon = int(line.split()[1]) * 1024
     except OSError:
         pass
-    return 0
+    return pss, anon
 
 
 def _tree_memory() -> tuple[int, int]:
-    rss = anon = 0
+    pss = anon = 0
     for child in psutil.Process().children(recursive=True):
-        try:
-            rss += child.memory_info().rss
-            anon += _anon_bytes(child)
-        except psutil.Error:
-            continue
-    return rss, anon
+        p, a = _pss_bytes(child.pid)
+        pss, anon = pss + p, anon + a
+    return pss, anon
 
 
 def run_notebook(path: Path, timeout_s: int = 900) -> dict:
-    """Execute one notebook in a fresh kernel; return seconds, peak RSS and peak anonymous RSS (bytes)."""
+    """Execute one notebook in a fresh kernel; return seconds, peak PSS and its anonymous part (bytes)."""
     nb = nbformat.read(path, as_version=4)
-    peak = {"rss": 0, "anon": 0}
+    peak = {"pss": 0, "anon": 0}
     done = threading.Event()
 
     def sample() -> None:
         while not done.is_set():
-            rss, anon = _tree_memory()
-            peak["rss"], peak["anon"] = max(peak["rss"], rss), max(peak["anon"], anon)
-            time.sleep(0.2)
+            pss, anon = _tree_memory()
+            peak["pss"], peak["anon"] = max(peak["pss"], pss), max(peak["anon"], anon)
+            time.sleep(0.3)
 
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
@@ -64,7 +66,7 @@ def run_notebook(path: Path, timeout_s: int = 900) -> dict:
         done.set()
         sampler.join()
     return {"notebook": path.name, "seconds": time.perf_counter() - start,
-            "peak_rss_bytes": peak["rss"], "peak_anon_bytes": peak["anon"], "error": error}
+            "peak_pss_bytes": peak["pss"], "peak_anon_bytes": peak["anon"], "error": error}
 
 
 def main() -> None:
@@ -76,10 +78,10 @@ def main() -> None:
         r = run_notebook(path)
         mb = 1024 ** 2
         if args.markdown:
-            print(f"| `{r['notebook']}` | {r['seconds']:.0f} s | {r['peak_rss_bytes'] / mb:,.0f} MB "
+            print(f"| `{r['notebook']}` | {r['seconds']:.0f} s | {r['peak_pss_bytes'] / mb:,.0f} MB "
                   f"({r['peak_anon_bytes'] / mb:,.0f} MB anon) | {r['error'] or 'ok'} |")
         else:
-            print(f"{r['notebook']}: {r['seconds']:.1f} s, peak RSS {r['peak_rss_bytes'] / mb:,.0f} MB "
+            print(f"{r['notebook']}: {r['seconds']:.1f} s, peak PSS {r['peak_pss_bytes'] / mb:,.0f} MB "
                   f"(anonymous {r['peak_anon_bytes'] / mb:,.0f} MB) {r['error'] or 'ok'}", flush=True)
 
 
