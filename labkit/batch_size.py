@@ -241,9 +241,15 @@ class SweepResult:
         return axes
 
 
-def scaled_lr(base_lr: float, batch_size: int, base_batch: int = 32) -> float:
-    """Linear scaling rule: lr = base_lr * batch / base_batch (Goyal et al. 2017, section 2.1)."""
-    return base_lr * batch_size / base_batch
+def scaled_lr(base_lr: float, batch_size: int, base_batch: int = 32, rule: str = "linear") -> float:
+    """Learning rate for ``batch_size`` from one tuned at ``base_batch``: 'linear' (Goyal et al. 2017,
+    section 2.1: lr * batch / base_batch), 'sqrt' or 'none'. A starting point to tune from, not a law."""
+    ratio = batch_size / base_batch
+    rules = {"linear": ratio, "sqrt": ratio ** 0.5, "none": 1.0}
+    if rule not in rules or base_lr <= 0 or base_batch < 1 or batch_size < 1:
+        raise ValueError(f"need rule in {tuple(rules)}, base_lr > 0 and batch sizes >= 1; got {rule!r}, "
+                         f"{base_lr}, {batch_size}, {base_batch}")
+    return base_lr * rules[rule]
 
 
 def batch_size_sweep(model_fn: Callable[[], nn.Module], data, batch_sizes: list[int], *, steps: int | None = None,

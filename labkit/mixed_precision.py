@@ -67,28 +67,13 @@ def _autocast(device_type: str, dtype: str):
     return torch.autocast(device_type, dtype=low, enabled=dtype != "fp32")
 
 
-def saved_activation_bytes(model, x, dtype: str = "fp32") -> int:
-    """Bytes of the tensors autograd saves for backward during one forward pass under ``dtype`` autocast."""
-    import torch
-
-    total = 0
-
-    def pack(t: torch.Tensor):
-        nonlocal total
-        total += t.numel() * t.element_size()
-        return t
-
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), _autocast(x.device.type, dtype):
-        model(x).float().sum()
-    return total
-
-
 def autocast_step(model, batch_size: int, dtype: str = "bf16", *, image_shape=(3, 32, 32), repeats: int = 3,
                   warmup: int = 1, num_classes: int = 10) -> AutocastResult:
     """Time one SGD training step under autocast ``dtype`` on the model's device (fp16 on CUDA uses a GradScaler)."""
     import torch
 
     from labkit.env import device_label
+    from labkit.memory import saved_activation_bytes
     from labkit.timing import time_fn
 
     device = next(model.parameters()).device
@@ -113,7 +98,7 @@ def autocast_step(model, batch_size: int, dtype: str = "bf16", *, image_shape=(3
     t = time_fn(step, warmup=warmup, repeats=repeats, device=device)
     peak = torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None
     return AutocastResult(dtype, device_label(device), t.median_s, batch_size / t.median_s,
-                          saved_activation_bytes(model, x, dtype), peak)
+                          saved_activation_bytes(model, x, amp_dtype=None if dtype == "fp32" else dtype), peak)
 
 
 def compare_autocast(model_fn, batch_size: int, dtypes: tuple[str, ...] = ("fp32", "bf16"), **kwargs) -> list[AutocastResult]:

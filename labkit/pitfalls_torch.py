@@ -249,16 +249,6 @@ def shard_coverage(num_examples: int, world_size: int, use_sampler: bool) -> dic
     return {"samples_read": int(len(flat)), "distinct": int(len(np.unique(flat))), "per_rank": len(reads[0])}
 
 
-def scaled_lr(base_lr: float, base_batch: int, global_batch: int, rule: str = "linear") -> float:
-    """Learning rate for a bigger global batch: 'linear' (Goyal et al. 2017), 'sqrt' or 'none'; tune from here."""
-    ratio = global_batch / base_batch
-    rules = {"linear": ratio, "sqrt": ratio ** 0.5, "none": 1.0}
-    if rule not in rules or base_lr <= 0 or base_batch < 1 or global_batch < 1:
-        raise ValueError(f"need rule in {tuple(rules)}, base_lr > 0 and batch sizes >= 1; got {rule!r}, "
-                         f"{base_lr}, {base_batch}, {global_batch}")
-    return base_lr * rules[rule]
-
-
 def lr_scaling_run(x: torch.Tensor, y: torch.Tensor, xv: torch.Tensor, yv: torch.Tensor, *, global_batch: int,
                    lr: float, epochs: int = 3, seed: int = 0) -> float:
     """Train an MLP with plain SGD at ``global_batch`` and ``lr`` for ``epochs``; validation accuracy.

@@ -5,7 +5,8 @@ import torch
 
 from labkit.models import MLP
 from labkit.pitfalls_tf import (BN_VARIANTS, count_then_configure, uneven_example_count, uneven_last_batch_bn)
-from labkit.pitfalls_torch import (padded_eval_accuracy, rank0_extra_work, save_wrapped_model, scaled_lr,
+from labkit.batch_size import scaled_lr
+from labkit.pitfalls_torch import (padded_eval_accuracy, rank0_extra_work, save_wrapped_model,
                                    shard_coverage, torch_uneven_last_batch)
 from labkit.tf_distribute import run_in_fresh_process
 
@@ -76,8 +77,8 @@ def test_rank0_extra_work_times_out_then_fixed():
 def test_shard_coverage_and_lr_rules():
     assert shard_coverage(100, 4, False) == {"samples_read": 400, "distinct": 100, "per_rank": 100}
     assert shard_coverage(100, 4, True) == {"samples_read": 100, "distinct": 100, "per_rank": 25}
-    assert scaled_lr(0.1, 32, 256) == pytest.approx(0.8)
-    assert scaled_lr(0.1, 32, 128, "sqrt") == pytest.approx(0.2)
-    assert scaled_lr(0.1, 32, 256, "none") == 0.1
+    assert scaled_lr(0.1, 256, base_batch=32) == pytest.approx(0.8)
+    assert scaled_lr(0.1, 128, base_batch=32, rule="sqrt") == pytest.approx(0.2)
+    assert scaled_lr(0.1, 256, base_batch=32, rule="none") == 0.1
     with pytest.raises(ValueError):
-        scaled_lr(0.1, 32, 256, "cubic")
+        scaled_lr(0.1, 256, base_batch=32, rule="cubic")
