@@ -121,11 +121,9 @@ def keras_policy_child(policy: str = "mixed_bfloat16", batch_size: int = 64, rep
     import tensorflow as tf
 
     tf.keras.mixed_precision.set_global_policy(policy)
-    L = tf.keras.layers                                   # same layers as labkit.models.keras_small_cnn
-    model = tf.keras.Sequential([
-        tf.keras.Input((32, 32, 3)), L.Conv2D(32, 3, padding="same"), L.BatchNormalization(), L.ReLU(),
-        L.MaxPooling2D(2), L.Conv2D(64, 3, padding="same"), L.BatchNormalization(), L.ReLU(),
-        L.GlobalAveragePooling2D(), L.Dense(10), L.Activation("linear", dtype="float32")])  # logits in fp32
+    from labkit.keras_models import keras_small_cnn
+
+    model = keras_small_cnn(10, (32, 32, 3), float32_logits=True)   # logits in fp32 for a stable loss
     opt = tf.keras.optimizers.SGD(0.01)
     if policy == "mixed_float16":
         opt = tf.keras.mixed_precision.LossScaleOptimizer(opt)   # dynamic loss scaling for fp16

@@ -5,6 +5,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from labkit.keras_models import keras_small_cnn  # noqa: F401  (re-exported: the Keras twin of SmallCNN)
+
 MODELS = ("resnet18", "small_cnn", "mlp")
 
 
@@ -94,16 +96,3 @@ def check_model_accepts(model: nn.Module, image_shape: tuple[int, ...], num_clas
         model.train(was_training)
     if num_classes is not None and out.shape[-1] != num_classes:
         raise ValueError(f"{type(model).__name__} outputs {out.shape[-1]} classes but the data has {num_classes}")
-
-
-def keras_small_cnn(num_classes: int = 10, image_shape: tuple[int, int, int] = (32, 32, 3), width: int = 32):
-    """The Keras twin of :class:`SmallCNN` (channels-last input, as Keras expects)."""
-    import tensorflow as tf
-
-    L = tf.keras.layers
-    return tf.keras.Sequential([
-        tf.keras.Input(shape=image_shape),
-        L.Conv2D(width, 3, padding="same"), L.BatchNormalization(), L.ReLU(), L.MaxPooling2D(2),
-        L.Conv2D(2 * width, 3, padding="same"), L.BatchNormalization(), L.ReLU(),
-        L.GlobalAveragePooling2D(), L.Dense(num_classes),
-    ])

@@ -9,7 +9,6 @@ profiler plugin is deprecated and removed upstream, so nothing here depends on i
 from __future__ import annotations
 
 import statistics
-import tempfile
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,6 +19,7 @@ from torch import nn
 from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
 from labkit.env import device_label, get_device
+from labkit.rundirs import check_writable_dir
 from labkit.trace_summary import CATEGORIES, LABEL_PREFIX, changed_ops, compare_runs, summarize_trace  # noqa: F401
 
 
@@ -113,19 +113,6 @@ class ProfileSummary:
 
 
 # ------------------------------------------------------------------------------------------ helpers
-def check_writable_dir(run_dir: str | Path) -> Path:
-    """Create ``run_dir`` if needed and prove it is writable, or raise one clear error."""
-    path = Path(run_dir)
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=path, prefix=".write_test_"):
-            pass
-    except OSError as err:
-        raise PermissionError(f"run_dir={str(path)!r} is not a writable directory ({err.strerror}); "
-                              "pass a run_dir you can write to, e.g. 'runs/my_experiment'") from None
-    return path
-
-
 def _activities(device: torch.device) -> list[ProfilerActivity]:
     acts = [ProfilerActivity.CPU]
     if device.type == "cuda" and torch.cuda.is_available():

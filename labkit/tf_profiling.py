@@ -23,6 +23,9 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from labkit.keras_models import keras_small_cnn
+from labkit.rundirs import check_writable_dir
+
 METHODS = ("programmatic", "callback")
 
 
@@ -40,18 +43,6 @@ class TFProfileResult:
         return (f"TF profile of batches {self.profiled_batches[0]}..{self.profiled_batches[1]} ({self.method}) "
                 f"in {self.run_dir}: {len(self.xplane_files)} .xplane.pb file(s); view with "
                 f"`tensorboard --logdir {Path(self.run_dir).parent}` -> Profile tab")
-
-
-def _check_run_dir(run_dir: str | Path) -> Path:
-    path = Path(run_dir)
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=path, prefix=".write_test_"):
-            pass
-    except OSError as err:
-        raise PermissionError(f"run_dir={str(path)!r} is not a writable directory ({err.strerror}); "
-                              "pass a run_dir you can write to, e.g. 'runs/keras_profile'") from None
-    return path
 
 
 def _check_batches(profile_batch: tuple[int, int], steps_per_epoch: int) -> tuple[int, int]:
@@ -72,19 +63,6 @@ def xplane_files(run_dir: str | Path) -> list[str]:
     return sorted(str(p) for p in Path(run_dir).glob("plugins/profile/*/*.xplane.pb"))
 
 
-def small_keras_cnn(num_classes: int = 10, image_shape: tuple[int, int, int] = (32, 32, 3), width: int = 32):
-    """Same layers as ``labkit.models.keras_small_cnn`` (kept here so the child process needs no PyTorch)."""
-    import tensorflow as tf
-
-    L = tf.keras.layers
-    return tf.keras.Sequential([
-        tf.keras.Input(shape=image_shape),
-        L.Conv2D(width, 3, padding="same"), L.BatchNormalization(), L.ReLU(), L.MaxPooling2D(2),
-        L.Conv2D(2 * width, 3, padding="same"), L.BatchNormalization(), L.ReLU(),
-        L.GlobalAveragePooling2D(), L.Dense(num_classes),
-    ])
-
-
 def profile_keras_fit(model, x, y, *, run_dir: str | Path, batch_size: int = 32, epochs: int = 1,
                       profile_batch: tuple[int, int] = (2, 4), method: str = "programmatic") -> TFProfileResult:
     """``model.fit(x, y)`` with the TF profiler on batches ``profile_batch``; checks the .xplane.pb exists."""
@@ -96,7 +74,7 @@ def profile_keras_fit(model, x, y, *, run_dir: str | Path, batch_size: int = 32,
         raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
     steps = -(-len(x) // batch_size)
     first, last = _check_batches(profile_batch, steps)
-    run_dir = _check_run_dir(run_dir)
+    run_dir = check_writable_dir(run_dir)
     # report only this run's files: TF names a session's folder by the second, so two runs within one second
     # share a path; a file counts as new when it did not exist or was rewritten
     earlier = {f: os.stat(f).st_mtime_ns for f in xplane_files(run_dir)}
@@ -153,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
     import tensorflow as tf
 
     tf.keras.utils.set_random_seed(0)
-    model = small_keras_cnn()
+    model = keras_small_cnn()
     model.compile("sgd", loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
     x, y = _synthetic(a.samples)
     res = profile_keras_fit(model, x, y, run_dir=a.run_dir, batch_size=a.batch_size,
@@ -167,7 +145,7 @@ def profile_keras_in_subprocess(run_dir: str | Path, *, samples: int = 256, batc
                                 timeout_s: float = 300.0) -> TFProfileResult:
     """Run :func:`main` in a fresh Python (TensorFlow only, no PyTorch) and return its result."""
     first, last = _check_batches(profile_batch, -(-samples // batch_size))
-    _check_run_dir(run_dir)
+    check_writable_dir(run_dir)
     cmd = [sys.executable, str(Path(__file__).resolve()), "--run-dir", str(run_dir), "--samples", str(samples),
            "--batch-size", str(batch_size), "--first", str(first), "--last", str(last), "--method", method]
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2")}

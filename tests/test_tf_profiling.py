@@ -9,7 +9,7 @@ tf = pytest.importorskip("tensorflow")
 
 from labkit.models import keras_small_cnn  # noqa: E402
 from labkit.tf_profiling import (TFProfileResult, profile_keras_fit, profile_keras_in_subprocess,  # noqa: E402
-                                 small_keras_cnn, xplane_files)
+                                 xplane_files)
 
 
 def tiny_model():
@@ -86,10 +86,15 @@ def test_callback_method_needs_tensorboard_or_works(tmp_path):
         assert res.xplane_files
 
 
-def test_child_process_model_matches_labkit_model():
-    a, b = small_keras_cnn(), keras_small_cnn()
-    assert [type(layer).__name__ for layer in a.layers] == [type(layer).__name__ for layer in b.layers]
-    assert a.count_params() == b.count_params()
+def test_keras_twin_is_torch_free_and_shared():
+    import subprocess
+    import sys
+
+    import labkit.keras_models as km
+    code = "import sys, labkit.keras_models, labkit.rundirs; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120).stdout
+    assert out.strip() == "False" and keras_small_cnn is km.keras_small_cnn
+    assert km.keras_small_cnn(float32_logits=True).layers[-1].dtype_policy.name == "float32"
 
 
 def test_subprocess_profile(tmp_path):
