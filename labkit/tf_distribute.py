@@ -4,24 +4,20 @@ TensorFlow fixes its device list the first time it runs anything in a process, s
 (``tf.config.set_logical_device_configuration``) must be asked for *before* that; ``make_strategy`` says
 so clearly when it is too late. Because of that one-shot rule (and to keep PyTorch and TensorFlow out of
 one 2 GB Binder kernel), the notebooks run each TF experiment in a fresh process with
-``run_in_fresh_process``, which loads only the TF-side labkit modules — never ``labkit/__init__`` (torch).
+``run_in_fresh_process`` (labkit.fresh_process), which loads only the TF-side labkit modules, never torch.
 
 This module imports neither torch nor anything that does; TensorFlow is imported lazily.
 """
 from __future__ import annotations
 
-import json
 import os
-import subprocess
-import sys
-import time
 import warnings
-from pathlib import Path
 from typing import Any
+
+from labkit.fresh_process import run_in_fresh_process as _run_fresh
 
 CROSS_DEVICE_OPS = ("auto", "nccl", "hierarchical_copy", "reduction_to_one_device")
 MIN_PER_REPLICA_BATCH_GPU = 16   # rule of thumb: fewer samples per GPU leave most of it idle
-_RESULT_TAG = "@@LABKIT_RESULT@@"
 
 
 class DevicesAlreadyInitializedError(RuntimeError):
@@ -133,50 +129,11 @@ def per_replica_batch_size(global_batch_size: int, num_replicas: int, *, on_gpu:
 
 
 # ---------------------------------------------------------------------------------------------- fresh processes
-_CHILD_CODE = (
-    "import importlib, json, sys, types\n"
-    "pkg = types.ModuleType('labkit'); pkg.__path__ = [sys.argv[1]]; sys.modules['labkit'] = pkg\n"
-    "mod, _, fn = sys.argv[2].partition(':')\n"
-    "try:\n"
-    "    out = getattr(importlib.import_module(mod), fn)(**json.loads(sys.argv[3]))\n"
-    "except (ValueError, TypeError, RuntimeError) as err:\n"
-    "    out = {'__error__': type(err).__name__, 'message': str(err)}\n"
-    f"print({_RESULT_TAG!r} + json.dumps(out), flush=True)\n"
-)
-_ERRORS = {"ValueError": ValueError, "TypeError": TypeError,
-           "DevicesAlreadyInitializedError": DevicesAlreadyInitializedError}
-
-
 def run_in_fresh_process(target: str, kwargs: dict | None = None, *, timeout_s: float = 300.0,
                          env: dict | None = None) -> Any:
-    """Run ``labkit.module:function(**kwargs)`` in a new Python process and return its JSON result.
-
-    The child loads only the named labkit module (not ``labkit/__init__``, which imports torch), so a TF
-    experiment gets its own device configuration and the notebook kernel stays small. A ValueError or
-    TypeError in the child is raised here with the same type and message.
-    """
-    module, sep, func = target.partition(":")
-    if not sep or not module.startswith("labkit.") or not func:
-        raise ValueError(f"target must read 'labkit.module:function', got {target!r}")
-    payload = json.dumps(kwargs or {})
-    child_env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONUNBUFFERED": "1", **(env or {})}
-    start = time.perf_counter()
-    try:
-        proc = subprocess.run([sys.executable, "-c", _CHILD_CODE, str(Path(__file__).resolve().parent), target,
-                               payload], capture_output=True, text=True, timeout=timeout_s, env=child_env)
-    except subprocess.TimeoutExpired:
-        raise TimeoutError(f"{target} did not finish within timeout_s={timeout_s:g} s; the process was "
-                           "killed (raise timeout_s on a slow machine)") from None
-    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith(_RESULT_TAG)]
-    if proc.returncode != 0 or not lines:
-        tail = [ln for ln in proc.stderr.strip().splitlines() if ln.strip()][-8:]
-        raise RuntimeError(f"{target} failed in its child process (exit {proc.returncode}):\n" + "\n".join(tail))
-    result = json.loads(lines[-1][len(_RESULT_TAG):])
-    if isinstance(result, dict) and "__error__" in result:
-        raise _ERRORS.get(result["__error__"], RuntimeError)(result["message"])
-    if isinstance(result, dict):
-        result.setdefault("child_wall_s", time.perf_counter() - start)
-    return result
+    """``labkit.fresh_process.run_in_fresh_process`` that also brings DevicesAlreadyInitializedError back."""
+    return _run_fresh(target, kwargs, timeout_s=timeout_s, env=env,
+                      errors={"DevicesAlreadyInitializedError": DevicesAlreadyInitializedError})
 
 
 # ---------------------------------------------------------------------------------------------- lessons (child side)

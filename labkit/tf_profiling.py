@@ -13,12 +13,7 @@ PyTorch can profile Keras without holding both frameworks in one process.
 """
 from __future__ import annotations
 
-import argparse
-import json
 import os
-import subprocess
-import sys
-import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -118,49 +113,30 @@ def _synthetic(n: int, seed: int = 0):
     return rng.random((n, 32, 32, 3), dtype=np.float32), rng.integers(0, 10, n)
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Child-process entry point: profile a small Keras CNN on synthetic data, print a JSON result."""
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--run-dir", required=True)
-    p.add_argument("--samples", type=int, default=256)
-    p.add_argument("--batch-size", type=int, default=32)
-    p.add_argument("--first", type=int, default=2)
-    p.add_argument("--last", type=int, default=4)
-    p.add_argument("--method", default="programmatic", choices=METHODS)
-    a = p.parse_args(argv)
+def profile_small_cnn_child(run_dir: str, samples: int = 256, batch_size: int = 32, first: int = 2, last: int = 4,
+                            method: str = "programmatic") -> dict:
+    """Runs inside a fresh process: profile a small Keras CNN on synthetic data; the result as a dict."""
     import tensorflow as tf
 
     tf.keras.utils.set_random_seed(0)
     model = keras_small_cnn()
     model.compile("sgd", loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-    x, y = _synthetic(a.samples)
-    res = profile_keras_fit(model, x, y, run_dir=a.run_dir, batch_size=a.batch_size,
-                            profile_batch=(a.first, a.last), method=a.method)
-    print("LABKIT_RESULT " + json.dumps(asdict(res)))
-    return 0
+    x, y = _synthetic(samples)
+    return asdict(profile_keras_fit(model, x, y, run_dir=run_dir, batch_size=batch_size,
+                                    profile_batch=(first, last), method=method))
 
 
 def profile_keras_in_subprocess(run_dir: str | Path, *, samples: int = 256, batch_size: int = 32,
                                 profile_batch: tuple[int, int] = (2, 4), method: str = "programmatic",
                                 timeout_s: float = 300.0) -> TFProfileResult:
-    """Run :func:`main` in a fresh Python (TensorFlow only, no PyTorch) and return its result."""
+    """Profile a small Keras CNN in a fresh Python (TensorFlow only, no PyTorch) and return its result."""
+    from labkit.fresh_process import run_in_fresh_process
+
     first, last = _check_batches(profile_batch, -(-samples // batch_size))
     check_writable_dir(run_dir)
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--run-dir", str(run_dir), "--samples", str(samples),
-           "--batch-size", str(batch_size), "--first", str(first), "--last", str(last), "--method", method]
-    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2")}
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, env=env)
-    except subprocess.TimeoutExpired:
-        raise TimeoutError(f"the TF profiling child did not finish within timeout_s={timeout_s}") from None
-    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("LABKIT_RESULT ")]
-    if proc.returncode != 0 or not lines:
-        tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-8:])
-        raise RuntimeError(f"TF profiling child failed (exit {proc.returncode}):\n{tail}")
-    data = json.loads(lines[-1][len("LABKIT_RESULT "):])
+    data = run_in_fresh_process("labkit.tf_profiling:profile_small_cnn_child", dict(
+        run_dir=str(Path(run_dir).resolve()), samples=samples, batch_size=batch_size, first=first, last=last,
+        method=method), timeout_s=timeout_s, errors={"ImportError": ImportError})
+    data.pop("child_wall_s", None)
     data["profiled_batches"] = tuple(data["profiled_batches"])
     return TFProfileResult(**data)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

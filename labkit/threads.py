@@ -7,15 +7,10 @@ same warm-up / repeat / median method as ``labkit.timing``). Torch can change it
 """
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import statistics
-import subprocess
-import sys
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Callable
 
 
@@ -113,7 +108,7 @@ def sweep_torch_threads(thread_counts: list[int] | None = None, *, fn: Callable[
     return ThreadSweep("torch", _add_speedups(rows), _cores(), f"{size}x{size} matmul" if size else "custom")
 
 
-def _tf_child(intra: int, inter: int, size: int, branches: int, warmup: int, repeats: int) -> dict:
+def tf_thread_child(intra: int, inter: int, size: int, branches: int, warmup: int, repeats: int) -> dict:
     """Runs inside the child: configure TF's pools, then time ``branches`` independent matmuls."""
     import tensorflow as tf
 
@@ -150,32 +145,13 @@ def sweep_tf_threads(settings: list[tuple[int, int]] | None = None, *, size: int
         if not isinstance(pair, (tuple, list)) or len(pair) != 2:
             raise ValueError(f"each setting must be an (intra, inter) pair, got {pair!r}")
         _check_counts(list(pair), "an (intra, inter) setting")
+    from labkit.fresh_process import run_in_fresh_process
+
     rows = []
     for intra, inter in settings:
-        cmd = [sys.executable, str(Path(__file__).resolve()), "--tf", str(intra), str(inter), str(size),
-               str(branches), str(warmup), str(repeats)]
-        env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
-        try:
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, env=env)
-        except subprocess.TimeoutExpired:
-            raise TimeoutError(f"TF thread child ({intra}, {inter}) did not finish within timeout_s={timeout_s}") from None
-        found = [ln for ln in proc.stdout.splitlines() if ln.startswith("LABKIT_RESULT ")]
-        if proc.returncode != 0 or not found:
-            tail = "\n".join(proc.stderr.strip().splitlines()[-6:])
-            raise RuntimeError(f"TF thread child ({intra}, {inter}) failed (exit {proc.returncode}):\n{tail}")
-        res = json.loads(found[-1][len("LABKIT_RESULT "):])
+        res = run_in_fresh_process("labkit.threads:tf_thread_child", dict(
+            intra=intra, inter=inter, size=size, branches=branches, warmup=warmup, repeats=repeats),
+            timeout_s=timeout_s)
+        res.pop("child_wall_s", None)
         rows.append({"setting": f"intra={intra} inter={inter}", "intra": intra, "inter": inter, **res})
     return ThreadSweep("tensorflow", _add_speedups(rows), cores, f"{branches} independent {size}x{size} matmuls")
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Child entry point: ``python labkit/threads.py --tf INTRA INTER SIZE BRANCHES WARMUP REPEATS``."""
-    p = argparse.ArgumentParser()
-    p.add_argument("--tf", nargs=6, type=int, required=True, metavar="N")
-    a = p.parse_args(argv)
-    print("LABKIT_RESULT " + json.dumps(_tf_child(*a.tf)))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
