@@ -10,8 +10,9 @@ from dataclasses import asdict, dataclass, replace
 from typing import Callable
 
 from labkit.ladder_report import LadderRow
+from labkit.batch_size import scaled_lr
 from labkit.ladder_rungs import (RUNGS, Capabilities, Measurement, Recipe, RungSpec, measure_model, mfu_of,
-                                 propose, scaled_lr, steps_for_budget, train_loader)
+                                 propose, steps_for_budget, train_loader)
 
 HARDWARE_RUNGS = ("mixed_precision", "channels_last", "compile", "ddp")   # may fail where unsupported
 MIN_TIMED_STEPS = 3

@@ -182,11 +182,6 @@ def train_loader(dataset, recipe: Recipe, seed: int):
                       generator=torch.Generator().manual_seed(seed + 1), **extra)
 
 
-def scaled_lr(base_lr: float, global_batch: int, ref_batch: int) -> float:
-    """Linear LR scaling: ``base_lr`` at ``ref_batch``, proportional to the global batch (Goyal et al. 2017)."""
-    return base_lr * global_batch / ref_batch
-
-
 def steps_for_budget(budget_samples: int, global_batch: int, min_steps: int) -> int:
     """Steps that train on ``budget_samples`` samples at ``global_batch`` (at least ``min_steps``)."""
     return max(min_steps, budget_samples // global_batch)

@@ -14,8 +14,9 @@ import torch
 from labkit.data import synthetic_data
 from labkit.ladder import LadderConfig, add_ladder_arguments, ladder_main, run_ladder
 from labkit.ladder_climb import LadderJob, _verdict
+from labkit.batch_size import scaled_lr
 from labkit.ladder_rungs import (RUNG_KEYS, RUNGS, Capabilities, Measurement, Recipe, detect_capabilities, propose,
-                                 scaled_lr, steps_for_budget, summarise_run)
+                                 steps_for_budget, summarise_run)
 from labkit.models import MLP
 
 SHAPE = (3, 8, 8)
