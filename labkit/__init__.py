@@ -44,8 +44,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
             "nccl_available", "pick", "seed_everything"),
     "data": ("DATASETS", "DataUnavailableError", "ImageData", "load_data", "make_loader", "synthetic_data",
              "validate_batch_size", "validate_num_workers", "verify_data_file"),
-    "models": ("MLP", "SmallCNN", "build_model", "check_model_accepts", "count_parameters", "keras_small_cnn",
-               "resnet18_cifar"),
+    "models": ("MLP", "SmallCNN", "build_model", "check_model_accepts", "count_parameters", "resnet18_cifar"),
     "timing": ("Stopwatch", "TimingResult", "percentile", "synchronize", "time_fn"),
     "distributed": ("LaunchError", "LaunchTimeout", "RankFailedError", "init_from_env", "launch",
                     "torchrun_command"),
@@ -57,8 +56,48 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     "launch_env": ("LaunchEnv", "LaunchEnvError", "detect_launcher_env"),
     "mpi": ("DemoRun", "MpiError", "MpiInfo", "MpiRankError", "MpiTimeout", "MpiUnavailableError",
             "mpi_allreduce_benchmark", "mpi_info", "run_demo"),
+    # batch-size lab
+    "loop": ("RunResult", "StepRecord", "TrainConfig", "evaluate_accuracy", "make_optimizer", "train"),
+    "sampling": ("UtilizationSampler", "UtilizationSummary", "nvml_device_utilization"),
+    "flops": ("PeakSpec", "count_training_flops", "find_peak", "flops_per_sample", "mfu", "peak_flops_per_s"),
+    "memory": ("MemoryBreakdown", "MemoryModel", "build_memory_model", "measure_cuda_step_peak_bytes",
+               "preserved_state", "release_cpu_memory", "saved_activation_bytes"),
+    "batch_size": ("FinderResult", "SweepResult", "SweepRow", "Trial", "batch_size_sweep", "find_max_batch",
+                   "knee_batch", "per_replica_batch", "scaled_lr", "search_largest"),
+    "widgets": ("BatchSizeDashboard", "DashboardRun"),
+    # profiling and input pipelines
+    "profiling": ("ProfileSchedule", "ProfileSummary", "profile_training"),
+    "trace_summary": ("TraceStats", "changed_ops", "compare_runs", "load_trace", "step_numbers", "summarize_trace"),
+    "tf_profiling": ("TFProfileResult", "profile_keras_fit", "profile_keras_in_subprocess", "xplane_files"),
+    "pipelines": ("ExpensiveTransform", "LoaderConfig", "LoaderResult", "LoaderSweep", "TransformedDataset",
+                  "benchmark_loader", "default_grid", "plot_overlap", "simulated_step", "sweep_loaders"),
+    "tf_pipelines": ("Comparison", "cache_and_shuffle", "images_from", "interleave_files", "map_vs_batch",
+                     "parallel_map", "prefetch_overlap", "shard_order", "write_shards"),
+    "threads": ("ThreadSweep", "default_thread_counts", "sweep_tf_threads", "sweep_torch_threads"),
+    # data parallelism, scaling, model parallelism
+    "sync_sgd": ("gradient_of_sum_error", "run_sync_sgd_comparison", "sync_gradients", "sync_initial_weights",
+                 "train_replica", "train_single_process"),
+    "scaling": ("ScalingPoint", "StepTimes", "compare_with_model", "epoch_time_s", "load_published_scaling",
+                "measure_scaling", "pays_off", "plot_published_scaling", "predicted_speedup", "sync_time_s"),
+    "explorer": ("ExplorerResult", "ExplorerSettings", "SpeedupExplorer", "explore", "speedup_curve"),
+    "model_parallel": ("SplitConfig", "SplitModel", "bubble_fraction", "measure_pipeline", "memory_per_stage",
+                       "predicted_bubble", "recommend_parallelism", "simulate_gpipe"),
+    # TensorFlow, mixed precision, pitfalls
+    "fresh_process": ("run_in_fresh_process",),
+    "keras_models": ("keras_small_cnn",),
+    "rundirs": ("check_writable_dir",),
+    "tf_distribute": ("DevicesAlreadyInitializedError", "configure_logical_cpus", "cross_device_ops", "make_strategy",
+                      "per_replica_batch_size"),
+    "pitfalls_tf": ("BatchNormNanEvidence", "device_counting_side_effects", "uneven_last_batch_bn"),
+    "pitfalls_torch": ("lr_scaling_run", "padded_eval_accuracy", "rank0_extra_work", "save_wrapped_model",
+                       "shard_coverage", "torch_uneven_last_batch"),
+    "mixed_precision": ("AutocastResult", "autocast_step", "compare_autocast", "fp16_underflow",
+                        "keras_mixed_precision"),
+    # the capstone
+    "ladder": ("LadderConfig", "run_ladder"),
 }
 _MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}
+assert len(_MODULE_OF) == sum(map(len, _EXPORTS.values())), "a public name is exported twice"
 
 __all__ = sorted(_MODULE_OF)
 
