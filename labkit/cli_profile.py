@@ -1,6 +1,6 @@
 """`python -m labkit profile`: profile N training steps on a schedule and say where the time went.
 
-Calls `labkit.profiling.profile_training`, the same function notebook 04 uses; writes Chrome/Perfetto traces.
+Calls `labkit.profiling.profile_training`, the same function notebook 03 uses; writes Chrome/Perfetto traces.
 """
 from __future__ import annotations
 

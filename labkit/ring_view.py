@@ -109,7 +109,8 @@ def ring_view(result: AllreduceResult):
     play = widgets.Play(value=0, min=0, max=result.num_steps, interval=900, description="play")
     widgets.jslink((play, "value"), (slider, "value"))
     caption = widgets.HTML(value=step_caption(result, 0))
-    image = widgets.Image(value=render_png(result, 0, states), format="png")
+    image = widgets.Image(value=render_png(result, 0, states), format="png",
+                          layout=widgets.Layout(width="480px", height="auto"))   # native size: no blurry stretch
 
     def update(change: dict) -> None:
         step = int(change["new"])
