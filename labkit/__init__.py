@@ -85,6 +85,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     # TensorFlow, mixed precision, pitfalls
     "fresh_process": ("run_in_fresh_process",),
     "keras_models": ("keras_small_cnn",),
+    "keras_batch": ("keras_batch_throughput",),
     "rundirs": ("check_writable_dir",),
     "tf_distribute": ("DevicesAlreadyInitializedError", "configure_logical_cpus", "cross_device_ops", "make_strategy",
                       "per_replica_batch_size"),
