@@ -32,8 +32,12 @@ browser-deps:
 pytest: install browser-deps
 	$(PY) -m pytest tests -q
 
+# Each notebook appends its lesson tally to runs/lessons.jsonl; the last line totals the run.
+LESSON_LOG := $(CURDIR)/runs/lessons.jsonl
 nbval: install
-	$(PY) -m pytest -q --nbval-lax --nbval-current-env --nbval-cell-timeout=900 -p no:cacheprovider notebooks
+	@mkdir -p runs && rm -f $(LESSON_LOG)
+	LABKIT_LESSON_LOG=$(LESSON_LOG) $(PY) -m pytest -q --nbval-lax --nbval-current-env --nbval-cell-timeout=900 -p no:cacheprovider notebooks
+	@$(PY) -m labkit.lessons $(LESSON_LOG)
 
 test: pytest nbval
 

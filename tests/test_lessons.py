@@ -1,0 +1,53 @@
+"""The lesson log: checks raise with the claim, NOT CHECKED is visible, tallies total across notebooks."""
+import json
+
+import pytest
+
+from labkit.lessons import LessonLog, summarize_lesson_log
+
+
+def test_check_passes_and_counts(capsys):
+    log = LessonLog("demo")
+    log.check("bigger batches are faster", 2.0 > 1.0)
+    with log.lesson("ring sends 2(R-1)/R"):
+        assert 1 + 1 == 2
+    assert log.tally() == "demo: 2 of 2 lessons checked"
+    assert "2 of 2" in capsys.readouterr().out
+
+
+def test_failed_check_names_the_claim():
+    log = LessonLog("demo")
+    with pytest.raises(AssertionError, match="bigger batches are faster.*1.0 vs 2.0"):
+        log.check("bigger batches are faster", False, "1.0 vs 2.0")
+    with pytest.raises(AssertionError, match="lesson not shown on this run: a claim \\(x too small"):
+        with log.lesson("a claim"):
+            assert False, "x too small"
+    assert log.total == 0
+
+
+def test_not_checked_is_printed_and_tallied(capsys):
+    log = LessonLog("06b")
+    log.check("a", True)
+    log.not_checked("MPI beats gloo", "mpiexec not found: pip install -e '.[mpi]'")
+    out = capsys.readouterr().out
+    assert "NOT CHECKED: MPI beats gloo (mpiexec not found" in out
+    assert log.tally().startswith("06b: 1 of 2 lessons checked; not checked: MPI beats gloo")
+    with pytest.raises(ValueError, match="reason"):
+        log.not_checked("b", "  ")
+
+
+def test_tally_appends_to_log_file_and_summary_totals(tmp_path, monkeypatch):
+    path = tmp_path / "lessons.jsonl"
+    monkeypatch.setenv("LABKIT_LESSON_LOG", str(path))
+    first = LessonLog("01")
+    first.check("x", True)
+    first.tally()
+    second = LessonLog("02")
+    second.check("y", True)
+    second.not_checked("z", "needs 2 GPUs")
+    second.tally()
+    assert [json.loads(line)["notebook"] for line in path.read_text().splitlines()] == ["01", "02"]
+    summary = summarize_lesson_log(path)
+    assert summary.splitlines()[0] == "lessons: 2 of 3 checked in 2 notebooks"
+    assert "NOT CHECKED in 02: z (needs 2 GPUs)" in summary
+    assert summarize_lesson_log(tmp_path / "missing.jsonl").startswith("lessons: 0 of 0")
