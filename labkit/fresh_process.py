@@ -7,6 +7,7 @@ module imports it. Torch-free, like the TF-side modules that use it.
 """
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -26,6 +27,14 @@ _CHILD_CODE = (
     "    out = {'__error__': type(err).__name__, 'message': str(err)}\n"
     f"print({_RESULT_TAG!r} + json.dumps(out), flush=True)\n"
 )
+
+
+def tensorflow_missing_reason() -> str | None:
+    """None when TensorFlow can be imported here; otherwise the one line a skipped TF lesson or test prints."""
+    if importlib.util.find_spec("tensorflow") is not None:
+        return None
+    return ("TensorFlow is not installed in this environment: `.venv/bin/pip install tensorflow-cpu==2.21.*` "
+            "(or `tensorflow[and-cuda]==2.21.*` on a GPU box) to run the TensorFlow half")
 
 
 def run_in_fresh_process(target: str, kwargs: dict | None = None, *, timeout_s: float = 300.0,

@@ -22,3 +22,13 @@ def test_bad_target_and_timeout():
         run_in_fresh_process("os:getcwd")
     with pytest.raises(TimeoutError, match="did not finish"):
         run_in_fresh_process("labkit.timing:time_fn", {"fn": None}, timeout_s=0.01)
+
+
+def test_tensorflow_missing_reason_says_how_to_install(monkeypatch):
+    import importlib.util
+
+    from labkit.fresh_process import tensorflow_missing_reason
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "tensorflow" else real(name, *a))
+    assert "pip install tensorflow-cpu==2.21" in tensorflow_missing_reason()
