@@ -88,6 +88,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     "keras_batch": ("keras_batch_throughput",),
     "rundirs": ("check_writable_dir", "run_path", "run_root"),
     "lessons": ("LessonLog", "summarize_lesson_log"),
+    "validation": ("checked_int", "positive_int"),
     "tf_distribute": ("DevicesAlreadyInitializedError", "configure_logical_cpus", "cross_device_ops", "make_strategy",
                       "per_replica_batch_size"),
     "pitfalls_tf": ("BatchNormNanEvidence", "device_counting_side_effects", "uneven_last_batch_bn"),
