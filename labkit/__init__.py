@@ -89,6 +89,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     "rundirs": ("check_writable_dir", "run_path", "run_root"),
     "lessons": ("LessonLog", "summarize_lesson_log"),
     "validation": ("checked_int", "positive_int"),
+    "progress": ("progress_bar", "progress_enabled"),
     "tf_distribute": ("DevicesAlreadyInitializedError", "configure_logical_cpus", "cross_device_ops", "make_strategy",
                       "per_replica_batch_size"),
     "pitfalls_tf": ("BatchNormNanEvidence", "device_counting_side_effects", "uneven_last_batch_bn"),
