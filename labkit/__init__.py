@@ -83,7 +83,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     "model_parallel": ("SplitConfig", "SplitModel", "bubble_fraction", "measure_pipeline", "memory_per_stage",
                        "predicted_bubble", "recommend_parallelism", "simulate_gpipe"),
     # TensorFlow, mixed precision, pitfalls
-    "fresh_process": ("run_in_fresh_process", "tensorflow_missing_reason"),
+    "fresh_process": ("run_in_fresh_process", "tensorflow_lessons_can_run", "tensorflow_missing_reason"),
     "keras_models": ("keras_small_cnn",),
     "keras_batch": ("keras_batch_throughput",),
     "rundirs": ("check_writable_dir", "run_path", "run_root"),

@@ -37,6 +37,21 @@ def tensorflow_missing_reason() -> str | None:
             "(or `tensorflow[and-cuda]==2.21.*` on a GPU box) to run the TensorFlow half")
 
 
+def tensorflow_lessons_can_run(log: Any, *claims: str) -> bool:
+    """True where TensorFlow is installed; otherwise each claim is marked ``NOT CHECKED`` with the reason.
+
+    A notebook's TensorFlow cell reads ``if tensorflow_lessons_can_run(log, "claim"): ...``, so on a box
+    without TensorFlow (often a GPU box) the cell says visibly what it did not check instead of failing.
+    ``log`` is a ``labkit.lessons.LessonLog``.
+    """
+    reason = tensorflow_missing_reason()
+    if reason is None:
+        return True
+    for claim in claims:
+        log.not_checked(claim, reason)
+    return False
+
+
 def run_in_fresh_process(target: str, kwargs: dict | None = None, *, timeout_s: float = 300.0,
                          env: dict | None = None, errors: dict[str, type[Exception]] | None = None) -> Any:
     """Run ``labkit.module:function(**kwargs)`` in a new Python process and return its JSON result.

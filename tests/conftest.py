@@ -1,3 +1,29 @@
-"""Shared test set-up: import labkit first, so Triton loads before any test module imports TensorFlow
-(Triton loaded after TensorFlow segfaults the process; see labkit/__init__.py)."""
+"""Shared test set-up.
+
+1. Import labkit first, so Triton loads before any test module imports TensorFlow (Triton loaded after
+   TensorFlow segfaults the process; see labkit/__init__.py).
+2. TensorFlow is optional (a GPU box often has only PyTorch): tests marked ``@pytest.mark.tensorflow`` are
+   skipped where it is absent, all with the one reason ``labkit.fresh_process.tensorflow_missing_reason()``
+   gives, so ``make test`` stays green and the skip line says how to install it.
+"""
+import pytest
+
 import labkit  # noqa: F401
+from labkit.fresh_process import tensorflow_missing_reason
+
+TENSORFLOW_MARKER = "tensorflow"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", f"{TENSORFLOW_MARKER}: needs TensorFlow (in this process or a child); "
+                                       "skipped with one clear reason where it is not installed")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    reason = tensorflow_missing_reason()
+    if reason is None:
+        return
+    skip = pytest.mark.skip(reason=reason)
+    for item in items:
+        if item.get_closest_marker(TENSORFLOW_MARKER) is not None:
+            item.add_marker(skip)

@@ -1,6 +1,13 @@
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 from labkit.fresh_process import run_in_fresh_process
+
+REPO = Path(__file__).resolve().parent.parent
 
 
 def test_result_comes_back_and_torch_stays_out():
@@ -32,3 +39,54 @@ def test_tensorflow_missing_reason_says_how_to_install(monkeypatch):
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "tensorflow" else real(name, *a))
     assert "pip install tensorflow-cpu==2.21" in tensorflow_missing_reason()
+
+
+# A sitecustomize that hides TensorFlow from this process and every child it starts, as on a box without it.
+HIDE_TENSORFLOW = "import sys\nsys.modules['tensorflow'] = None   # 'import tensorflow' now raises ImportError\n"
+
+
+def without_tensorflow(tmp_path, code_or_args: list[str], timeout_s: float = 300) -> subprocess.CompletedProcess:
+    """Run ``python ARGS`` with TensorFlow hidden (a sitecustomize on PYTHONPATH) from the repository root."""
+    shim = tmp_path / "hide_tf"
+    shim.mkdir(exist_ok=True)
+    (shim / "sitecustomize.py").write_text(HIDE_TENSORFLOW)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(shim), os.environ.get("PYTHONPATH", "")])}
+    return subprocess.run([sys.executable, *code_or_args], capture_output=True, text=True, env=env,
+                          timeout=timeout_s, cwd=REPO)
+
+
+def test_tensorflow_tests_skip_with_one_reason_where_tensorflow_is_absent(tmp_path):
+    """`make test` on a GPU box without TF: the TF tests skip, each with the install hint, and the run is green."""
+    tf_tests = ["tests/test_tf_profiling.py", "tests/test_tf_distribute.py",
+                "tests/test_threads.py::test_tf_sweep_in_children",
+                "tests/test_mixed_precision.py::test_keras_mixed_bfloat16_policy_child"]
+    proc = without_tensorflow(tmp_path, ["-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", *tf_tests])
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    skipped = [line for line in proc.stdout.splitlines() if line.startswith("SKIPPED")]
+    assert len(skipped) >= 4, proc.stdout[-3000:]
+    assert all("TensorFlow is not installed in this environment" in line for line in skipped), skipped
+    assert " failed" not in proc.stdout and " error" not in proc.stdout
+
+
+def test_notebook_helper_marks_tensorflow_lessons_not_checked(tmp_path):
+    code = ("from labkit.lessons import LessonLog\n"
+            "from labkit.fresh_process import tensorflow_lessons_can_run\n"
+            "log = LessonLog('demo')\n"
+            "print('ran' if tensorflow_lessons_can_run(log, 'cache before shuffle', 'prefetch overlaps') else 'skipped')\n"
+            "log.tally()\n")
+    proc = without_tensorflow(tmp_path, ["-c", code], timeout_s=120)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0].startswith("NOT CHECKED: cache before shuffle (TensorFlow is not installed in this environment")
+    assert lines[1].startswith("NOT CHECKED: prefetch overlaps (") and "skipped" in lines
+    assert "0 of 2 lessons checked" in proc.stdout
+
+
+def test_notebook_helper_runs_tensorflow_lessons_where_tensorflow_is_present():
+    from labkit.fresh_process import tensorflow_lessons_can_run, tensorflow_missing_reason
+    from labkit.lessons import LessonLog
+
+    log = LessonLog("demo")
+    assert tensorflow_lessons_can_run(log, "a claim") is (tensorflow_missing_reason() is None)
+    assert log.not_checked_reasons == ({} if tensorflow_missing_reason() is None
+                                       else {"a claim": tensorflow_missing_reason()})

@@ -2,6 +2,8 @@ import importlib
 import subprocess
 import sys
 
+import pytest
+
 import labkit
 
 
@@ -19,8 +21,6 @@ def test_import_is_lazy():
 
 
 def test_unknown_name_is_attribute_error():
-    import pytest
-
     with pytest.raises(AttributeError, match="no attribute 'nope'"):
         labkit.nope  # noqa: B018
 
@@ -32,6 +32,7 @@ def test_no_public_name_shadows_a_submodule():
     assert not submodules & set(labkit.__all__)
 
 
+@pytest.mark.tensorflow
 def test_tensorflow_then_torch_training_does_not_crash():
     """The segfault this guards against kills the process, so run it in a child."""
     code = ("import labkit, tensorflow, torch\n"

@@ -38,6 +38,7 @@ def test_autocast_step_reports_and_rejects_cpu_fp16():
         autocast_step(MLP(10, in_features=12, hidden=4), 2, "fp8", image_shape=(3, 2, 2))
 
 
+@pytest.mark.tensorflow
 def test_keras_mixed_bfloat16_policy_child():
     out = run_in_fresh_process("labkit.mixed_precision:keras_policy_child",
                                {"policy": "mixed_bfloat16", "batch_size": 8, "repeats": 1, "warmup": 1})

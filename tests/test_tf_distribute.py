@@ -38,6 +38,7 @@ def test_run_in_fresh_process_rejects_bad_target():
         run_in_fresh_process("os:getcwd")
 
 
+@pytest.mark.tensorflow
 def test_strategy_tour_on_two_logical_cpus():
     out = run_in_fresh_process("labkit.tf_distribute:strategy_tour", {"replicas": 2, "global_batch_size": 8,
                                                                       "num_examples": 20})
@@ -50,11 +51,13 @@ def test_strategy_tour_on_two_logical_cpus():
     assert "DATA" in out["sharding"]["auto_shard_policies"]
 
 
+@pytest.mark.tensorflow
 def test_child_errors_come_back_with_their_type():
     with pytest.raises(ValueError, match="does not divide evenly"):
         run_in_fresh_process("labkit.tf_distribute:strategy_tour", {"global_batch_size": 7})
 
 
+@pytest.mark.tensorflow
 def test_make_strategy_bad_requests_are_clear():
     with pytest.raises(ValueError, match="needs GPUs"):   # NCCL on CPUs
         run_in_fresh_process("labkit.tf_distribute:make_strategy", {"replicas": 2, "cross_device_ops_name": "nccl"})

@@ -5,7 +5,10 @@ import numpy as np
 import pytest
 import torch._dynamo  # noqa: F401  (load triton before TensorFlow: the reverse order segfaults later torch code)
 
-tf = pytest.importorskip("tensorflow")
+from labkit.fresh_process import tensorflow_missing_reason  # noqa: E402
+
+pytestmark = pytest.mark.tensorflow
+tf = pytest.importorskip("tensorflow", reason=tensorflow_missing_reason())
 
 from labkit.models import keras_small_cnn  # noqa: E402
 from labkit.tf_profiling import (TFProfileResult, profile_keras_fit, profile_keras_in_subprocess,  # noqa: E402

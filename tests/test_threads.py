@@ -42,8 +42,8 @@ def test_bad_thread_counts(counts):
         sweep_torch_threads(counts, fn=lambda: None)
 
 
+@pytest.mark.tensorflow
 def test_tf_sweep_in_children():
-    pytest.importorskip("tensorflow")
     sweep = sweep_tf_threads([(2, 1)], size=32, branches=2, warmup=1, repeats=2)   # one child: TF start-up is slow
     assert [(r["intra_seen"], r["inter_seen"]) for r in sweep.rows] == [(2, 1)]
     assert sweep.framework == "tensorflow" and all(r["median_s"] > 0 for r in sweep.rows)
