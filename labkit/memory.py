@@ -16,8 +16,12 @@ from typing import Iterator
 import torch
 from torch import nn
 
+from labkit.memory_timeline import LayerLine, backward_peak_bytes, fit_layer_lines, layer_memory
+
 OPTIMIZERS = ("sgd", "sgd_momentum", "adam")
 _STATE_COPIES = {"sgd": 0, "sgd_momentum": 1, "adam": 2}     # fp32 tensors of parameter size kept per optimizer
+# parameter-sized temporaries inside optimizer.step(): torch's foreach Adam builds sqrt(v) as a new list of tensors
+_STEP_TEMP_COPIES = {"sgd": 0, "sgd_momentum": 0, "adam": 1}
 
 
 @contextlib.contextmanager
@@ -90,14 +94,19 @@ class MemoryBreakdown:
     grads_bytes: int
     optimizer_bytes: int
     activations_bytes: int
+    # the step's real peak minus the sum of the parts: negative where gradients and activations are never
+    # all alive at once, positive for backward gradient buffers and optimizer temporaries (0: not modelled)
+    peak_adjust_bytes: int = 0
 
     @property
     def total_bytes(self) -> int:
-        return self.params_bytes + self.grads_bytes + self.optimizer_bytes + self.activations_bytes
+        """Predicted peak of one training step (the parts plus the timeline adjustment)."""
+        return (self.params_bytes + self.grads_bytes + self.optimizer_bytes + self.activations_bytes
+                + self.peak_adjust_bytes)
 
     def as_dict_mb(self) -> dict:
         """The parts in MB (1e6 bytes), for tables and bar charts."""
-        parts = ("params", "grads", "optimizer", "activations")
+        parts = ("params", "grads", "optimizer", "activations", "peak_adjust")
         d = {p: getattr(self, f"{p}_bytes") / 1e6 for p in parts}
         d["total"] = self.total_bytes / 1e6
         return d
@@ -114,6 +123,7 @@ class MemoryModel:
     activation_fixed_bytes: float
     activation_dtype: str = "float32"
     param_dtype: str = "float32"
+    backward_layers: tuple[LayerLine, ...] = ()     # per-layer lines for the backward-pass peak (empty: sum only)
 
     def __post_init__(self) -> None:
         optimizer_kind(self.optimizer)
@@ -130,24 +140,35 @@ class MemoryModel:
         pbytes = self.param_elements * dtype_bytes(param_dtype or self.param_dtype)
         acts = (self.activation_bytes_per_sample * batch_size + self.activation_fixed_bytes) * act_scale
         opt = _STATE_COPIES[self.optimizer] * pbytes
-        return MemoryBreakdown(batch_size, pbytes, pbytes, opt, int(round(acts)))
+        acts = int(round(acts))
+        adjust = 0
+        if self.backward_layers:
+            during_backward = pbytes + opt + backward_peak_bytes([line.at(batch_size, act_scale)
+                                                                  for line in self.backward_layers])
+            at_optimizer_step = 2 * pbytes + opt + _STEP_TEMP_COPIES[self.optimizer] * pbytes
+            adjust = int(round(max(during_backward, at_optimizer_step))) - (2 * pbytes + opt + acts)
+        return MemoryBreakdown(batch_size, pbytes, pbytes, opt, acts, adjust)
 
     def largest_batch_within(self, budget_bytes: int, safety_margin: float = 0.1, limit: int = 1 << 20) -> int:
         """Largest batch whose predicted total fits in ``budget_bytes * (1 - safety_margin)`` (0 if none)."""
         usable = budget_bytes * (1.0 - safety_margin)
-        fixed = self.predict(1).total_bytes - self.activation_bytes_per_sample
-        if self.activation_bytes_per_sample <= 0:
-            return limit if fixed <= usable else 0
-        best = int((usable - fixed) // self.activation_bytes_per_sample)
-        while best >= 1 and self.predict(best).total_bytes > usable:    # guard the rounding edge
-            best -= 1
-        return max(0, min(best, limit))
+        if self.predict(1).total_bytes > usable:
+            return 0
+        good, bad = 1, limit + 1                 # the prediction grows with the batch: bisect the boundary
+        while bad - good > 1:
+            mid = (good + bad) // 2
+            good, bad = (mid, bad) if self.predict(mid).total_bytes <= usable else (good, mid)
+        return good
 
 
 def build_memory_model(model: nn.Module, sample_shape: tuple[int, ...], optimizer: str = "sgd",
                        momentum: float = 0.9, amp_dtype: str | None = None,
                        probe_batches: tuple[int, int] = (2, 4)) -> MemoryModel:
-    """Measure saved-activation bytes at two small batches and fit the linear memory model."""
+    """Measure saved-activation bytes layer by layer at two small batches and fit the memory model.
+
+    The activations are linear in the batch; the peak comes from replaying the backward pass
+    (:mod:`labkit.memory_timeline`) and from the optimizer step's temporaries.
+    """
     b1, b2 = probe_batches
     if not (0 < b1 < b2):
         raise ValueError(f"probe_batches must be two increasing positive sizes, got {probe_batches}")
@@ -155,8 +176,12 @@ def build_memory_model(model: nn.Module, sample_shape: tuple[int, ...], optimize
     if param is None:
         raise ValueError("model has no parameters; nothing to train")
     dev = param.device
-    a1 = saved_activation_bytes(model, torch.randn(b1, *sample_shape, device=dev), amp_dtype)
-    a2 = saved_activation_bytes(model, torch.randn(b2, *sample_shape, device=dev), amp_dtype)
+    autocast = _autocast_for(dev, amp_dtype)
+    with preserved_state(model):
+        model.train()
+        small = layer_memory(model, torch.randn(b1, *sample_shape, device=dev), autocast)
+        large = layer_memory(model, torch.randn(b2, *sample_shape, device=dev), _autocast_for(dev, amp_dtype))
+    a1, a2 = sum(x.saved_bytes for x in small), sum(x.saved_bytes for x in large)
     per_sample = (a2 - a1) / (b2 - b1)
     params = [p for p in model.parameters() if p.requires_grad]
     return MemoryModel(param_bytes=sum(p.numel() * p.element_size() for p in params),
@@ -164,7 +189,17 @@ def build_memory_model(model: nn.Module, sample_shape: tuple[int, ...], optimize
                        optimizer=optimizer_kind(optimizer, momentum),
                        activation_bytes_per_sample=per_sample, activation_fixed_bytes=max(0.0, a1 - per_sample * b1),
                        activation_dtype="bfloat16" if amp_dtype in ("bf16", "bfloat16") else
-                       ("float16" if amp_dtype in ("fp16", "float16") else "float32"))
+                       ("float16" if amp_dtype in ("fp16", "float16") else "float32"),
+                       backward_layers=fit_layer_lines(small, large, b1, b2))
+
+
+def _autocast_for(device: torch.device, amp_dtype: str | None):
+    """An autocast context for ``amp_dtype`` ('bf16', 'fp16') on ``device``, or a do-nothing one."""
+    if amp_dtype is None:
+        return contextlib.nullcontext()
+    from labkit.flops import normalise_dtype
+
+    return torch.autocast(device.type, dtype=getattr(torch, normalise_dtype(amp_dtype)))
 
 
 def measure_cuda_step_peak_bytes(model: nn.Module, optimizer: torch.optim.Optimizer, inputs: torch.Tensor,

@@ -41,7 +41,25 @@ def test_fixed_parts_by_optimizer():
         bd = build_memory_model(model, (12,), optimizer=name, momentum=momentum).predict(4)
         assert bd.params_bytes == bd.grads_bytes == 4 * n
         assert bd.optimizer_bytes == copies * 4 * n
-        assert bd.total_bytes == bd.params_bytes * (2 + copies) + bd.activations_bytes
+        parts = bd.params_bytes * (2 + copies) + bd.activations_bytes
+        assert bd.total_bytes == parts + bd.peak_adjust_bytes
+
+
+def test_backward_peak_hand_worked():
+    """Three layers; saved 100/50/10, grads 0/20/5, in+out 30/20/8 bytes."""
+    from labkit.memory_timeline import LayerMemory, backward_peak_bytes
+
+    layers = [LayerMemory(100, 0, 30), LayerMemory(50, 20, 20), LayerMemory(10, 5, 8)]
+    # last layer: 160 + 0 + 8 + 5 = 173; middle: 150 + 5 + 20 + 20 = 195; first: 100 + 25 + 30 + 0 = 155
+    assert backward_peak_bytes(layers) == 195
+
+
+def test_peak_is_the_larger_of_backward_and_optimizer_step():
+    """Adam at batch 1: the step (params + grads + 2 states + sqrt(v) temporary = 5 copies) is the peak."""
+    model = MLP(10, in_features=12, hidden=64)
+    pbytes = 4 * sum(p.numel() for p in model.parameters())
+    bd = build_memory_model(model, (12,), optimizer="adam").predict(1)
+    assert bd.total_bytes == 5 * pbytes
 
 
 def test_dtype_rescaling_and_budget_search():
@@ -49,7 +67,7 @@ def test_dtype_rescaling_and_budget_search():
                      activation_fixed_bytes=0)
     assert mm.predict(10, activation_dtype="bf16").activations_bytes == 5000
     assert mm.predict(10, param_dtype="bf16").params_bytes == 200
-    # fixed = 800 bytes (params + grads); usable = 0.9 * 11_000 = 9900 -> 9 samples
+    # no layer timeline: sum of parts; fixed = 800 bytes (params + grads); usable = 0.9 * 11_000 = 9900 -> 9
     assert mm.largest_batch_within(11_000, safety_margin=0.1) == 9
     assert mm.predict(9).total_bytes <= 9900 < mm.predict(10).total_bytes
     assert mm.largest_batch_within(500) == 0

@@ -1,0 +1,100 @@
+"""Memory model vs a measured training step: on CUDA real second-step peaks, on CPU independent counts.
+
+    .venv/bin/python benchmarks/memory_check.py --json runs/memory_check.json
+
+On a GPU: ResNet-18 and the small CNN, batch 16-1024, fp32 and bf16 autocast, SGD (momentum) and Adam;
+each row's ``error_pct`` is (predicted - measured) / measured with measured = the second step's peak
+allocated minus what other code held (:func:`labkit.memory_check.measure_step_memory`). On a CPU it
+checks activations and optimizer state against counts made without the model's hook, and the recorded
+H100 rows (tests/fixtures/gpu_reference_h100.json).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import torch
+
+from labkit.memory import build_memory_model, release_cpu_memory
+from labkit.memory_check import check_on_cpu, compare_with_reference, measure_step_memory
+from labkit.models import build_model
+
+MODELS, BATCHES, DTYPES, OPTIMIZERS = ("resnet18", "small_cnn"), (16, 64, 256, 1024), ("fp32", "bf16"), ("sgd", "adam")
+FIXTURE = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "gpu_reference_h100.json"
+
+
+def _optimizer(model, name: str):
+    return torch.optim.Adam(model.parameters()) if name == "adam" else torch.optim.SGD(model.parameters(), lr=0.01,
+                                                                                      momentum=0.9)
+
+
+def gpu_rows(device: torch.device) -> list[dict]:
+    """One real measurement per model x optimizer x dtype x batch."""
+    rows = []
+    for name in MODELS:
+        for opt_name in OPTIMIZERS:
+            for dtype in DTYPES:
+                amp = "bf16" if dtype == "bf16" else None
+                mm = build_memory_model(build_model(name), (3, 32, 32), opt_name, 0.9, amp)
+                for bs in BATCHES:
+                    model = build_model(name).to(device)
+                    opt = _optimizer(model, opt_name)
+                    x = torch.randn(bs, 3, 32, 32, device=device)
+                    y = torch.randint(0, 10, (bs,), device=device)
+                    got = measure_step_memory(model, opt, x, y, amp)
+                    predicted = mm.predict(bs).total_bytes
+                    rows.append(dict(model=name, batch_size=bs, dtype=dtype, optimizer=opt_name,
+                                     predicted_bytes=int(predicted), measured_bytes=got.step_peak_bytes,
+                                     reserved_bytes=got.peak_reserved_bytes,
+                                     error_pct=round(100 * (predicted - got.step_peak_bytes) / got.step_peak_bytes, 2)))
+                    del model, opt, x, y
+                    torch.cuda.empty_cache()
+    return rows
+
+
+def cpu_rows() -> list[dict]:
+    """Activations and optimizer state at an unseen batch (24) against hook-free counts."""
+    rows = []
+    for name in MODELS:
+        for opt_name in OPTIMIZERS:
+            torch.manual_seed(0)
+            model = build_model(name)
+            mm = build_memory_model(model, (3, 32, 32), opt_name, 0.9)
+            check = check_on_cpu(model, mm, _optimizer(model, opt_name), (3, 32, 32), batch_size=24)
+            rows.append(dict(model=name, batch_size=24, dtype="fp32", optimizer=opt_name,
+                             predicted_bytes=check.predicted_activation_bytes + check.predicted_optimizer_bytes,
+                             measured_bytes=check.counted_activation_bytes + check.counted_optimizer_bytes,
+                             reserved_bytes=None,
+                             error_pct=round(max(check.activation_error_pct, check.optimizer_error_pct, key=abs), 4)))
+            del model
+            release_cpu_memory()
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--json", type=Path, help="write the rows here")
+    args = parser.parse_args(argv)
+    if torch.cuda.is_available():
+        device = torch.device("cuda")
+        report = {"device": torch.cuda.get_device_name(device), "rows": gpu_rows(device)}
+    else:
+        report = {"device": "cpu (independent counts; GPU rows below are the recorded H100 reference)",
+                  "rows": cpu_rows()}
+        report["recorded_h100_rows"] = compare_with_reference(json.loads(FIXTURE.read_text())["memory"])
+    report["max_abs_error_pct"] = max(abs(r["error_pct"]) for r in report["rows"])
+    for r in report["rows"]:
+        print(f"{r['model']:>9} b{r['batch_size']:<5} {r['dtype']} {r['optimizer']:<4} predicted "
+              f"{r['predicted_bytes'] / 1e6:9.1f} MB  measured {r['measured_bytes'] / 1e6:9.1f} MB  "
+              f"{r['error_pct']:+.2f}%")
+    print(f"device: {report['device']}; max |error| {report['max_abs_error_pct']:.2f}%")
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(report, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
