@@ -14,6 +14,8 @@ entry point scales from one CPU process to several nodes::
 from __future__ import annotations
 
 import argparse
+import contextlib
+import ctypes
 import importlib
 import os
 import pickle
@@ -25,15 +27,18 @@ import tempfile
 import threading
 import time
 import traceback
+from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from labkit.env import cpu_count
+from labkit.validation import checked_int
 
 BACKENDS = ("auto", "gloo", "nccl")
 GLOO_RANKS_PER_CORE = 4  # each gloo rank is a whole Python process with torch (~300 MB, ~2-3 s to start)
 FAILURE_GRACE_S = 1.0    # after one rank fails, how long the others get to finish or report their own error
+PR_SET_PDEATHSIG = 1     # linux/prctl.h
 _WORKER_CODE = "import sys; from labkit.distributed import _worker_main; _worker_main(sys.argv[1])"
 
 
@@ -56,26 +61,63 @@ class LaunchTimeout(LaunchError):
 
 
 # ---------------------------------------------------------------------------------------------- checks
-def resolve_backend(backend: str, world_size: int) -> str:
-    """'auto' -> 'nccl' when there is one CUDA GPU per rank (and NCCL), else 'gloo'; checks explicit choices."""
+@dataclass(frozen=True)
+class BackendChoice:
+    """The backend a run uses and the one-line reason a notebook prints next to its numbers."""
+
+    backend: str      # "gloo" or "nccl"
+    reason: str
+    uses_gpus: bool   # True: rank r drives cuda:<local rank>; False: every rank computes on the CPU
+
+
+def choose_backend(world_size: int, backend: str = "auto", local_world_size: int | None = None) -> BackendChoice:
+    """The one backend rule: NCCL only when every rank on this node gets its own GPU, otherwise gloo (and why).
+
+    Two ranks on one GPU fail with "invalid device ordinal" under NCCL, so 'auto' never picks it then, and an
+    explicit 'nccl' that cannot work is refused up front. ``local_world_size`` is the ranks on this node
+    (torchrun's LOCAL_WORLD_SIZE); it defaults to ``world_size`` (one node).
+    """
     import torch
     import torch.distributed as dist
 
+    world_size = checked_int(world_size, "world_size")
+    local = world_size if local_world_size is None else checked_int(local_world_size, "local_world_size")
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
-    gpus = torch.cuda.device_count()
-    if backend == "auto":
-        return "nccl" if gpus >= world_size and dist.is_nccl_available() else "gloo"
-    if backend == "nccl" and (gpus < world_size or not dist.is_nccl_available()):
-        raise ValueError(f"backend='nccl' needs one CUDA GPU per rank: world_size={world_size} but "
-                         f"{gpus} GPU(s) visible (NCCL available: {dist.is_nccl_available()}); use backend='gloo'")
-    return backend
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    nccl = dist.is_nccl_available()
+    fits = gpus >= local and nccl
+    if backend == "nccl" and not fits:
+        raise ValueError(f"backend='nccl' needs one CUDA GPU per rank: {local} rank(s) on this node but {gpus} "
+                         f"GPU(s) visible (NCCL available: {nccl}); use backend='gloo' or fewer ranks")
+    if backend == "nccl" or (backend == "auto" and fits):
+        return BackendChoice("nccl", f"NCCL: {local} rank(s) on {gpus} GPU(s), one GPU per rank", True)
+    if backend == "gloo":
+        why = "gloo as requested: every rank computes on the CPU"
+    elif gpus == 0:
+        why = "gloo: no CUDA GPU visible, so every rank is a CPU process"
+    elif not nccl:
+        why = f"gloo: {gpus} GPU(s) but this torch build has no NCCL, so every rank is a CPU process"
+    else:
+        why = (f"gloo: {local} ranks but only {gpus} GPU(s) (NCCL needs one GPU per rank), so every rank is a "
+               "CPU process and these timings are CPU timings")
+    return BackendChoice("gloo", why, False)
+
+
+def resolve_backend(backend: str, world_size: int) -> str:
+    """The backend name ``choose_backend`` picks (kept for callers that need only the name)."""
+    return choose_backend(world_size, backend).backend
+
+
+def check_data_size(world_size: int, num_samples: int, what: str = "the dataset") -> None:
+    """One clear error when there are more ranks than samples to shard (a rank would get no data)."""
+    checked_int(world_size, "world_size", maximum=max(1, int(num_samples)),
+                hint=f"{what} has {num_samples} samples, so each rank needs at least one; use fewer ranks")
 
 
 def check_world_size(world_size: int, backend: str) -> None:
     """Raise a clear ValueError when ``world_size`` is not an int >= 1 or more than this machine allows."""
-    if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
-        raise ValueError(f"world_size must be an integer >= 1, got {world_size!r}")
+    checked_int(world_size, "world_size")
     limit = GLOO_RANKS_PER_CORE * cpu_count()
     if backend == "gloo" and world_size > limit:
         raise ValueError(f"world_size={world_size} is more than this machine allows for gloo: at most "
@@ -139,7 +181,7 @@ def launch(fn: Callable | str, world_size: int, args: tuple = (), kwargs: dict |
     if not isinstance(threads_per_rank, int) or threads_per_rank < 1:
         raise ValueError(f"threads_per_rank must be an integer >= 1, got {threads_per_rank!r}")
     check_world_size(world_size, "gloo" if backend == "auto" else backend)
-    backend = resolve_backend(backend, world_size)
+    backend = choose_backend(world_size, backend).backend
     check_world_size(world_size, backend)
     module, qualname = target_name(fn)
     payload = {"module": module, "qualname": qualname, "args": tuple(args), "kwargs": dict(kwargs or {}),
@@ -149,11 +191,40 @@ def launch(fn: Callable | str, world_size: int, args: tuple = (), kwargs: dict |
     except Exception as err:  # noqa: BLE001 - any pickling failure gets the same advice
         raise ValueError(f"the args/kwargs for {module}:{qualname} cannot be pickled for the worker processes "
                          f"({type(err).__name__}: {err}); pass plain data (numbers, arrays, tensors, dicts)") from None
-    with tempfile.TemporaryDirectory(prefix="labkit-launch-") as tmp:
+    with _sigterm_as_exit(), tempfile.TemporaryDirectory(prefix="labkit-launch-") as tmp:
         run_dir = Path(tmp)
         (run_dir / "payload.pkl").write_bytes(blob)
         return _run(run_dir, f"{module}:{qualname}", world_size, timeout_s, _child_env(env, world_size,
                     threads_per_rank), show_output)
+
+
+@contextlib.contextmanager
+def _sigterm_as_exit() -> Iterator[None]:
+    """Treat SIGTERM like Ctrl-C while ranks run: unwind, kill every rank, delete the temp dir, exit 143."""
+    if threading.current_thread() is not threading.main_thread():
+        yield  # signal handlers can only be set from the main thread; parent-death signals still cover workers
+        return
+
+    def stop(signum: int, frame: Any) -> None:
+        raise SystemExit(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _die_with_parent(parent_pid: int) -> None:
+    """Linux: have the kernel SIGKILL this worker the moment its launcher dies (no orphans, no 0.5 s poll gap)."""
+    if sys.platform.startswith("linux"):
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        except (OSError, AttributeError):
+            pass  # the polling watchdog below still covers us
+    if os.getppid() != parent_pid:  # the parent died before the signal was armed
+        os._exit(3)
 
 
 def _child_env(extra: Mapping[str, str] | None, world_size: int, threads: int) -> dict[str, str]:
@@ -278,7 +349,8 @@ def init_process_group(rank: int, world_size: int, local_rank: int, backend: str
     import torch.distributed as dist
 
     if backend == "auto":
-        backend = "nccl" if torch.cuda.is_available() and dist.is_nccl_available() else "gloo"
+        local = int(os.environ.get("LOCAL_WORLD_SIZE", world_size))
+        backend = choose_backend(world_size, "auto", local_world_size=local).backend
     if backend == "nccl":
         torch.cuda.set_device(local_rank)
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
@@ -338,7 +410,9 @@ def _worker_main(run_dir_text: str) -> None:
     """Entry point of one launched rank (runs in the child process)."""
     run_dir = Path(run_dir_text)
     rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    threading.Thread(target=_watch_parent, args=(int(os.environ["LABKIT_PARENT_PID"]),), daemon=True).start()
+    parent_pid = int(os.environ["LABKIT_PARENT_PID"])
+    _die_with_parent(parent_pid)
+    threading.Thread(target=_watch_parent, args=(parent_pid,), daemon=True).start()
     code = 1
     try:
         import torch
