@@ -36,6 +36,7 @@ def sizes_from_args(args: argparse.Namespace) -> list[int]:
 
 def check_args(args: argparse.Namespace) -> tuple[list[int], str]:
     """Validate everything before any process starts; return the sizes and the backend that will run."""
+    from labkit.comm_bench import check_memory
     from labkit.distributed import check_world_size, resolve_backend
 
     sizes = sizes_from_args(args)
@@ -45,6 +46,7 @@ def check_args(args: argparse.Namespace) -> tuple[list[int], str]:
         raise ValueError(f"message sizes must be whole {args.dtype} elements ({itemsize} B each), got {bad} B")
     backend = resolve_backend(args.backend, args.world_size)
     check_world_size(args.world_size, backend)
+    check_memory(args.world_size, max(sizes), backend)
     return sizes, backend
 
 

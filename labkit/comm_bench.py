@@ -59,6 +59,43 @@ def _check_sizes(sizes_bytes: Sequence[int], itemsize: int) -> list[int]:
     return sizes
 
 
+BUFFERS_PER_RANK = 2            # the message plus the backend's own receive/staging copy of it
+RANK_OVERHEAD_BYTES = 400 << 20  # a Python process with torch imported (gloo) or its CUDA context (NCCL)
+
+
+def memory_needed_bytes(world_size: int, max_size_bytes: int, backend: str) -> int:
+    """Memory the benchmark needs where it allocates: RAM for all gloo ranks together, one GPU's memory for NCCL."""
+    per_rank = BUFFERS_PER_RANK * int(max_size_bytes) + RANK_OVERHEAD_BYTES
+    return per_rank if backend == "nccl" else per_rank * int(world_size)
+
+
+def check_memory(world_size: int, max_size_bytes: int, backend: str, available_bytes: int | None = None) -> None:
+    """Refuse up front a benchmark that cannot fit (64G messages on a 23 GiB box), with what to change."""
+    need = memory_needed_bytes(world_size, max_size_bytes, backend)
+    if available_bytes is None:
+        available_bytes = _available_bytes(backend)
+    if need > available_bytes:
+        where = "memory of one GPU" if backend == "nccl" else "RAM available"
+        ranks = "per rank" if backend == "nccl" else f"x {world_size} ranks"
+        raise ValueError(f"the largest message ({_gib(max_size_bytes)}) x {BUFFERS_PER_RANK} buffers {ranks} "
+                         f"needs about {_gib(need)}, more than the {_gib(available_bytes)} of {where}; "
+                         "lower --max-bytes/-e or --world-size")
+
+
+def _available_bytes(backend: str) -> int:
+    if backend == "nccl":
+        import torch
+
+        return int(torch.cuda.get_device_properties(0).total_memory)
+    import psutil
+
+    return int(psutil.virtual_memory().available)
+
+
+def _gib(n_bytes: int) -> str:
+    return f"{n_bytes / 2**30:.1f} GiB"
+
+
 def allreduce_benchmark(world_size: int, sizes_bytes: Sequence[int] = DEFAULT_SIZES_BYTES, backend: str = "auto",
                         iters: int = 20, warmup: int = 5, dtype: str = "float32", repeats: int = 3,
                         timeout_s: float = 300.0) -> list[BenchRow]:

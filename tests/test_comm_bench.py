@@ -56,3 +56,30 @@ def test_real_gloo_run_is_correct_and_consistent():
     assert list(rows_to_dataframe(rows).columns)[:3] == ["size_bytes", "count", "dtype"]
     ax = plot_busbw(rows)
     assert len(ax.lines) == 1 and ax.get_xscale() == "log"
+
+
+# ---- sizes x ranks x buffers checked against memory before any process starts
+def test_memory_check_message_for_gloo_and_nccl():
+    from labkit.comm_bench import check_memory
+
+    with pytest.raises(ValueError) as info:
+        check_memory(2, 64 << 30, "gloo", available_bytes=23 << 30)
+    assert str(info.value) == ("the largest message (64.0 GiB) x 2 buffers x 2 ranks needs about 256.8 GiB, more than "
+                               "the 23.0 GiB of RAM available; lower --max-bytes/-e or --world-size")
+    with pytest.raises(ValueError, match=r"x 2 buffers per rank needs about 128.4 GiB, more than the 80.0 GiB of "
+                                         r"memory of one GPU"):
+        check_memory(8, 64 << 30, "nccl", available_bytes=80 << 30)
+    check_memory(8, 16 << 30, "nccl", available_bytes=80 << 30)   # 16 GiB messages fit an 80 GB GPU
+    check_memory(2, 16 << 20, "gloo", available_bytes=2 << 30)     # the default 16M fits a 2 GB Binder box
+
+
+def test_allreduce_bench_64g_on_this_machine_exits_2_with_one_line(capsys, monkeypatch):
+    import psutil
+
+    from labkit import cli
+
+    monkeypatch.setattr(psutil, "virtual_memory", lambda: type("vm", (), {"available": 23 << 30})())
+    assert cli.main(["allreduce-bench", "-e", "64G", "--backend", "gloo"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == ("error: the largest message (64.0 GiB) x 2 buffers x 2 ranks needs about 256.8 GiB, more than the "
+                   "23.0 GiB of RAM available; lower --max-bytes/-e or --world-size")
