@@ -63,10 +63,10 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     "memory_check": ("CpuCheck", "StepMemory", "check_on_cpu", "compare_with_reference", "graph_saved_bytes",
                      "measure_step_memory", "optimizer_state_bytes"),
     "memory_timeline": ("LayerLine", "LayerMemory", "backward_peak_bytes", "layer_memory"),
-    "memory": ("MemoryBreakdown", "MemoryModel", "build_memory_model", "measure_cuda_step_peak_bytes",
+    "memory": ("MemoryBreakdown", "MemoryModel", "build_memory_model", "optimizer_settings",
                "preserved_state", "release_cpu_memory", "saved_activation_bytes"),
     "batch_size": ("FinderResult", "SweepResult", "SweepRow", "Trial", "batch_size_sweep", "find_max_batch",
-                   "knee_batch", "per_replica_batch", "scaled_lr", "search_largest"),
+                   "knee_batch", "per_replica_batch", "scaled_lr", "search_from_hint", "search_largest"),
     "widgets": ("BatchSizeDashboard", "DashboardRun"),
     # profiling and input pipelines
     "profiling": ("ProfileSchedule", "ProfileSummary", "profile_training"),

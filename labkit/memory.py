@@ -202,21 +202,15 @@ def _autocast_for(device: torch.device, amp_dtype: str | None):
     return torch.autocast(device.type, dtype=getattr(torch, normalise_dtype(amp_dtype)))
 
 
-def measure_cuda_step_peak_bytes(model: nn.Module, optimizer: torch.optim.Optimizer, inputs: torch.Tensor,
-                                 targets: torch.Tensor) -> tuple[int, int]:
-    """(max_memory_allocated, max_memory_reserved) over one full training step on a CUDA device."""
-    if inputs.device.type != "cuda":
-        raise ValueError("measure_cuda_step_peak_bytes needs CUDA tensors; on CPU compare with saved_activation_bytes")
-    loss_fn = nn.CrossEntropyLoss()
-    for reset in (False, True):               # first step creates optimizer state, second one is measured
-        if reset:
-            torch.cuda.synchronize(inputs.device)
-            torch.cuda.reset_peak_memory_stats(inputs.device)
-        optimizer.zero_grad(set_to_none=True)
-        loss_fn(model(inputs), targets).backward()
-        optimizer.step()
-    torch.cuda.synchronize(inputs.device)
-    return (int(torch.cuda.max_memory_allocated(inputs.device)), int(torch.cuda.max_memory_reserved(inputs.device)))
+def optimizer_settings(optimizer: torch.optim.Optimizer) -> tuple[str, float]:
+    """(name, momentum) of a real optimizer, as the memory model needs them: Adam/AdamW -> 'adam', SGD -> 'sgd'."""
+    group = optimizer.param_groups[0] if optimizer.param_groups else {}
+    if isinstance(optimizer, (torch.optim.Adam, torch.optim.AdamW)):
+        return "adam", 0.0
+    if isinstance(optimizer, torch.optim.SGD):
+        return "sgd", float(group.get("momentum", 0.0))
+    raise ValueError(f"the memory model knows SGD and Adam/AdamW, not {type(optimizer).__name__}; "
+                     "give optimizer_name= for the closest one")
 
 
 def release_cpu_memory() -> int | None:

@@ -121,3 +121,55 @@ def test_per_replica_batch_rule_of_thumb():
         per_replica_batch(256, 3)
     with pytest.raises(ValueError, match="8 per GPU, below 16"):
         per_replica_batch(64, 8)
+
+
+# ---------------------------------------------------------------- issue 14: the finder on a big GPU
+@pytest.mark.parametrize("boundary, hint", [(23, 1), (23, 500), (300, 64), (1, 8), (0, 4)])
+def test_search_from_hint_lands_on_the_boundary(boundary, hint):
+    from labkit.batch_size import search_from_hint
+
+    tried = []
+    got = search_from_hint(lambda n: tried.append(n) or n <= boundary, hint, 1 << 20)
+    assert got == boundary
+    if boundary:
+        assert boundary in tried and boundary + 1 in tried       # confirmed: it fits, the next does not
+
+
+def test_unbounded_oom_search_runs_until_a_real_failure():
+    """80 GB case: no 4096/8192 ceiling; the search stops only when a step runs out of memory."""
+    model = OomAbove(5000)
+    res = find_max_batch(model, SHAPE, method="oom", timing_steps=0)
+    assert res.max_batch == 5000 and res.boundary_confirmed and res.stopped_by == "memory"
+    assert "5001 does not" in res.summary()
+
+
+def test_oom_search_starts_from_the_memory_model_and_confirms():
+    """With a budget the CUDA path starts at the model's prediction; a wrong prediction still ends at the truth."""
+    model = OomAbove(23)
+    res = find_max_batch(model, SHAPE, method="oom", timing_steps=0, memory_budget_bytes=10**9)
+    assert res.max_batch == 23 and res.boundary_confirmed
+    assert len(res.trials) <= 2 * math.ceil(math.log2(10**6)) + 2
+
+
+def test_finder_never_claims_more_than_the_dataset():
+    res = find_max_batch(OomAbove(10_000), SHAPE, method="oom", timing_steps=0, dataset_size=1797)
+    assert res.max_batch == 1797 and res.stopped_by == "dataset" and not res.boundary_confirmed
+    assert res.summary().startswith("all 1797 samples of the dataset fit in one batch")
+    capped = find_max_batch(OomAbove(10_000), SHAPE, method="oom", timing_steps=0, limit=64)
+    assert capped.stopped_by == "limit" and capped.summary().startswith("at least 64 fits")
+
+
+def test_finder_models_the_runs_own_optimizer():
+    from labkit.memory import optimizer_settings
+
+    model = MLP(10, in_features=3 * 8 * 8, hidden=32)
+    assert optimizer_settings(torch.optim.AdamW(model.parameters())) == ("adam", 0.0)
+    assert optimizer_settings(torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.5)) == ("sgd", 0.5)
+    with pytest.raises(ValueError, match="SGD and Adam"):
+        optimizer_settings(torch.optim.RMSprop(model.parameters()))
+    budget = 3 * 10**6
+    sgd = find_max_batch(model, SHAPE, optimizer=torch.optim.SGD(model.parameters(), lr=0.1),
+                         memory_budget_bytes=budget, timing_steps=0)
+    adam = find_max_batch(model, SHAPE, optimizer=torch.optim.Adam(model.parameters()),
+                          memory_budget_bytes=budget, timing_steps=0)
+    assert adam.max_batch < sgd.max_batch                      # Adam's two state copies leave less for activations
