@@ -7,7 +7,7 @@ STAMP   := $(VENV)/.installed-$(EXTRAS)
 export TF_CPP_MIN_LOG_LEVEL ?= 2
 export PYTHONUNBUFFERED := 1
 
-.PHONY: lab test install pytest nbval browser-deps clean
+.PHONY: lab test install pytest nbval browser-deps clean gpu-check
 
 install: $(STAMP)
 
@@ -40,6 +40,11 @@ nbval: install
 	@$(PY) -m labkit.lessons $(LESSON_LOG)
 
 test: pytest nbval
+
+# On a CUDA box: tests + every notebook in full mode + loop-overhead, memory and ladder benchmarks -> docs/gpu-report.md.
+# Without a GPU: says so and dry-runs the report writer on recorded fixtures (exit 0).
+gpu-check: install
+	$(PY) scripts/gpu_check.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache runs

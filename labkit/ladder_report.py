@@ -20,7 +20,8 @@ class LadderRow:
     what_changed: str
     explanation: str
     notebook: str
-    status: str                       # baseline | faster | slower | no clear gain | unsupported here | skipped
+    status: str                       # baseline | faster | slower | no clear gain | not applicable here |
+    #                                   unsupported here (tried and failed) | skipped
     reason: str
     kept: bool                        # carried into the following rungs
     compared_to: int | None           # the rung whose recipe this one was added to
@@ -31,14 +32,16 @@ class LadderRow:
     step_time_s: float | None = None
     peak_mem_bytes: int | None = None
     data_wait_fraction: float | None = None
-    mfu: float | None = None
+    math_mode: str | None = None      # arithmetic the convolutions ran in: fp32 (strict) | tf32 | bf16 | fp16
+    mfu: float | None = None          # against the peak of math_mode on this GPU
     val_accuracy: float | None = None
     startup_s: float | None = None    # one-off cost (compile, workers, processes), excluded from throughput
     samples_trained: int | None = None
     speedup_cumulative: float | None = None   # samples_per_s / rung 0's
     speedup_rung: float | None = None         # samples_per_s / the compared_to rung's
-    accuracy_ok: bool | None = None           # accuracy within the tolerance of rung 1's (None: not measured)
+    accuracy_ok: bool | None = None           # accuracy within the tolerance of rung 0's (None: not measured)
     recipe: dict | None = None                # the measured Recipe's fields
+    fraction_of_ceiling: float | None = None  # samples/s per process / the hardware ceiling's
 
     @property
     def measured(self) -> bool:
@@ -57,6 +60,8 @@ class LadderResult:
     budget_samples: int
     batch_probe: dict = field(default_factory=dict)   # candidate batch -> samples/s (rung 1's choice)
     notes: list[str] = field(default_factory=list)
+    ceiling_samples_per_s: float | None = None       # synthetic batches already on the device, best recipe
+    ceiling_note: str = "not measured"
 
     def rung(self, index: int) -> LadderRow:
         """The row of rung ``index``."""
@@ -64,18 +69,20 @@ class LadderResult:
 
     @property
     def best(self) -> LadderRow:
-        """The fastest measured rung whose accuracy stayed within the tolerance of rung 1's."""
+        """The fastest measured rung whose accuracy stayed within the tolerance of rung 0's."""
         return max((r for r in self.rows if r.measured and r.accuracy_ok is not False), key=lambda r: r.samples_per_s)
 
     def header(self) -> str:
         """Hardware, mode, job and budget, printed above the table."""
         return (f"Device: {self.device}\nMode: {self.mode}\nJob: {self.model} on {self.dataset}; "
-                f"fixed budget {self.budget_samples} training samples per rung")
+                f"fixed budget {self.budget_samples} training samples per rung\n"
+                f"Ceiling: {_fmt(self.ceiling_samples_per_s, '{:.1f}') or 'n/a'} samples/s ({self.ceiling_note})")
 
     def to_dict(self) -> dict:
         """Plain data (JSON-ready)."""
         return {"device": self.device, "mode": self.mode, "model": self.model, "dataset": self.dataset,
                 "budget_samples": self.budget_samples, "notes": self.notes,
+                "ceiling_samples_per_s": self.ceiling_samples_per_s, "ceiling_note": self.ceiling_note,
                 "batch_probe": {str(k): v for k, v in self.batch_probe.items()},
                 "rows": [asdict(r) for r in self.rows]}
 
@@ -86,7 +93,7 @@ class LadderResult:
     def to_markdown(self, link_base: str = "") -> str:
         """The table as Markdown, hardware and mode above it; notebook links prefixed by ``link_base``."""
         cols = ("rung", "what changed", "batch (global)", "samples/s", "step time (ms)", "peak mem (MB)",
-                "data wait", "MFU", "val acc", "start-up (s)", "speedup total", "speedup rung", "status")
+                "data wait", "math", "MFU", "of ceiling", "val acc", "start-up (s)", "speedup total", "speedup rung", "status")
         lines = ["\n".join(f"{line}  " for line in self.header().splitlines()), "",
                  "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
         for r in self.rows:
@@ -95,7 +102,8 @@ class LadderResult:
             status = r.status + ("" if r.kept or r.status == "baseline" else f": {r.reason}")
             cells = (name, r.what_changed, batch, _fmt(r.samples_per_s, "{:.1f}"),
                      _fmt(r.step_time_s, "{:.2f}", 1e3), _fmt(r.peak_mem_bytes, "{:.0f}", 1 / 2**20),
-                     _fmt(r.data_wait_fraction, "{:.0%}"), _fmt(r.mfu, "{:.1%}"), _fmt(r.val_accuracy, "{:.1%}"),
+                     _fmt(r.data_wait_fraction, "{:.0%}"), r.math_mode or "", _fmt(r.mfu, "{:.1%}"),
+                     _fmt(r.fraction_of_ceiling, "{:.0%}"), _fmt(r.val_accuracy, "{:.1%}"),
                      _fmt(r.startup_s, "{:.1f}"), _fmt(r.speedup_cumulative, "{:.2f}x"),
                      _fmt(r.speedup_rung, "{:.2f}x"), status)
             lines.append("| " + " | ".join(c.replace("|", "/") for c in cells) + " |")
@@ -106,6 +114,14 @@ class LadderResult:
         import pandas as pd
 
         return pd.DataFrame([asdict(r) for r in self.rows]).set_index("rung")
+
+    @classmethod
+    def from_dict(cls, doc: dict) -> "LadderResult":
+        """The result back from :meth:`to_dict` / ``ladder.json`` (reports are rendered from saved runs)."""
+        rows = [LadderRow(**row) for row in doc["rows"]]
+        probe = {int(k): v for k, v in doc.get("batch_probe", {}).items()}
+        return cls(rows, doc["device"], doc["mode"], doc["model"], doc["dataset"], doc["budget_samples"], probe,
+                   list(doc.get("notes", [])), doc.get("ceiling_samples_per_s"), doc.get("ceiling_note", "not measured"))
 
     def save(self, out_dir: str | Path) -> tuple[Path, Path]:
         """Write ``ladder.json`` and ``ladder.md`` into ``out_dir``; returns both paths."""
