@@ -67,7 +67,11 @@ def parse_bytes(text: str) -> int:
     unit = match.group(2).upper() if match else None
     if not match or unit not in BYTE_UNITS:
         raise argparse.ArgumentTypeError(f"expected a size like 4096, 64K, 1M or 2G (binary units), got {text!r}")
-    value = int(float(match.group(1)) * BYTE_UNITS[unit])
+    exact = float(match.group(1)) * BYTE_UNITS[unit]
+    if exact != int(exact):   # "1.5" would silently become 1 byte; "1.5K" = 1536 bytes is whole, so it is fine
+        raise argparse.ArgumentTypeError(f"a size must be a whole number of bytes, got {text!r} = {exact:g} bytes; "
+                                         "write a whole number, or a unit that makes it whole (1.5K = 1536)")
+    value = int(exact)
     if value < 1:
         raise argparse.ArgumentTypeError(f"a size must be at least 1 byte, got {text!r}")
     return value

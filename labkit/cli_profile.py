@@ -5,12 +5,13 @@ Calls `labkit.profiling.profile_training`, the same function notebook 03 uses; w
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from pathlib import Path
 
 from labkit.cli_common import (add_model_flags, add_output_flags, fmt, format_bytes, format_table, load_workload,
                                nonnegative_int, positive_int, print_json, subparser)
+from labkit.progress import progress_bar
+from labkit.rundirs import check_writable_dir, run_path
 
 TRACE_VIEWER = "https://ui.perfetto.dev (drag the .json in) or chrome://tracing"
 
@@ -30,23 +31,32 @@ class CountedBatches:
         return len(self.loader)
 
 
+def checked_run_dir(args: argparse.Namespace) -> Path:
+    """--run-dir (default ``run_path("profile", <model>-b<batch>-<time>)``), created and proven writable.
+
+    An unusable directory is a bad argument: one line and exit status 2, before any model is built.
+    """
+    default = run_path("profile", f"{args.model}-b{args.batch_size}-{time.strftime('%Y%m%d-%H%M%S')}")
+    try:
+        return check_writable_dir(args.run_dir or default)
+    except PermissionError as err:
+        raise ValueError(f"--run-dir: {err}") from None
+
+
 def run(args: argparse.Namespace) -> int:
     """Profile, print the summary table and where the traces are."""
-    from tqdm.auto import tqdm
-
     from labkit.data import make_loader
-    from labkit.profiling import ProfileSchedule, check_writable_dir, profile_training
+    from labkit.profiling import ProfileSchedule, profile_training
 
     sched = ProfileSchedule(args.wait, args.warmup, args.active, args.repeat)  # validates the schedule first
     steps = max(args.steps or 0, sched.steps_needed)
     if args.steps is not None and args.steps < sched.steps_needed:
         raise ValueError(f"--steps {args.steps} is fewer than the schedule needs: (wait + warmup + active) x repeat"
                          f" = {sched.steps_needed}; raise --steps or shrink the schedule")
-    run_dir = Path(args.run_dir or f"runs/profile/{args.model}-b{args.batch_size}-{time.strftime('%Y%m%d-%H%M%S')}")
-    check_writable_dir(run_dir)   # a bad --run-dir fails before any work
+    run_dir = checked_run_dir(args)   # a bad --run-dir fails before any work
     data, model = load_workload(args)
     loader = make_loader(data.train, args.batch_size, shuffle=True, drop_last=True, seed=args.seed)
-    with tqdm(total=steps, desc="profiling steps", disable=args.no_progress, file=sys.stderr, leave=False) as bar:
+    with progress_bar(total=steps, desc="profiling steps", unit="step", enabled=not args.no_progress) as bar:
         summary = profile_training(model, CountedBatches(loader, bar), run_dir=run_dir, wait=args.wait,
                                    warmup=args.warmup, active=args.active, repeat=args.repeat, steps=steps,
                                    device=args.device, sync_every_step=args.sync_every_step)
@@ -60,6 +70,11 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(format_summary(summary, args, data.name))
     return 0
+
+
+def on_gpu(summary) -> bool:
+    """Whether the profiled steps ran on a CUDA device (so the trace has GPU kernel times)."""
+    return "(cuda:" in str(summary.device)   # labkit.env.device_label writes 'NAME (cuda:N)' for a GPU
 
 
 def format_summary(summary, args: argparse.Namespace, dataset: str) -> str:
@@ -76,12 +91,13 @@ def format_summary(summary, args: argparse.Namespace, dataset: str) -> str:
     cats = [{"category": c, "ms": t * 1e3, "share": 100 * shares[c]} for c, t in summary.category_s.items()]
     ops = [{**op, "self_cpu_ms": op["self_cpu_s"] * 1e3, "self_device_ms": op["self_device_s"] * 1e3}
            for op in summary.top_ops[:args.top]]
+    op_columns = [("name", "operator", lambda n: str(n)[:48]), ("calls", "calls/step", fmt(".1f")),
+                  ("self_cpu_ms", "self CPU ms/step", fmt(".3f"))]
+    if on_gpu(summary):   # on a CPU run there is no device time: an all-zero GPU column would only mislead
+        op_columns.append(("self_device_ms", "self GPU ms/step", fmt(".3f")))
     tables = [format_table(cats, [("category", "category", str), ("ms", "ms/step", fmt(".3f")),
                                   ("share", "share %", fmt(".1f"))], title="Time per profiled step by category"), "",
-              format_table(ops, [("name", "operator", lambda n: str(n)[:48]), ("calls", "calls/step", fmt(".1f")),
-                                 ("self_cpu_ms", "self CPU ms/step", fmt(".3f")),
-                                 ("self_device_ms", "self GPU ms/step", fmt(".3f"))],
-                           title=f"Top {len(ops)} operators by self time"), ""]
+              format_table(ops, op_columns, title=f"Top {len(ops)} operators by self time"), ""]
     files = [f"trace: {p}" for p in summary.trace_files]
     return "\n".join(head + tables + files + [f"open the trace at {TRACE_VIEWER}"])
 
@@ -103,7 +119,8 @@ def add_parser(sub) -> None:
     p.add_argument("--repeat", type=positive_int, default=1, help="number of cycles (default 1)")
     p.add_argument("--steps", type=positive_int, default=None,
                    help="training steps to run (default: exactly what the schedule needs)")
-    p.add_argument("--run-dir", default=None, help="trace directory (default runs/profile/<model>-b<batch>-<time>)")
+    p.add_argument("--run-dir", default=None, help="trace directory (default <run root>/profile/<model>-b<batch>-<time>; the run root is "
+                        "runs/ at the repository root, or $LABKIT_RUN_DIR)")
     p.add_argument("--sync-every-step", action="store_true", help="call loss.item() each step (shows the sync cost)")
     p.add_argument("--top", type=positive_int, default=10, help="operators to list (default 10)")
     add_output_flags(p)

@@ -16,6 +16,7 @@ from torch.utils.data import Dataset
 
 from labkit.data import make_loader, validate_num_workers
 from labkit.env import cpu_count, device_label
+from labkit.progress import progress_bar
 
 TRANSFORM_KINDS = ("io", "cpu")
 
@@ -196,11 +197,9 @@ def sweep_loaders(dataset: Dataset, configs: list[LoaderConfig] | None = None, *
                   epochs: int = 2, step_fn: Callable[[object], None] | None = None, seed: int = 0,
                   progress: bool = True) -> LoaderSweep:
     """Benchmark each DataLoader configuration on the same dataset and step."""
-    from tqdm.auto import tqdm
-
     configs = configs or default_grid()
     results = [benchmark_loader(dataset, c, batch_size=batch_size, epochs=epochs, step_fn=step_fn, seed=seed)
-               for c in tqdm(configs, desc="DataLoader sweep", disable=not progress)]
+               for c in progress_bar(configs, desc="DataLoader sweep", unit="config", enabled=progress)]
     return LoaderSweep(results, device_label("cpu"))
 
 

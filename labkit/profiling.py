@@ -8,6 +8,7 @@ profiler plugin is deprecated and removed upstream, so nothing here depends on i
 """
 from __future__ import annotations
 
+import os
 import statistics
 import warnings
 from dataclasses import dataclass, field
@@ -21,6 +22,8 @@ from torch.profiler import ProfilerActivity, profile, record_function, schedule
 from labkit.env import device_label, get_device
 from labkit.rundirs import check_writable_dir
 from labkit.trace_summary import CATEGORIES, LABEL_PREFIX, changed_ops, compare_runs, summarize_trace  # noqa: F401
+
+KINETO_LOG_LEVEL_ENV_VAR = "KINETO_LOG_LEVEL"
 
 
 @dataclass(frozen=True)
@@ -114,10 +117,22 @@ class ProfileSummary:
 
 # ------------------------------------------------------------------------------------------ helpers
 def _activities(device: torch.device) -> list[ProfilerActivity]:
+    """CPU activity always; CUDA activity only for a run on a GPU that exists."""
     acts = [ProfilerActivity.CPU]
     if device.type == "cuda" and torch.cuda.is_available():
         acts.append(ProfilerActivity.CUDA)
     return acts
+
+
+def quiet_gpu_probe_without_gpu() -> None:
+    """Hide Kineto's 'ERROR: ... gpuGetDeviceCount failed' line on machines with no GPU.
+
+    A CUDA build of PyTorch asks for the GPUs' properties when it writes a trace, even for a CPU-only
+    profile; with no GPU that probe logs an ERROR that is not one. ``KINETO_LOG_LEVEL=5`` keeps only
+    Kineto's start/stop markers; Kineto reads it when the profiler starts. A value the user set wins.
+    """
+    if not torch.cuda.is_available():
+        os.environ.setdefault(KINETO_LOG_LEVEL_ENV_VAR, "5")
 
 
 def _batches(loader: Iterable, steps: int):
@@ -227,6 +242,7 @@ def profile_training(model: nn.Module, loader: Iterable, *, run_dir: str | Path,
     if snapshot:
         torch.cuda.memory._record_memory_history(max_entries=100_000)
     samples: list[int] = []
+    quiet_gpu_probe_without_gpu()
     prof_kwargs = {"activities": _activities(dev), "schedule": sched.to_torch(), "on_trace_ready": on_ready,
                    "record_shapes": record_shapes, "profile_memory": profile_memory, "with_stack": with_stack}
     try:

@@ -83,6 +83,11 @@ def test_argument_types_and_table_formatting():
     for bad in ("12Q", "-1", ""):
         with pytest.raises(argparse.ArgumentTypeError):
             parse_bytes(bad)
+    with pytest.raises(argparse.ArgumentTypeError) as fractional:   # used to become 1 byte in silence
+        parse_bytes("1.5")
+    assert str(fractional.value) == ("a size must be a whole number of bytes, got '1.5' = 1.5 bytes; write a whole "
+                                     "number, or a unit that makes it whole (1.5K = 1536)")
+    assert parse_bytes("0.5K") == 512
     with pytest.raises(argparse.ArgumentTypeError):
         int_list("8,0")
     assert [format_bytes(n) for n in (512, 1536, 2**20, None)] == ["512 B", "1.5 KiB", "1 MiB", "n/a"]
@@ -141,6 +146,25 @@ def test_profile_writes_a_trace_and_prints_the_summary(tmp_path):
     assert traces and str(traces[0]) in proc.stdout
 
 
+def test_profile_on_cpu_has_no_gpu_error_line_gpu_column_or_repeated_progress(tmp_path):
+    if __import__("torch").cuda.is_available():
+        pytest.skip("checks the CPU-only output; on a GPU the GPU column belongs in the table")
+    proc = labkit("profile", "--model", "mlp", "--dataset", "synthetic", "--batch-size", "8", "--wait", "0",
+                  "--warmup", "1", "--active", "2", "--run-dir", str(tmp_path), "--device", "cpu")
+    assert proc.returncode == 0, proc.stderr
+    assert "gpuGetDeviceCount" not in proc.stderr and "ERROR" not in proc.stderr
+    assert "self CPU ms/step" in proc.stdout and "GPU ms/step" not in proc.stdout
+    assert "profiling steps" not in proc.stderr   # stderr is a pipe here: no progress line at all, let alone repeats
+
+
+def test_profile_default_run_dir_is_under_the_run_root(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("LABKIT_RUN_DIR", str(tmp_path))
+    assert cli.main(["profile", "--model", "mlp", "--dataset", "synthetic", "--batch-size", "4", "--wait", "0",
+                     "--warmup", "0", "--active", "1", "--json", "--no-progress"]) == 0
+    run_dir = json.loads(capsys.readouterr().out)["run_dir"]
+    assert os.path.dirname(run_dir) == str(tmp_path / "profile") and os.path.basename(run_dir).startswith("mlp-b4-")
+
+
 def test_profile_json(tmp_path, capsys):
     assert cli.main(["profile", "--model", "mlp", "--dataset", "synthetic", "--batch-size", "8", "--wait", "0",
                      "--warmup", "1", "--active", "1", "--run-dir", str(tmp_path), "--json", "--no-progress"]) == 0
@@ -159,8 +183,12 @@ def test_profile_usage_errors_exit_2(capsys, tmp_path):
                                                           capsys)
     assert "--batch-size" in usage_error(["profile", "--batch-size", "abc"], capsys)
     assert "invalid choice" in usage_error(["profile", "--model", "vgg99"], capsys)
-    assert cli.main(["profile", "--run-dir", "/proc/no-such-dir"]) == 1   # cannot write there: one line, exit 1
-    assert "not a writable directory" in capsys.readouterr().err
+    err = usage_error(["profile", "--run-dir", "/proc/no-such-dir"], capsys)   # a bad argument: one line, exit 2
+    assert err.startswith("error: --run-dir: run_dir='/proc/no-such-dir' is not a writable directory")
+    assert len(err.strip().splitlines()) == 1
+    file_path = tmp_path / "a_file"
+    file_path.write_text("")
+    assert "--run-dir" in usage_error(["profile", "--run-dir", str(file_path)], capsys)
     if not __import__("torch").cuda.is_available():
         assert "no CUDA GPU" in usage_error(["profile", "--device", "cuda"], capsys)
 
@@ -249,7 +277,7 @@ LADDER_SKIP = ["input_pipeline", "no_sync", "mixed_precision", "channels_last", 
 
 def test_ladder_runs_headless_and_writes_its_table(tmp_path):
     proc = labkit("ladder", "--model", "mlp", "--dataset", "digits", "--train-limit", "32", "--budget-epochs", "1",
-                  "--batch-sizes", "8", "16", "--skip", *LADDER_SKIP, "--device", "cpu", "--out", str(tmp_path),
+                  "--batch-sizes", "8,16", "--skip", *LADDER_SKIP, "--device", "cpu", "--out", str(tmp_path),
                   "--json", "--no-progress")
     assert proc.returncode == 0, proc.stderr
     data = json.loads(proc.stdout)
