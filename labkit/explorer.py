@@ -14,8 +14,12 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 import numpy as np
+import torch
+
+from labkit.env import device_label
 
 from labkit.scaling import ScalingPoint, epoch_time_s, pays_off, predicted_speedup, sync_time_s
+from labkit.timing import time_fn
 
 SLIDER_DESCRIPTIONS = {"replicas": "Replicas", "batch": "Batch", "model_params_m": "Params (M)",
                        "latency_us": "Latency (us)", "bandwidth_gb_s": "Bandwidth (GB/s)"}
@@ -31,7 +35,7 @@ class ExplorerSettings:
     model_params_m: float = 25.0         # millions of parameters (ResNet-50 has about 25.6 M)
     latency_us: float = 10.0             # alpha: per-message latency
     bandwidth_gb_s: float = 100.0        # 1/beta: link bandwidth (NVLink-class; ~10 for 100 Gb/s Ethernet)
-    device_flops_per_s: float = 20e12    # sustained FLOP/s of one replica
+    device_flops_per_s: float = 20e12    # FLOP/s of one replica; notebooks pass measured_matmul_flops_per_s()
     n_samples: int = 1_281_167           # samples per epoch (ImageNet-1k train)
     bytes_per_param: int = 4             # fp32 gradients
     algorithm: str = "ring"
@@ -65,6 +69,22 @@ def step_compute_s(settings: ExplorerSettings) -> float:
     """T_comp of one step: 6 * params * batch FLOPs at the device's sustained rate."""
     flops = FLOPS_PER_PARAM_PER_SAMPLE * settings.model_params_m * 1e6 * settings.batch
     return flops / settings.device_flops_per_s
+
+
+def measured_matmul_flops_per_s(device: str | torch.device | None = None, size: int | None = None,
+                                repeats: int = 5) -> tuple[float, str]:
+    """(FLOP/s, where) a dense fp32 matmul really reaches on this device: the explorer's default T_comp rate.
+
+    Measured, not assumed: a hard-coded 20 TFLOP/s is 100x off on a laptop CPU and 3x off on an H100 (TF32).
+    A training step reaches less than a bare GEMM, so this is an optimistic compute rate (and so a
+    pessimistic speedup); the note says which device it came from.
+    """
+    dev = torch.device(device) if device is not None else torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    n = size or (4096 if dev.type == "cuda" else 512)
+    a, b = torch.randn(n, n, device=dev), torch.randn(n, n, device=dev)
+    median_s = time_fn(lambda: a @ b, warmup=2, repeats=repeats, device=dev).median_s
+    flops = 2.0 * n ** 3 / median_s
+    return flops, f"{flops / 1e12:.3g} TFLOP/s measured: fp32 {n}x{n} matmul on {device_label(dev)}"
 
 
 def explore(settings: ExplorerSettings) -> ExplorerResult:

@@ -104,10 +104,18 @@ def _throughputs(model, opt, batch_sizes, image_shape, repeats, device) -> dict[
 
 
 # ---------------------------------------------------------------------------------------------- pitfall 3
+def _rank_device() -> torch.device:
+    """This rank's device under the one backend rule: its own GPU with NCCL, else the CPU (gloo)."""
+    import torch.distributed as dist
+
+    return torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else torch.device("cpu")
+
+
 def _shard_totals(correct: list[int], indices: list[int]) -> dict:
     import torch.distributed as dist
 
-    totals = torch.tensor([sum(correct[i] for i in indices), len(indices)], dtype=torch.float64)
+    totals = torch.tensor([sum(correct[i] for i in indices), len(indices)], dtype=torch.float64,
+                          device=_rank_device())
     dist.all_reduce(totals)                                    # sum (correct, seen) over all ranks
     return {"indices": indices, "correct": float(totals[0]), "seen": float(totals[1])}
 
@@ -156,6 +164,8 @@ class WrappedSaveEvidence:
 def save_wrapped_model(model: nn.Module, sample: torch.Tensor, fresh: nn.Module) -> WrappedSaveEvidence:
     """Pitfall 4: save a DataParallel-wrapped model's state_dict (broken) and its ``.module``'s (fixed)."""
     wrapped = nn.DataParallel(model)                                  # DDP adds the same 'module.' prefix
+    device = next(model.parameters()).device                          # DataParallel moves it to cuda:0 on a GPU box
+    fresh, sample = fresh.to(device), sample.to(device)
     buf = io.BytesIO()
     torch.save(wrapped.state_dict(), buf)
     buf.seek(0)
@@ -206,7 +216,7 @@ def rank0_extra_work_worker(extra_work_s: float, variant: str, barrier_timeout_s
         _busy_work(extra_work_s)                        # evaluation/checkpoint on rank 0 only
     if variant == "barrier":                            # a barrier whose timeout covers the known extra work
         dist.barrier(group=patient)
-    grad = torch.ones(4) * (rank + 1)
+    grad = torch.ones(4, device=_rank_device()) * (rank + 1)
     dist.all_reduce(grad)                               # the next step's gradient all-reduce
     return {"rank": rank, "sum": grad.tolist(), "elapsed_s": time.perf_counter() - start}
 

@@ -61,3 +61,12 @@ def test_measured_overlay_and_plot():
     assert len(fig.axes) == 2
     panel = ex.SpeedupExplorer(measured=pts, draw=True)   # drawing works outside a notebook too
     assert "measured 1.50x" in panel.measured_label.value
+
+
+def test_compute_rate_is_measured_on_the_device():
+    from labkit.explorer import measured_matmul_flops_per_s
+
+    flops, note = measured_matmul_flops_per_s("cpu", size=128, repeats=3)
+    assert 1e7 < flops < 1e14 and "measured" in note and "CPU" in note
+    settings = ex.ExplorerSettings(device_flops_per_s=flops)
+    assert ex.explore(settings).t_comp_s == pytest.approx(6.0 * 25e6 * 256 / flops)

@@ -25,6 +25,7 @@ def test_bn_rejects_unknown_variant():
     assert "drop_remainder" in BN_VARIANTS
 
 
+@pytest.mark.tensorflow
 def test_bn_nan_reproduced_and_fixed():
     rng = np.random.default_rng(0)
     x = rng.normal(size=(81, 6)).astype("float32")
@@ -38,6 +39,7 @@ def test_bn_nan_reproduced_and_fixed():
     assert fixed.stats_finite and fixed.predictions_finite and fixed.reload_max_abs_diff < 1e-4
 
 
+@pytest.mark.tensorflow
 def test_counting_logical_devices_blocks_configuration():
     out = run_in_fresh_process("labkit.pitfalls_tf:count_then_configure", {"method": "logical"})
     assert out["strategy_replicas"] is None and "restart the kernel" in out["error"]
@@ -52,7 +54,7 @@ def test_torch_uneven_last_batch():
 
 
 def test_save_wrapped_model():
-    torch.manual_seed(0)
+    torch.manual_seed(0)   # on a GPU box DataParallel moves the model to cuda:0: the evidence must not mix devices
     ev = save_wrapped_model(MLP(10, in_features=12, hidden=8), torch.randn(3, 12), MLP(10, in_features=12, hidden=8))
     assert ev.wrapped_keys_sample[0].startswith("module.")
     assert "Missing key" in ev.broken_error and ev.fixed_max_abs_diff == 0.0
