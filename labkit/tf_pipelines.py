@@ -256,3 +256,38 @@ def shard_order(n: int = 64, num_workers: int = 2, decode_s: float = 0.002) -> C
 def autotune_cores() -> int:
     """Cores tf.data's AUTOTUNE may use here."""
     return cpu_count()
+
+
+def cache_repeat_order(images: np.ndarray, epochs: int = 3, cache_dir: str | Path | None = None) -> Comparison:
+    """``cache().repeat(k)`` vs ``repeat(k).cache()``: decode work per epoch and what the cache holds.
+
+    ``cache`` stores the elements of the dataset *in front of it*. Before ``repeat`` that is one epoch,
+    decoded once and replayed; after ``repeat`` it is every repetition, so the work is redone each epoch and the
+    cache grows with the epochs (with an endless ``repeat()`` it never completes). The caches are written to
+    files here so their size can be measured exactly; an in-memory cache holds the same elements.
+    """
+    import tempfile
+
+    tf, images = _tf(), _check_images(images)
+    if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 2:
+        raise ValueError(f"epochs must be an integer >= 2 to compare orderings, got {epochs!r}")
+    calls = {"n": 0}
+
+    def counted_parse(x):
+        def work(v):
+            calls["n"] += 1
+            return parse(v)
+        return tf.py_function(work, [x], tf.float32)
+
+    rows = []
+    with tempfile.TemporaryDirectory(dir=cache_dir) as tmp:
+        for name in ("cache then repeat", "repeat then cache"):
+            calls["n"], path = 0, str(Path(tmp) / name.replace(" ", "_"))
+            base = tf.data.Dataset.from_tensor_slices(images).map(counted_parse)
+            ds = base.cache(path).repeat(epochs) if name == "cache then repeat" else base.repeat(epochs).cache(path)
+            seen = sum(1 for _ in ds)
+            cache_bytes = sum(p.stat().st_size for p in Path(tmp).glob(Path(path).name + "*"))
+            rows.append({"variant": name, "epochs": epochs, "elements_seen": seen, "decode_calls": calls["n"],
+                         "decode_calls_per_epoch": calls["n"] / epochs, "cache_bytes": cache_bytes})
+    return Comparison("cache and repeat", rows, f"{len(images)} images, {epochs} epochs, file caches",
+                      {"element_bytes": int(np.prod(images.shape[1:])) * 4})

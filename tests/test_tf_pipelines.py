@@ -72,3 +72,15 @@ def test_bad_images():
         tfp.map_vs_batch(np.zeros((4, 8, 8, 3), dtype=np.float32))
     with pytest.raises(ValueError, match="epochs"):
         tfp.map_vs_batch(images(), epochs=0)
+
+
+def test_cache_before_repeat_decodes_once_and_holds_one_epoch(tmp_path):
+    c = tfp.cache_repeat_order(images(12), epochs=3, cache_dir=tmp_path)
+    once, every = c["cache then repeat"], c["repeat then cache"]
+    assert once["elements_seen"] == every["elements_seen"] == 36
+    assert once["decode_calls"] == 12 and every["decode_calls"] == 36          # exact: work redone each epoch
+    assert once["cache_bytes"] >= 12 * c.extra["element_bytes"]
+    assert every["cache_bytes"] >= 3 * 12 * c.extra["element_bytes"] > 2.5 * once["cache_bytes"]
+    assert not list(tmp_path.iterdir())                                        # the cache files are cleaned up
+    with pytest.raises(ValueError, match="epochs must be an integer >= 2"):
+        tfp.cache_repeat_order(images(4), epochs=1)
