@@ -53,7 +53,8 @@ def run_finder(args: argparse.Namespace, data, model) -> dict:
                             else args.finder_timing_steps)
     source = "--memory-budget" if args.memory_budget else (
         "GPU memory" if dev.type == "cuda" else "RAM available now")
-    return {"finder": finder, "budget_bytes": budget, "budget_source": source, "limit": args.limit}
+    return {"finder": finder, "budget_bytes": budget, "budget_source": source, "limit": args.limit,
+            "train_samples": len(data.train), "dataset": data.name}
 
 
 def run(args: argparse.Namespace) -> int:
@@ -106,6 +107,10 @@ def format_finder(found: dict) -> str:
     answer = str(f.max_batch)
     if f.max_batch >= found["limit"]:
         answer = f"at least {f.max_batch} (the search stopped at --limit)"
+    samples = found.get("train_samples")
+    if samples and f.max_batch > samples:   # memory allows more than the data can fill
+        answer += (f"; memory is not the limit here: the {found.get('dataset', 'training')} set has only {samples} "
+                   f"samples, so every batch up to {samples} fits")
     head = f"largest batch that fits: {answer}{budget}; method {f.method}, device {f.device}"
     trials = format_table([vars(t) for t in f.trials], [
         ("batch_size", "batch", str), ("fits", "fits", lambda v: "yes" if v else "no"),

@@ -225,6 +225,18 @@ def test_sweep_json_agrees_with_the_finder(capsys):
     assert data["max_batch"] == direct.max_batch > 32
 
 
+def test_sweep_says_when_the_dataset_not_memory_is_the_limit():
+    from types import SimpleNamespace
+
+    from labkit.cli_sweep import format_finder
+
+    finder = SimpleNamespace(max_batch=4096, usable_bytes=2**30, method="memory-model", device="cpu", trials=[])
+    text = format_finder({"finder": finder, "budget_bytes": 2**30, "budget_source": "RAM available now",
+                          "limit": 4096, "train_samples": 1437, "dataset": "digits"})
+    assert text.startswith("largest batch that fits: at least 4096 (the search stopped at --limit); memory is not the "
+                           "limit here: the digits set has only 1437 samples, so every batch up to 1437 fits")
+
+
 def test_sweep_usage_errors_exit_2(capsys):
     proc = labkit("sweep", "--batch-sizes", "16,x")
     assert proc.returncode == 2 and "--batch-sizes" in proc.stderr
