@@ -13,9 +13,9 @@ from dataclasses import asdict
 from typing import Sequence
 
 # Subcommands that live in their own modules; each has `add_parser(subparsers)`.
-SUBCOMMAND_MODULES = ("labkit.cli_sweep", "labkit.cli_profile", "labkit.cli_bench", "labkit.cli_simulate",
-                      "labkit.cli_ladder")
-EXAMPLES = """examples:
+SUBCOMMAND_MODULES = ("labkit.cli_sweep", "labkit.cli_profile", "labkit.cli_memory", "labkit.cli_bench",
+                      "labkit.cli_simulate", "labkit.cli_ladder")
+EXAMPLES = """examples (`labkit ...` is the same command, installed into .venv/bin):
   python -m labkit doctor
   python -m labkit sweep --model small_cnn --batch-sizes 16,32,64
   python -m labkit profile --batch-size 64 --active 3
