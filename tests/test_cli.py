@@ -44,9 +44,9 @@ def available(name: str) -> bool:
 def test_help_lists_subcommands_with_examples():
     proc = labkit("--help")
     assert proc.returncode == 0
-    for name in ("doctor", "profile", "simulate"):
+    for name in ("doctor", "profile", "simulate", "memory"):
         assert name in proc.stdout
-    assert "examples:" in proc.stdout
+    assert "examples (`labkit ...` is the same command" in proc.stdout
 
 
 def test_no_subcommand_and_unknown_subcommand_are_usage_errors(capsys):
