@@ -5,7 +5,7 @@ Checkpointing a segment keeps only its input during forward and recomputes its i
 child module wrapped in ``torch.utils.checkpoint.checkpoint(..., use_reentrant=False)``, the form PyTorch
 recommends. The prediction comes from one plain forward in which every tensor autograd saves is billed to
 the segment running at that moment: checkpointed = what is saved outside the checkpointed segments + their
-inputs (distinct storages). The measurement is independent: the bytes still allocated after the forward
+inputs (distinct storages) + the RNG state each checkpoint keeps. The measurement is independent: the bytes still allocated after the forward
 (CUDA: ``memory_allocated`` minus the baseline before it; CPU: the profiler's net allocations).
 """
 from __future__ import annotations
@@ -54,11 +54,15 @@ def _storage(t: torch.Tensor) -> tuple[int, int]:
 
 
 def predict_checkpointed_bytes(model: nn.Module, inputs: torch.Tensor, segments: Sequence[str]) -> dict[str, int]:
-    """Saved-activation bytes of one forward without and (predicted) with ``segments`` checkpointed."""
+    """Saved-activation bytes of one forward without and (predicted) with ``segments`` checkpointed.
+
+    Parameters and the input batch are excluded: they exist before the forward and are not activations.
+    """
     children = dict(model.named_children())
     param_ptrs = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    param_ptrs.add(inputs.untyped_storage().data_ptr())     # the batch exists before the forward: not new memory
     current: list[str | None] = [None]
-    saved: dict[int, tuple[int, str | None]] = {}
+    saved: dict[int, tuple[int, set]] = {}
     kept_inputs: dict[int, int] = {}
 
     def enter(name):
@@ -70,8 +74,8 @@ def predict_checkpointed_bytes(model: nn.Module, inputs: torch.Tensor, segments:
 
     def pack(t: torch.Tensor) -> torch.Tensor:
         ptr, nbytes = _storage(t)
-        if ptr and ptr not in param_ptrs and ptr not in saved:
-            saved[ptr] = (nbytes, current[0])
+        if ptr and ptr not in param_ptrs:
+            saved.setdefault(ptr, (nbytes, set()))[1].add(current[0])
         return t
 
     handles = [children[s].register_forward_pre_hook(enter(s)) for s in segments]
@@ -84,9 +88,18 @@ def predict_checkpointed_bytes(model: nn.Module, inputs: torch.Tensor, segments:
     finally:
         for h in handles:
             h.remove()
-    outside = {ptr: n for ptr, (n, seg) in saved.items() if seg is None}
-    kept = {**outside, **{p: n for p, n in kept_inputs.items() if p != inputs.untyped_storage().data_ptr()}}
-    return {"plain_bytes": sum(n for n, _ in saved.values()), "checkpointed_bytes": sum(kept.values())}
+    outside = {ptr: n for ptr, (n, segs) in saved.items() if None in segs}   # also saved outside: still kept
+    kept = {**outside, **{p: n for p, n in kept_inputs.items() if p not in param_ptrs}}
+    rng_bytes = rng_state_bytes(inputs.device) * len(segments)
+    return {"plain_bytes": sum(n for n, _ in saved.values()), "checkpointed_bytes": sum(kept.values()) + rng_bytes}
+
+
+def rng_state_bytes(device: torch.device) -> int:
+    """Bytes each checkpoint keeps to replay randomness (``preserve_rng_state``): the CPU generator's state.
+
+    Counted on CPU only: on CUDA that state is a CPU tensor, outside ``memory_allocated``.
+    """
+    return torch.get_rng_state().numel() if device.type == "cpu" else 0
 
 
 def measure_forward_retained_bytes(model: nn.Module, inputs: torch.Tensor) -> int:

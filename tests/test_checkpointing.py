@@ -1,0 +1,54 @@
+"""Activation checkpointing: same outputs and gradients, predicted bytes match measured, fits a larger batch."""
+import pytest
+import torch
+from torch import nn
+
+from labkit import checkpointing
+
+
+def _model():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Sequential(nn.Linear(16, 64), nn.ReLU(), nn.Linear(64, 64), nn.ReLU()),
+                         nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 64), nn.ReLU()), nn.Linear(64, 4))
+
+
+def test_same_outputs_and_gradients():
+    model, x = _model(), torch.randn(8, 16)
+    ckpt = checkpointing.with_checkpointing(model, ["0", "1"])
+    model(x).sum().backward()
+    ckpt(x).sum().backward()
+    for p, q in zip(model.parameters(), ckpt.parameters()):
+        torch.testing.assert_close(p.grad, q.grad)
+
+
+def test_unknown_segment_is_a_clear_error():
+    with pytest.raises(ValueError, match="no child module named"):
+        checkpointing.with_checkpointing(_model(), ["layer9"])
+
+
+@pytest.mark.parametrize("segments", [["0", "1"], ["1"]])
+def test_prediction_matches_measurement(segments):
+    model, x = _model(), torch.randn(32, 16)
+    predicted = checkpointing.predict_checkpointed_bytes(model, x, segments)
+    ckpt = checkpointing.with_checkpointing(model, segments)
+    measured_plain = checkpointing.measure_forward_retained_bytes(model, x)
+    measured_ckpt = checkpointing.measure_forward_retained_bytes(ckpt, x)
+    assert predicted["checkpointed_bytes"] < predicted["plain_bytes"]
+    assert measured_plain == pytest.approx(predicted["plain_bytes"], rel=0.05)
+    assert measured_ckpt == pytest.approx(predicted["checkpointed_bytes"], rel=0.05)
+
+
+def test_transformer_block_saves_most_activations():
+    model, x = checkpointing.transformer_stack(d_model=32, heads=2, layers=2), torch.randn(2, 16, 32)
+    predicted = checkpointing.predict_checkpointed_bytes(model, x, ["0", "1"])
+    assert predicted["checkpointed_bytes"] * 4 < predicted["plain_bytes"]
+
+
+def test_step_time_comparison_and_largest_batch():
+    model, x = _model(), torch.randn(64, 16)
+    times = checkpointing.compare_step_time(model, checkpointing.with_checkpointing(model, ["0", "1"]), x, repeats=3)
+    assert times.plain_step_s > 0 and times.forward_s > 0 and times.predicted_added_fraction > 0
+    assert checkpointing.largest_batch_within({1: 100, 2: 200}, 1000) == 10
+    assert checkpointing.largest_batch_within({1: 100, 2: 200}, 1000, fixed_bytes=500) == 5
+    with pytest.raises(ValueError, match="did not grow"):
+        checkpointing.largest_batch_within({1: 100, 2: 100}, 1000)

@@ -1,0 +1,44 @@
+"""Bytes per step: closed form, the ring simulator and a counted real collective agree."""
+import pytest
+import torch.distributed as dist
+
+from labkit.comm_volume import (CommCounter, counting_collectives, predicted_bytes_per_step, ring_bytes_sent,
+                                simulated_bytes_per_step)
+from labkit.sharding_memory import STRATEGIES
+
+
+def test_ring_convention():
+    assert ring_bytes_sent("all_reduce", 1000, 4) == 1500
+    assert ring_bytes_sent("reduce_scatter", 1000, 4) == ring_bytes_sent("all_gather", 1000, 4) == 750
+    assert ring_bytes_sent("all_reduce", 1000, 1) == 0
+    with pytest.raises(ValueError, match="kind must be one of"):
+        ring_bytes_sent("broadcast", 1000, 2)
+
+
+@pytest.mark.parametrize("world_size", [2, 3, 4, 8])
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_simulator_matches_closed_form(strategy, world_size):
+    nbytes = 4 * 240 * world_size
+    assert simulated_bytes_per_step(strategy, nbytes, world_size) == predicted_bytes_per_step(strategy, nbytes,
+                                                                                              world_size)
+
+
+def test_zero3_costs_half_more_than_ddp():
+    ddp, z2, z3 = (predicted_bytes_per_step(s, 4096, 4) for s in ("ddp", "zero2", "zero3"))
+    assert z2 == ddp and z3 == 1.5 * ddp
+
+
+def test_simulation_size_is_bounded():
+    with pytest.raises(ValueError, match="simulate a smaller model"):
+        simulated_bytes_per_step("ddp", 1 << 28, 4)
+
+
+def test_counting_patches_and_restores():
+    original = dist.all_gather_into_tensor
+    counter = CommCounter(world_size=2)
+    with counting_collectives(counter):
+        assert dist.all_gather_into_tensor is not original
+    assert dist.all_gather_into_tensor is original
+    counter.record("all_gather", 800)
+    counter.record("reduce_scatter", 800)
+    assert counter.bytes_sent() == 800 and counter.by_kind()["all_gather"] == 1
