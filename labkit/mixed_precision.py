@@ -139,8 +139,11 @@ def keras_policy_child(policy: str = "mixed_bfloat16", batch_size: int = 64, rep
         model.train_on_batch(x, y)          # returns a host value: the step has finished
         times.append(time.perf_counter() - start)
     conv = model.layers[0]
+    rewrite = "enable_mixed_precision_graph_rewrite"   # the TF1 AMP graph rewrite the policy replaced
     return {"policy": policy, "times_s": times, "compute_dtype": conv.compute_dtype,
-            "variable_dtype": conv.variable_dtype, "output_dtype": str(model.outputs[0].dtype)}
+            "variable_dtype": conv.variable_dtype, "output_dtype": str(model.outputs[0].dtype),
+            "tf2_api_has_graph_rewrite": hasattr(tf.train.experimental, rewrite),
+            "compat_v1_has_graph_rewrite": hasattr(tf.compat.v1.mixed_precision, rewrite)}
 
 
 def keras_mixed_precision(policies: tuple[str, ...] = ("float32", "mixed_bfloat16"), batch_size: int = 64,
