@@ -120,16 +120,29 @@ def _mlp(in_features: int, hidden: int, depth: int) -> nn.Module:
     return nn.Sequential(*layers, nn.Linear(hidden, 10))
 
 
+def _rank_device() -> torch.device:
+    """This rank's GPU under NCCL (one GPU per rank), else the CPU: the one backend rule decides."""
+    return torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else torch.device("cpu")
+
+
+def _sync(device: torch.device) -> None:
+    """Wait for the GPU before reading the clock (a no-op on CPU): only at step/phase edges we report."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
 def _allreduce_probe(sizes_bytes: list[int], repeats: int, group) -> list[float]:
     """Median time of a float32 all-reduce for each size (barrier first, so skew is not timed)."""
-    medians = []
+    medians, device = [], _rank_device()
     for n in sizes_bytes:
-        buf = torch.ones(max(1, n // 4))
+        buf = torch.ones(max(1, n // 4), device=device)
         times = []
         for _ in range(repeats + 1):
             dist.barrier(group=group)
+            _sync(device)
             t0 = time.perf_counter()
             dist.all_reduce(buf, group=group)
+            _sync(device)
             times.append(time.perf_counter() - t0)
         medians.append(statistics.median(times[1:]))
     return medians
@@ -141,20 +154,25 @@ def _time_steps(replicas: int, group, cfg: dict) -> StepTimes:
     from labkit.sync_sgd import sync_gradients
 
     torch.manual_seed(cfg["seed"] + dist.get_rank())
-    model = _mlp(cfg["in_features"], cfg["hidden"], cfg["depth"])
+    device = _rank_device()
+    model = _mlp(cfg["in_features"], cfg["hidden"], cfg["depth"]).to(device)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    x, y = torch.randn(cfg["batch"], cfg["in_features"]), torch.randint(0, 10, (cfg["batch"],))
+    x = torch.randn(cfg["batch"], cfg["in_features"], device=device)
+    y = torch.randint(0, 10, (cfg["batch"],), device=device)
     grad_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
     comp, sync, step, cpu_s = [], [], [], 0.0
     for i in range(cfg["warmup"] + cfg["steps"]):
         c0, t0 = time.thread_time(), time.perf_counter()
         opt.zero_grad()
         nn.functional.cross_entropy(model(x), y).backward()
+        _sync(device)
         c1, t1 = time.thread_time(), time.perf_counter()
         if replicas > 1:
             sync_gradients(model, lambda t: dist.all_reduce(t, group=group), replicas, bucket=True)
+            _sync(device)
         c2, t2 = time.thread_time(), time.perf_counter()
         opt.step()
+        _sync(device)
         c3, t3 = time.thread_time(), time.perf_counter()
         if i >= cfg["warmup"]:
             cpu_s += (c1 - c0) + (c3 - c2)
@@ -165,12 +183,12 @@ def _time_steps(replicas: int, group, cfg: dict) -> StepTimes:
     if replicas > 1:
         sizes = [4, 4096, grad_bytes // 4, grad_bytes]
         alpha, beta = fit_alpha_beta(sizes, _allreduce_probe(sizes, 5, group), replicas)
-    share = torch.tensor([cpu_s / sum(comp)])
+    share = torch.tensor([cpu_s / sum(comp) if device.type == "cpu" else 1.0], device=device)
     if replicas > 1:
         dist.all_reduce(share, op=dist.ReduceOp.MIN, group=group)
     med = statistics.median
     return StepTimes(replicas, cfg["batch"], grad_bytes, med(comp), med(sync), med(step), alpha, beta,
-                     device_label("cpu"), timing_noise(step), float(share))
+                     device_label(device), timing_noise(step), float(share))
 
 
 def scaling_sweep_worker(replica_counts: tuple[int, ...] = (1, 2, 4), rounds: int = 2, in_features: int = 1024,
@@ -194,16 +212,22 @@ def scaling_sweep_worker(replica_counts: tuple[int, ...] = (1, 2, 4), rounds: in
     return [best[r] for r in replica_counts] if dist.get_rank() == 0 else []
 
 
-def measure_scaling(replica_counts: tuple[int, ...] = (1, 2, 4), *, timeout_s: float = 120.0,
+def measure_scaling(replica_counts: tuple[int, ...] = (1, 2, 4), *, backend: str = "auto", timeout_s: float = 120.0,
                     **worker_kwargs) -> list[StepTimes]:
-    """Real gloo runs, one torch thread per rank: T_comp, T_sync and step time for each replica count."""
-    from labkit.distributed import launch
+    """Real runs, one torch thread per rank: T_comp, T_sync and step time for each replica count.
 
-    if not replica_counts or min(replica_counts) < 1:
+    ``backend='auto'`` follows ``labkit.distributed.choose_backend``: NCCL on the GPUs when each rank has its
+    own, else gloo with every rank a CPU process (print ``choose_backend(max(counts)).reason`` next to the
+    numbers so a reader on a 1-GPU box knows they are CPU timings).
+    """
+    from labkit.distributed import choose_backend, launch
+
+    if not replica_counts or any(isinstance(r, bool) or not isinstance(r, int) or r < 1 for r in replica_counts):
         raise ValueError(f"replica_counts must be integers >= 1, got {replica_counts!r}")
     counts = tuple(sorted(set(int(r) for r in replica_counts)))
+    chosen = choose_backend(max(counts), backend).backend
     return launch(scaling_sweep_worker, max(counts), kwargs=dict(replica_counts=counts, **worker_kwargs),
-                  backend="gloo", timeout_s=timeout_s, show_output=False)[0]
+                  backend=chosen, timeout_s=timeout_s, show_output=False)[0]
 
 
 @dataclass(frozen=True)
@@ -294,3 +318,50 @@ def plot_predicted_vs_measured(points: list[ScalingPoint], ax=None):
     ax.set(ylabel="speedup over R=1", title="Data-parallel speedup: model vs measurement")
     ax.legend(fontsize=8)
     return ax
+
+
+# ---------------------------------------------------------------------------- the verdict, sized to be robust
+SIZED_CASES = {   # work sized so "pays / does not pay" is far from the break-even point, whatever else runs
+    "compute-bound: 0.5 MB of gradients, batch 2048": dict(in_features=256, hidden=256, depth=2, batch=2048),
+    "communication-bound: 25 MB of gradients, batch 1": dict(in_features=1024, hidden=2048, depth=2, batch=1),
+}
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """Does adding replicas pay? The model's call (from R=1 compute and the fitted all-reduce) vs the clock."""
+
+    case: str
+    replicas: int
+    grad_bytes: int
+    t_comp_s: float
+    t_sync_predicted_s: float
+    predicted_speedup: float
+    measured_speedup: float
+
+    @property
+    def agrees(self) -> bool:
+        return (self.predicted_speedup > 1) == (self.measured_speedup > 1)
+
+
+def verdict_worker(cases: dict, replicas: int, rounds: int, steps: int) -> dict:
+    """Run inside launch(): every sized case in one process group (one start-up for all of them)."""
+    return {case: scaling_sweep_worker((1, replicas), rounds=rounds, steps=steps, **kwargs)
+            for case, kwargs in cases.items()}
+
+
+def pays_verdicts(replicas: int = 2, cases: dict | None = None, *, rounds: int = 3, steps: int = 6,
+                  cores: int | None = None, backend: str = "auto", timeout_s: float = 120.0) -> list[Verdict]:
+    """Measure R=1 vs R=``replicas`` for each sized case (interleaved rounds, fastest round) and compare."""
+    from labkit.distributed import choose_backend, launch
+    from labkit.env import cpu_count
+
+    cases = cases or SIZED_CASES
+    by_case = launch(verdict_worker, replicas, kwargs=dict(cases=cases, replicas=replicas, rounds=rounds, steps=steps),
+                     backend=choose_backend(replicas, backend).backend, timeout_s=timeout_s, show_output=False)[0]
+    verdicts = []
+    for case, runs in by_case.items():
+        point = compare_with_model(runs, cores or cpu_count())[-1]
+        verdicts.append(Verdict(case, replicas, runs[-1].grad_bytes, point.t_comp_s, point.t_sync_predicted_s,
+                                point.predicted_speedup, point.measured_speedup))
+    return verdicts

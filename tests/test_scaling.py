@@ -93,3 +93,31 @@ def test_timing_noise_and_quiet_gate():
     starved = sc.StepTimes(2, 8, 4, 0.01, 0.0, 0.01, 0.0, 0.0, "t", cpu_share=0.4)    # 2 ranks on 2 cores: others ran
     assert sc.machine_is_quiet([steady, shared], cores=2)
     assert not sc.machine_is_quiet([steady, starved], cores=2)
+
+
+def test_verdict_agrees_only_when_both_sides_of_one():
+    from labkit.scaling import Verdict
+
+    assert Verdict("c", 2, 1, 1.0, 0.1, 1.8, 1.3).agrees
+    assert Verdict("c", 2, 1, 1.0, 3.0, 0.4, 0.3).agrees
+    assert not Verdict("c", 2, 1, 1.0, 0.9, 1.05, 0.8).agrees
+
+
+@pytest.mark.parametrize("counts", [(), (0, 2), (1, 2.0), (True,)])
+def test_measure_scaling_rejects_bad_replica_counts(counts):
+    from labkit.scaling import measure_scaling
+
+    with pytest.raises(ValueError, match="replica_counts must be integers >= 1"):
+        measure_scaling(counts)
+
+
+def test_pays_verdicts_real_processes_call_both_sized_cases():
+    """Two real gloo ranks; the sized cases sit far from break-even, so the model's call matches the clock."""
+    from labkit.scaling import pays_verdicts
+
+    verdicts = pays_verdicts(replicas=2)
+    assert [v.case.split(":")[0] for v in verdicts] == ["compute-bound", "communication-bound"]
+    compute, comm = verdicts
+    assert compute.grad_bytes < comm.grad_bytes / 20
+    assert compute.predicted_speedup > 1 > comm.predicted_speedup
+    assert all(v.agrees for v in verdicts), verdicts
