@@ -1,11 +1,11 @@
 """The instrumented training loop: per-step data wait, host-to-device copy, forward, backward and
 optimizer times; throughput (median, p10, p90 over steady-state steps), peak memory, utilisation,
-achieved FLOP/s and MFU, validation accuracy — at a cost of well under 3% of a bare loop.
+achieved FLOP/s and MFU against the peak of the math mode that ran, validation accuracy.
 
-On a GPU each phase boundary synchronises the device (``sync_every_step=True``), so the clock reads
-"done", not "launched". ``sync_every_step=False`` trains production-style without per-step syncs and
-measures throughput over the whole window instead.
-"""
+On a GPU the phases are CUDA events read back once per ``read_every`` steps (one sync per window), so
+the instrumented loop runs as fast as a bare one. ``sync_every_step=True`` synchronises at every phase
+boundary instead: the classic timer, kept for the lesson that measures what those syncs cost.
+""" 
 from __future__ import annotations
 
 import math
@@ -17,7 +17,9 @@ from typing import Callable, Iterator
 import torch
 from torch import nn
 
-from labkit.timing import percentile, synchronize
+from labkit.loop_window import PendingStep, TrainProgress, settle
+from labkit.progress import progress_bar
+from labkit.timing import PhaseClock, percentile, synchronize
 
 AMP_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -37,7 +39,8 @@ class TrainConfig:
     amp_dtype: str | None = None
     channels_last: bool = False
     compile: bool = False
-    sync_every_step: bool = True
+    sync_every_step: bool = False   # True: a device sync at every phase boundary (the costly classic timer)
+    read_every: int = 25            # read timing marks and losses back once per this many steps
     evaluate: bool = True
     seed: int = 0
     progress: bool = True
@@ -61,8 +64,10 @@ class TrainConfig:
         for name in ("warmup_steps", "lr_warmup_steps"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
-        if self.log_every < 1:
-            raise ValueError(f"log_every must be >= 1, got {self.log_every}")
+        for name in ("log_every", "read_every"):
+            if isinstance(getattr(self, name), bool) or not isinstance(getattr(self, name), int) \
+                    or getattr(self, name) < 1:
+                raise ValueError(f"{name} must be an integer >= 1, got {getattr(self, name)!r}")
 
     @classmethod
     def fast(cls, **overrides) -> "TrainConfig":
@@ -111,6 +116,8 @@ class RunResult:
     utilization_note: str = ""
     memory: object | None = None                 # labkit.memory.MemoryBreakdown at the run's batch size
     final_loss: float = math.nan
+    math_mode: str = "fp32"                      # labkit.flops.active_math_mode: what the MFU peak is for
+    peak_flops_per_s: float | None = None        # the peak MFU was computed against (None: no MFU)
     extra: dict = field(default_factory=dict)
 
     def to_dataframe(self):
@@ -180,28 +187,26 @@ def _prepare(model: nn.Module, config: TrainConfig, device: torch.device) -> nn.
     return model
 
 
-def _summarise(records: list[StepRecord], config: TrainConfig, window_s: float) -> dict:
+def _summarise(records: list[StepRecord], config: TrainConfig) -> dict:
     """Throughput statistics over steady-state steps (warm-up excluded when enough steps remain)."""
     steady = records[config.warmup_steps:] or records
     wait = sum(r.data_wait_s for r in steady)
     busy = sum(r.step_time_s for r in steady)
-    if config.sync_every_step:
-        rates = [r.samples_per_s for r in steady]
-        med, p10, p90 = statistics.median(rates), percentile(rates, 10), percentile(rates, 90)
-        step_med = statistics.median(r.step_time_s for r in steady)
-    else:   # no per-step sync: only the whole window's rate is honest
-        med = p10 = p90 = sum(r.samples for r in steady) / window_s
-        step_med = window_s / len(steady)
-    return dict(samples_per_s_median=med, samples_per_s_p10=p10, samples_per_s_p90=p90,
-                step_time_median_s=step_med, data_wait_fraction=wait / busy if busy > 0 else 0.0)
+    rates = [r.samples_per_s for r in steady]
+    return dict(samples_per_s_median=statistics.median(rates), samples_per_s_p10=percentile(rates, 10),
+                samples_per_s_p90=percentile(rates, 90),
+                step_time_median_s=statistics.median(r.step_time_s for r in steady),
+                data_wait_fraction=wait / busy if busy > 0 else 0.0)
 
 
 def train(model: nn.Module, train_loader, config: TrainConfig, val_loader=None,
-          callback: Callable[[StepRecord, dict], bool | None] | None = None) -> RunResult:
-    """Train ``model`` and measure every step; ``callback(record, so_far)`` returning True stops cleanly.
+          callback: Callable[[StepRecord, TrainProgress], bool | None] | None = None) -> RunResult:
+    """Train ``model`` and measure every step without stalling the device.
 
-    ``so_far`` is ``{"records": [StepRecord, ...], "stepper": Stepper}`` (the records up to now, and the
-    stepper holding model, optimizer and the last batch). Time spent in the callback is not counted.
+    ``callback(record, progress)`` runs every ``config.log_every`` steps with the newest StepRecord and
+    a :class:`labkit.loop_window.TrainProgress` (all records so far, the model, the last input batch,
+    the optimizer settings, the device); returning True stops cleanly. A callback reads the timing
+    marks back, so it costs one device sync: use ``log_every`` >= 10 on a GPU. Its time counts nowhere.
     """
     from labkit.env import device_label, get_device, seed_everything
     from labkit.sampling import UtilizationSampler
@@ -210,78 +215,83 @@ def train(model: nn.Module, train_loader, config: TrainConfig, val_loader=None,
     seed_everything(config.seed)
     device = get_device(config.device)
     model = _prepare(model, config, device)
-    stepper = Stepper(model, make_optimizer(model, config), config, device)
+    clock = PhaseClock(device, config.sync_every_step)
+    stepper = Stepper(model, make_optimizer(model, config), config, device, clock)
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
-    records: list[StepRecord] = []
-    stopped = False
-    bar = _progress(_total_steps(train_loader, config), config.progress)
-    with UtilizationSampler(device) as sampler:
+    run = _Run(stepper, clock, config, _total_steps(train_loader, config), callback)
+    with UtilizationSampler(device) as sampler, progress_bar(total=run.total_steps, desc="training", unit="step",
+                                                             enabled=config.progress) as bar:
         synchronize(device)
-        start_s = time.perf_counter()
-        window_start_s = start_s
-        clock = start_s
+        wall_start_s = time.perf_counter()
+        start_mark = clock.mark()
         for i, (epoch, batch) in enumerate(_batches(train_loader, config)):
-            got_s = time.perf_counter()
             phases = stepper.step(i, batch)
-            now_s = time.perf_counter()
-            step_time_s = now_s - clock
-            rec = StepRecord(step=i, epoch=epoch, data_wait_s=got_s - clock, step_time_s=step_time_s,
-                             samples_per_s=phases["samples"] / step_time_s, **phases)
-            records.append(rec)
+            run.pending.append(PendingStep(i, epoch, start_mark, phases["marks"], phases["loss"], phases["samples"]))
+            start_mark = phases["marks"][-1]
             bar.update(1)
-            if callback is not None and (i + 1) % config.log_every == 0:
-                if callback(rec, {"records": records, "stepper": stepper}):
-                    stopped = True
+            if run.due(i):
+                if run.read_back():
                     break
-            if i + 1 == config.warmup_steps:
-                synchronize(device)
-                window_start_s = time.perf_counter()
-            clock = time.perf_counter() if callback is not None else now_s   # callback time counts nowhere
+                start_mark = clock.mark()       # the read-back and callback count nowhere
+        run.read_back(final=True)
         synchronize(device)
-        window_s = time.perf_counter() - (window_start_s if len(records) > config.warmup_steps else start_s)
-    bar.close()
-    if not records:
+        wall_s = time.perf_counter() - wall_start_s
+    if not run.records:
         raise ValueError("no training steps ran")
-    return _finish(model, stepper, records, config, device, val_loader, sampler.summary(), window_s,
-                   stopped, device_label(device))
+    return _finish(model, stepper, run.records, config, device, val_loader, sampler.summary(),
+                   run.stopped, device_label(device), wall_s)
 
 
-def _progress(total: int, enabled: bool):
-    if not enabled:
-        return _NoBar()
-    from tqdm.auto import tqdm
+class _Run:
+    """The records of one run, read back window by window, and the callback's turn."""
 
-    return tqdm(total=total, desc="training", unit="step", leave=False)
+    def __init__(self, stepper, clock: PhaseClock, config: TrainConfig, total_steps: int, callback) -> None:
+        self.stepper, self.clock, self.config, self.total_steps = stepper, clock, config, total_steps
+        self.callback, self.pending, self.records, self.stopped = callback, [], [], False
+        self.read_every = 1 if config.sync_every_step else config.read_every   # the classic loop reads each loss
+
+    def due(self, i: int) -> bool:
+        n = i + 1
+        return n % self.read_every == 0 or (self.callback is not None and n % self.config.log_every == 0)
+
+    def read_back(self, final: bool = False) -> bool:
+        """Turn pending marks into StepRecords; run the callback when due. True = stop asked."""
+        self.records.extend(StepRecord(**row) for row in settle(self.pending, self.clock))
+        self.pending = []
+        if final or self.callback is None or not self.records or len(self.records) % self.config.log_every:
+            return False
+        self.stopped = bool(self.callback(self.records[-1], self.progress()))
+        return self.stopped
+
+    def progress(self) -> TrainProgress:
+        st, cfg = self.stepper, self.config
+        return TrainProgress(records=tuple(self.records), steps_done=len(self.records), total_steps=self.total_steps,
+                             model=st.model, last_inputs=st.last_inputs, optimizer=cfg.optimizer,
+                             lr=float(st.optimizer.param_groups[0]["lr"]), momentum=cfg.momentum,
+                             weight_decay=cfg.weight_decay, amp_dtype=cfg.amp_dtype, device=str(st.device))
 
 
-class _NoBar:
-    def update(self, n: int) -> None:  # noqa: D401 - a do-nothing progress bar
-        pass
-
-    def close(self) -> None:
-        pass
-
-
-def _finish(model, stepper, records, config, device, val_loader, util, window_s, stopped, label) -> RunResult:
+def _finish(model, stepper, records, config, device, val_loader, util, stopped, label, wall_s) -> RunResult:
     """Read memory, FLOPs, MFU and accuracy once the timed steps are over."""
-    from labkit.flops import mfu, peak_flops_per_s
+    from labkit.flops import active_math_mode, checked_mfu, peak_flops_per_s
 
-    stats = _summarise(records, config, window_s)
-    final_loss = stepper.final_loss()
-    if not config.sync_every_step:
-        records[-1] = StepRecord(**{**asdict(records[-1]), "loss": final_loss})
+    stats = _summarise(records, config)
     flops, breakdown = stepper.probe() if config.profile_model else (None, None)
     achieved = flops * stats["samples_per_s_median"] if flops is not None else None
-    peak, note = peak_flops_per_s(device, config.amp_dtype)
+    mode = active_math_mode(device, config.amp_dtype)
+    peak, note = peak_flops_per_s(device, mode)
     if device.type == "cuda":
         peak_mem = int(torch.cuda.max_memory_allocated(device))
         reserved = int(torch.cuda.max_memory_reserved(device))
     else:
         peak_mem, reserved = (breakdown.total_bytes if breakdown is not None else None), None
     acc = evaluate_accuracy(model, val_loader, device) if (config.evaluate and val_loader is not None) else None
+    wall_rate = sum(r.samples for r in records) / wall_s if wall_s > 0 else math.nan
     return RunResult(records, **stats, peak_mem_bytes=peak_mem, val_accuracy=acc, flops_per_sample=flops,
-                     achieved_flops_per_s=achieved, mfu=mfu(achieved, peak), mfu_note=note, device=label,
-                     stopped_early=stopped, peak_reserved_bytes=reserved, peak_rss_bytes=util.peak_rss_bytes,
-                     utilization_percent=util.mean_percent, utilization_note=util.note, memory=breakdown,
-                     final_loss=final_loss)
+                     achieved_flops_per_s=achieved, mfu=checked_mfu(achieved, peak, note), mfu_note=note,
+                     device=label, stopped_early=stopped, peak_reserved_bytes=reserved,
+                     peak_rss_bytes=util.peak_rss_bytes, utilization_percent=util.mean_percent,
+                     utilization_note=util.note, memory=breakdown, final_loss=records[-1].loss,
+                     math_mode=mode, peak_flops_per_s=peak,
+                     extra={"wall_s": wall_s, "wall_samples_per_s": wall_rate, "timing": stepper.clock.mode})

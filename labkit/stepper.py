@@ -1,18 +1,18 @@
 """One timed training step (the inside of :func:`labkit.loop.train`): copy, forward, backward, update.
 
-With ``sync_every_step`` the device is synchronised at each phase boundary so each time is what that
-phase cost; without it, nothing here waits for the GPU and the phase times are NaN.
+Phase boundaries are marks of a :class:`labkit.timing.PhaseClock`: CUDA events by default (nothing
+here waits for the GPU; the loop reads the marks once per window), a device sync per mark with
+``sync_every_step=True``, perf_counter on a CPU. The loss stays on the device until the loop reads it.
 """
 from __future__ import annotations
 
 import contextlib
 import math
-import time
 
 import torch
 from torch import nn
 
-from labkit.timing import synchronize
+from labkit.timing import PhaseClock
 
 NAN = math.nan
 
@@ -20,10 +20,11 @@ NAN = math.nan
 class Stepper:
     """Holds model, optimizer, loss, AMP state; ``step(i, batch)`` returns the phase times of one step."""
 
-    def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer, config, device: torch.device) -> None:
+    def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer, config, device: torch.device,
+                 clock: PhaseClock | None = None) -> None:
         self.model, self.optimizer, self.config, self.device = model, optimizer, config, device
         self.loss_fn = nn.CrossEntropyLoss()
-        self.sync = config.sync_every_step
+        self.clock = clock or PhaseClock(device, config.sync_every_step)
         self.dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(config.amp_dtype)
         self.scaler = torch.amp.GradScaler("cuda") if config.amp_dtype == "fp16" else None
         self.base_lrs = [g["lr"] for g in optimizer.param_groups]
@@ -35,12 +36,6 @@ class Stepper:
         if self.dtype is None:
             return contextlib.nullcontext()
         return torch.autocast(self.device.type, dtype=self.dtype)
-
-    def _mark(self) -> float:
-        if self.sync:
-            synchronize(self.device)
-            return time.perf_counter()
-        return NAN
 
     def _set_lr(self, i: int) -> None:
         """Linear warm-up from lr/10 to lr over ``lr_warmup_steps`` (Goyal et al. 2017, gradual warm-up)."""
@@ -65,33 +60,32 @@ class Stepper:
             return self.loss_fn(out, y)
 
     def step(self, i: int, batch) -> dict:
-        """Run one step on ``batch`` = (inputs, targets); returns samples, loss and per-phase seconds."""
+        """Run one step on ``batch`` = (inputs, targets); returns its phase marks, loss tensor and samples."""
         x, y = batch
-        t0 = self._mark()
+        mark = self.clock.mark
+        t0 = mark()
         x = x.to(self.device, non_blocking=True)
         y = y.to(self.device, non_blocking=True)
         if self.config.channels_last and x.ndim == 4:
             x = x.contiguous(memory_format=torch.channels_last)
-        t1 = self._mark()
+        t1 = mark()
         self._set_lr(i)
         loss = self._forward(i, x, y)
-        t2 = self._mark()
+        t2 = mark()
         if self.scaler is not None:
             self.scaler.scale(loss).backward()
         else:
             loss.backward()
-        t3 = self._mark()
+        t3 = mark()
         if self.scaler is not None:
             self.scaler.step(self.optimizer)
             self.scaler.update()
         else:
             self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
-        t4 = self._mark()
+        t4 = mark()
         self.last_loss, self.last_inputs = loss.detach(), x
-        loss_value = float(loss.item()) if self.sync else NAN
-        return dict(h2d_s=t1 - t0, forward_s=t2 - t1, backward_s=t3 - t2, optimizer_s=t4 - t3,
-                    loss=loss_value, samples=int(x.shape[0]))
+        return dict(marks=(t0, t1, t2, t3, t4), loss=self.last_loss, samples=int(x.shape[0]))
 
     def final_loss(self) -> float:
         """The last step's loss (one device read, at the end)."""

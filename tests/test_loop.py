@@ -7,9 +7,11 @@ import torch
 
 from labkit.data import make_loader, synthetic_data
 from labkit.loop import RunResult, StepRecord, TrainConfig, evaluate_accuracy, train
+from labkit.env import device_label, get_device
 from labkit.models import MLP, SmallCNN
 
 SHAPE = (3, 8, 8)
+DEVICE = get_device()          # tests run on whatever the machine has (CPU here, CUDA on a GPU box)
 
 
 @pytest.fixture(scope="module")
@@ -57,16 +59,20 @@ def test_timing_fields_are_consistent(data):
     assert res.samples_per_s_p10 <= res.samples_per_s_median <= res.samples_per_s_p90
     assert 0.0 <= res.data_wait_fraction < 1.0
     assert 0.0 <= res.val_accuracy <= 1.0
-    assert res.stopped_early is False and res.device.startswith("CPU")
+    assert res.stopped_early is False and res.device == device_label(DEVICE)
 
 
 def test_cpu_memory_flops_and_mfu_note(data):
     res = train(mlp(), loader(data), TrainConfig(steps=3, progress=False, evaluate=False))
-    assert res.memory is not None and res.peak_mem_bytes == res.memory.total_bytes
+    assert res.memory is not None
+    if DEVICE.type == "cpu":
+        assert res.peak_mem_bytes == res.memory.total_bytes      # on CUDA: max_memory_allocated instead
     assert res.memory.batch_size == 8 and res.memory.optimizer_bytes == res.memory.params_bytes  # SGD momentum
     assert res.flops_per_sample > 0 and res.achieved_flops_per_s == pytest.approx(
         res.flops_per_sample * res.samples_per_s_median)
-    assert res.mfu is None and "unknown" in res.mfu_note
+    if DEVICE.type == "cpu":
+        assert res.mfu is None and "unknown" in res.mfu_note and res.peak_flops_per_s is None
+        assert res.math_mode == "fp32"
     assert res.val_accuracy is None
 
 
@@ -88,11 +94,80 @@ def test_callback_stops_cleanly_and_respects_log_every(data):
     assert seen == [1, 3] and res.stopped_early and len(res.steps) == 4
 
 
-def test_no_per_step_sync_reports_window_throughput(data):
-    res = train(mlp(), loader(data), TrainConfig(steps=6, progress=False, sync_every_step=False, evaluate=False))
-    assert all(math.isnan(r.forward_s) for r in res.steps)
-    assert all(math.isnan(r.loss) for r in res.steps[:-1]) and math.isfinite(res.steps[-1].loss)
-    assert res.samples_per_s_median > 0 and res.samples_per_s_p10 == res.samples_per_s_median
+def test_default_is_the_cheap_mode_and_both_modes_time_every_phase(data):
+    assert TrainConfig(steps=1).sync_every_step is False               # the cheap mode is the default
+    for sync in (False, True):
+        res = train(mlp(), loader(data), TrainConfig(steps=6, progress=False, sync_every_step=sync, evaluate=False))
+        assert all(math.isfinite(r.forward_s) and math.isfinite(r.loss) for r in res.steps)
+        assert res.samples_per_s_p10 <= res.samples_per_s_median <= res.samples_per_s_p90
+        assert res.final_loss == res.steps[-1].loss
+        assert res.extra["timing"] == ("sync" if sync and DEVICE.type == "cuda" else
+                                       "events" if DEVICE.type == "cuda" else "host")
+
+
+def test_marks_and_losses_are_read_once_per_window(data, monkeypatch):
+    from labkit.timing import PhaseClock
+
+    settles = []
+    monkeypatch.setattr(PhaseClock, "settle", lambda self: settles.append(1))
+    train(mlp(), loader(data), TrainConfig(steps=10, progress=False, read_every=4, evaluate=False,
+                                           profile_model=False))
+    assert len(settles) == 3                                              # steps 4, 8 and the final 2
+    settles.clear()
+    train(mlp(), loader(data), TrainConfig(steps=10, progress=False, sync_every_step=True, evaluate=False,
+                                           profile_model=False))
+    assert len(settles) == 10                                             # the classic loop reads every step
+
+
+def test_settle_turns_event_marks_into_gpu_timeline_phases():
+    """The CUDA path with fake events: data wait = idle gap before the first mark; one settle per window."""
+    from labkit.loop_window import PendingStep, settle
+
+    class FakeEvent:
+        def __init__(self, ms):
+            self.ms = ms
+
+        def elapsed_time(self, other):
+            return other.ms - self.ms
+
+    class FakeClock:
+        mode, settled = "events", 0
+
+        def settle(self):
+            self.settled += 1
+
+        def elapsed_s(self, a, b):
+            return a.elapsed_time(b) / 1e3
+
+    clock = FakeClock()
+    marks = tuple(FakeEvent(ms) for ms in (12, 13, 20, 34, 40))           # copy 1, fwd 7, bwd 14, opt 6 ms
+    rows = settle([PendingStep(0, 0, FakeEvent(10), marks, torch.tensor(2.5), 8)], clock)
+    assert clock.settled == 1
+    row = rows[0]
+    assert row["data_wait_s"] == pytest.approx(0.002) and row["h2d_s"] == pytest.approx(0.001)
+    assert row["forward_s"] == pytest.approx(0.007) and row["backward_s"] == pytest.approx(0.014)
+    assert row["optimizer_s"] == pytest.approx(0.006) and row["step_time_s"] == pytest.approx(0.030)
+    assert row["loss"] == 2.5 and row["samples_per_s"] == pytest.approx(8 / 0.030)
+
+
+def test_callback_gets_the_public_progress_payload(data):
+    from labkit.loop_window import TrainProgress
+
+    got = []
+
+    def cb(rec, progress):
+        got.append(progress)
+
+    model = mlp()
+    train(model, loader(data), TrainConfig(steps=4, progress=False, log_every=2, lr=0.1, momentum=0.8,
+                                           lr_warmup_steps=0, evaluate=False, profile_model=False), callback=cb)
+    assert len(got) == 2 and all(isinstance(p, TrainProgress) for p in got)
+    p = got[-1]
+    assert p.steps_done == 4 and p.total_steps == 4 and p.records[-1].step == 3 and len(p.records) == 4
+    assert p.model is model and p.last_inputs.shape == (8, *SHAPE) and p.last_inputs.device.type == DEVICE.type
+    assert (p.optimizer, p.lr, p.momentum, p.weight_decay, p.amp_dtype) == ("sgd", 0.1, 0.8, 0.0, None)
+    assert p.device == str(DEVICE)
+    assert not any(type(v).__name__ == "Stepper" for v in vars(p).values())   # no private objects
 
 
 def test_training_reduces_loss_and_lr_warmup(data):
@@ -121,8 +196,8 @@ def test_end_of_run_probe_has_no_side_effects_on_batchnorm(data):
     before = {k: v.clone() for k, v in model.state_dict().items()}
     from labkit.stepper import Stepper
     from labkit.loop import make_optimizer
-    stepper = Stepper(model, make_optimizer(model, cfg), cfg, torch.device("cpu"))
-    stepper.last_inputs = torch.randn(8, *SHAPE)
+    stepper = Stepper(model, make_optimizer(model, cfg), cfg, DEVICE)
+    stepper.last_inputs = torch.randn(8, *SHAPE, device=DEVICE)
     flops, mem = stepper.probe()
     assert flops > 0 and mem.batch_size == 8
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
@@ -133,8 +208,11 @@ def test_bad_inputs_give_clear_errors(data):
     wrong = MLP(10, in_features=3 * 32 * 32)
     with pytest.raises(ValueError, match="does not accept batches of shape"):
         train(wrong, loader(data), TrainConfig(steps=2, progress=False))
-    with pytest.raises(ValueError, match="fp16"):
-        train(mlp(), loader(data), TrainConfig(steps=2, progress=False, amp_dtype="fp16"))
+    if DEVICE.type != "cuda":
+        with pytest.raises(ValueError, match="fp16"):
+            train(mlp(), loader(data), TrainConfig(steps=2, progress=False, amp_dtype="fp16"))
+    with pytest.raises(ValueError, match="read_every must be an integer >= 1"):
+        TrainConfig(steps=2, read_every=0)
 
 
 def test_bf16_autocast_runs_on_cpu(data):
