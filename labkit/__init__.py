@@ -42,7 +42,8 @@ __version__ = "0.1.0"
 _EXPORTS: dict[str, tuple[str, ...]] = {
     "env": ("MODE_ENV_VAR", "Mode", "cpu_count", "device_label", "get_device", "get_mode", "gpu_info",
             "nccl_available", "pick", "seed_everything"),
-    "data": ("DATASETS", "DataUnavailableError", "ImageData", "load_data", "make_loader", "synthetic_data",
+    "data": ("DATASETS", "DataUnavailableError", "ImageData", "load_data", "make_device_loader", "make_loader",
+             "max_num_workers", "synthetic_data",
              "validate_batch_size", "validate_num_workers", "verify_data_file"),
     "models": ("MLP", "SmallCNN", "build_model", "check_model_accepts", "count_parameters", "resnet18_cifar"),
     "timing": ("PhaseClock", "Stopwatch", "TimingResult", "percentile", "synchronize", "time_fn"),
@@ -59,6 +60,8 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     # batch-size lab
     "loop": ("RunResult", "StepRecord", "TrainConfig", "evaluate_accuracy", "make_optimizer", "train"),
     "loop_window": ("TrainProgress",),
+    "ceiling": ("ResidentBatches", "measure_ceiling"),
+    "device_loader": ("DeviceLoader",),
     "sampling": ("UtilizationSampler", "UtilizationSummary", "nvml_device_utilization"),
     "flops": ("MATH_MODES", "PeakSpec", "active_math_mode", "checked_mfu", "count_training_flops", "find_peak",
               "flops_per_sample", "mfu", "peak_flops_per_s"),

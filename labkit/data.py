@@ -6,6 +6,7 @@ honest without internet. Synthetic tensors exist only for throughput and profili
 from __future__ import annotations
 
 import concurrent.futures
+import dataclasses
 import gzip
 import hashlib
 import json
@@ -20,7 +21,12 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader, Dataset
 
-DATA_DIR = Path(os.environ.get("LABKIT_DATA_DIR", Path(__file__).resolve().parent.parent / "data"))
+from labkit.device_loader import DeviceLoader
+from labkit.validation import checked_int
+
+REPO_DATA_DIR = Path(__file__).resolve().parent.parent / "data"
+DATA_DIR_ENV_VAR = "LABKIT_DATA_DIR"
+DATA_DIR = Path(os.environ.get(DATA_DIR_ENV_VAR, REPO_DATA_DIR))
 DATASET_ENV_VAR = "LABKIT_DATASET"
 OFFLINE_ENV_VAR = "LABKIT_OFFLINE"
 DATASETS = ("auto", "cifar10", "digits", "synthetic")
@@ -45,29 +51,53 @@ def validate_batch_size(batch_size: object, dataset_len: int | None = None, name
     return int(batch_size)
 
 
+def max_num_workers() -> int:
+    """The most loader workers that can help: 4x the CPU count (beyond it only start-up time and memory grow)."""
+    return 4 * (os.cpu_count() or 1)
+
+
 def validate_num_workers(num_workers: object) -> int:
-    """Return ``num_workers`` as an int >= 0 or raise a clear ValueError."""
-    if isinstance(num_workers, bool) or not isinstance(num_workers, (int, np.integer)) or num_workers < 0:
-        raise ValueError(f"num_workers must be an integer >= 0 (0 = load in the main process), got {num_workers!r}")
-    return int(num_workers)
+    """Return ``num_workers`` as an int in [0, 4 x CPUs] or raise one clear ValueError."""
+    cpus = os.cpu_count() or 1
+    return checked_int(num_workers, "num_workers", minimum=0, maximum=max_num_workers(),
+                       hint=f"0 loads in the main process; this machine has {cpus} CPUs, and more workers than "
+                            f"4x that only add start-up time and memory")
+
+
+def check_data_dir(data_dir: Path) -> Path:
+    """``data_dir`` if it holds the kit's manifest, else one DataUnavailableError that says what to do."""
+    data_dir = Path(data_dir)
+    if (data_dir / "manifest.json").is_file():
+        return data_dir
+    from_env = os.environ.get(DATA_DIR_ENV_VAR)
+    source = f" (from {DATA_DIR_ENV_VAR}={from_env})" if from_env and Path(from_env) == data_dir else ""
+    what = "does not exist" if not data_dir.exists() else "has no manifest.json"
+    raise DataUnavailableError(f"data folder {data_dir}{source} {what}; point {DATA_DIR_ENV_VAR} at a copy of "
+                               f"the kit's data folder ({REPO_DATA_DIR}), or unset it to use that folder")
+
+
+def _restore_hint(filename: str, data_dir: Path) -> str:
+    """How to get a good copy back: git for the repo's own data/, a copy from it for any other folder."""
+    if data_dir.resolve() == REPO_DATA_DIR.resolve():
+        return f"restore it with `git -C {REPO_DATA_DIR.parent} checkout -- data/{filename}`"
+    return f"copy the kit's good one over it: `cp {REPO_DATA_DIR / filename} {data_dir / filename}`"
 
 
 # ---------------------------------------------------------------------------- files under data/
 def verify_data_file(filename: str, data_dir: Path | None = None) -> Path:
     """Path of a file under ``data/`` after checking its SHA-256 against ``data/manifest.json``."""
-    data_dir = Path(data_dir or DATA_DIR)
+    data_dir = check_data_dir(Path(data_dir or DATA_DIR))
     manifest = json.loads((data_dir / "manifest.json").read_text())
     if filename not in manifest:
         raise DataUnavailableError(f"{filename} is not listed in {data_dir / 'manifest.json'}; "
                                    "list it there with source, licence and sha256")
     path = data_dir / filename
     if not path.exists():
-        raise DataUnavailableError(f"{path} is missing; restore it with `git checkout -- data/{filename}`")
+        raise DataUnavailableError(f"{path} is missing; {_restore_hint(filename, data_dir)}")
     digest = hashlib.sha256(path.read_bytes()).hexdigest()
     if digest != manifest[filename]["sha256"]:
         raise DataUnavailableError(f"{path} fails its checksum (sha256 {digest[:12]}..., expected "
-                                   f"{manifest[filename]['sha256'][:12]}...); restore it with "
-                                   f"`git checkout -- data/{filename}`")
+                                   f"{manifest[filename]['sha256'][:12]}...); {_restore_hint(filename, data_dir)}")
     return path
 
 
@@ -96,6 +126,8 @@ def can_reach(host: str = CIFAR10_HOST, port: int = 443, timeout_s: float = 3.0)
 
 def resolve_dataset(name: str | None = None, root: Path | None = None) -> tuple[str, str]:
     """Which dataset ``name`` ('auto' by default, or $LABKIT_DATASET) means here, and why."""
+    if name is not None and not isinstance(name, str):
+        raise ValueError(f"dataset name must be a string, one of {DATASETS}, got {name!r} ({type(name).__name__})")
     name = (name or os.environ.get(DATASET_ENV_VAR) or "auto").strip().lower()
     if name not in DATASETS:
         raise ValueError(f"unknown dataset {name!r}; choose one of {DATASETS}")
@@ -122,6 +154,12 @@ class ImageTensorDataset(Dataset):
 
     def __len__(self) -> int:
         return len(self.labels)
+
+    def to(self, device: str | torch.device) -> "ImageTensorDataset":
+        """The same dataset with its tensors on ``device`` (for make_device_loader; index it on that device)."""
+        dev = torch.device(device)
+        return ImageTensorDataset(self.images.to(dev), self.labels.to(dev), self.mean.to(dev), self.std.to(dev),
+                                  self.image_size, self.transform)
 
     def _prepare(self, idx: torch.Tensor | list[int]) -> torch.Tensor:
         x = self.images[idx].float().div_(255.0)                      # (B, C, H, W) in [0, 1]
@@ -206,20 +244,31 @@ def synthetic_data(n_train: int = 512, n_val: int = 128, image_shape: tuple[int,
 
 def load_data(name: str | None = None, *, image_size: int = 32, train_limit: int | None = None,
               val_limit: int | None = None, seed: int = 0, root: Path | None = None,
-              transform: Callable[[torch.Tensor], torch.Tensor] | None = None) -> ImageData:
-    """Load the lab's dataset ('auto': CIFAR-10 if cached or downloadable, else real digits offline)."""
+              transform: Callable[[torch.Tensor], torch.Tensor] | None = None,
+              device: str | torch.device | None = None) -> ImageData:
+    """Load the lab's dataset ('auto': CIFAR-10 if cached or downloadable, else real digits offline).
+
+    ``device`` puts the (uint8) tensors on that device once, for :func:`make_device_loader`.
+    """
+    data = _load_data(name, image_size, train_limit, val_limit, seed, root, transform)
+    if device is None:
+        return data
+    return dataclasses.replace(data, train=data.train.to(device), val=data.val.to(device))
+
+
+def _load_data(name, image_size, train_limit, val_limit, seed, root, transform) -> ImageData:
     chosen, reason = resolve_dataset(name, root)
     root = Path(root or DATA_DIR)
-    for pname, value in (("image_size", image_size), ("train_limit", train_limit), ("val_limit", val_limit)):
-        if value is not None and (not isinstance(value, int) or value < 1):
-            raise ValueError(f"{pname} must be a positive integer or None, got {value!r}")
+    checked_int(image_size, "image_size")
+    for pname, value in (("train_limit", train_limit), ("val_limit", val_limit)):
+        checked_int(value, pname, allow_none=True)
     if chosen == "synthetic":
         return synthetic_data(train_limit or 512, val_limit or 128, (3, image_size, image_size), seed=seed)
     if chosen == "cifar10":
         (xtr, ytr), (xva, yva) = _load_cifar10(root, download=not cifar10_cached(root))
         num_classes, desc = 10, f"CIFAR-10 (Krizhevsky 2009) via torchvision; {reason}"
     else:
-        images, labels = _load_digits(root)
+        images, labels = _load_digits(check_data_dir(root))
         order = _limit(len(labels), None, seed)                       # fixed shuffled split
         n_val = len(labels) // 5
         xva, yva, xtr, ytr = images[order[:n_val]], labels[order[:n_val]], images[order[n_val:]], labels[order[n_val:]]
@@ -247,3 +296,13 @@ def make_loader(dataset: Dataset, batch_size: int, *, shuffle: bool = False, num
     return DataLoader(dataset, batch_size=batch_size, shuffle=shuffle, num_workers=num_workers,
                       pin_memory=pin_memory and torch.cuda.is_available(), drop_last=drop_last,
                       persistent_workers=persistent_workers, generator=torch.Generator().manual_seed(seed), **extra)
+
+
+def make_device_loader(dataset: Dataset, batch_size: int, *, device: str | torch.device, shuffle: bool = False,
+                       drop_last: bool = False, seed: int = 0) -> DeviceLoader:
+    """Batches indexed from tensors held on ``device`` (normalised there too): no workers, no copies per step.
+
+    Has ``__len__``, ``batch_size`` and ``dataset``, so ``train()`` takes it like a DataLoader.
+    """
+    batch_size = validate_batch_size(batch_size, len(dataset))
+    return DeviceLoader(dataset, batch_size, device=device, shuffle=shuffle, drop_last=drop_last, seed=seed)

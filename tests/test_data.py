@@ -86,7 +86,7 @@ def test_batch_larger_than_dataset_and_bad_workers(offline):
     d = data.load_data("digits", train_limit=50)
     with pytest.raises(ValueError, match="larger than the dataset"):
         data.make_loader(d.train, 64)
-    with pytest.raises(ValueError, match="num_workers must be an integer >= 0"):
+    with pytest.raises(ValueError, match=r"num_workers must be an integer between 0 and \d+, got -1"):
         data.make_loader(d.train, 8, num_workers=-1)
     with pytest.raises(ValueError, match="need num_workers >= 1"):
         data.make_loader(d.train, 8, prefetch_factor=2)
@@ -98,3 +98,113 @@ def test_loader_batches_and_seeded_shuffle(offline):
     assert torch.equal(first[0], first[1])
     batches = list(data.make_loader(d.train, 10, drop_last=True))
     assert len(batches) == 6 and batches[0][0].shape == (10, 3, 32, 32)
+
+
+# ---------------------------------------------------------------------------- GPU-resident data
+def test_device_loader_matches_the_dataloader(offline):
+    d = data.load_data("digits", train_limit=100)
+    ref = list(data.make_loader(d.train, 32))
+    dev = data.make_device_loader(d.train, 32, device="cpu")
+    got = list(dev)
+    assert len(dev) == len(ref) == 4 and dev.batch_size == 32 and dev.dataset is d.train
+    for (x, y), (rx, ry) in zip(got, ref):
+        assert torch.allclose(x, rx, atol=1e-6) and torch.equal(y, ry)        # same normalisation, same order
+    assert len(data.make_device_loader(d.train, 32, device="cpu", drop_last=True)) == 3
+
+
+def test_device_loader_shuffle_is_seeded_and_changes_per_epoch(offline):
+    d = data.load_data("digits", train_limit=64)
+    a = data.make_device_loader(d.train, 16, device="cpu", shuffle=True, seed=3)
+    b = data.make_device_loader(d.train, 16, device="cpu", shuffle=True, seed=3)
+    first_a, first_b = next(iter(a))[1], next(iter(b))[1]
+    assert torch.equal(first_a, first_b)
+    assert not torch.equal(first_a, next(iter(a))[1])                          # next epoch, new order
+    labels = torch.cat([y for _, y in a])
+    assert torch.equal(labels.sort().values, d.train.labels.sort().values)    # every sample once per epoch
+
+
+def test_load_data_on_a_device_and_training_from_it(offline):
+    from labkit.env import get_device
+    from labkit.loop import TrainConfig, train
+    from labkit.models import MLP
+
+    device = get_device()
+    d = data.load_data("digits", train_limit=64, image_size=8, device=device)
+    assert d.train.images.device.type == device.type and d.train.images.dtype == torch.uint8
+    loader = data.make_device_loader(d.train, 16, device=device, shuffle=True)
+    x, _ = next(iter(loader))
+    assert x.device.type == device.type and x.dtype == torch.float32
+    res = train(MLP(10, in_features=3 * 8 * 8, hidden=16), loader,
+                TrainConfig(steps=4, progress=False, evaluate=False, profile_model=False))
+    assert len(res.steps) == 4
+
+
+def test_device_loader_works_on_tensor_datasets_and_rejects_others():
+    ds = torch.utils.data.TensorDataset(torch.randn(10, 3), torch.arange(10))
+    x, y = next(iter(data.make_device_loader(ds, 4, device="cpu")))
+    assert torch.equal(y, torch.arange(4)) and x.shape == (4, 3)
+    sub = torch.utils.data.Subset(ds, [5, 6, 7])
+    assert torch.equal(next(iter(data.make_device_loader(sub, 3, device="cpu")))[1], torch.tensor([5, 6, 7]))
+    with pytest.raises(ValueError, match="needs a labkit image dataset or a TensorDataset"):
+        data.make_device_loader(list(range(10)), 2, device="cpu")
+    with pytest.raises(ValueError, match="larger than the dataset"):
+        data.make_device_loader(ds, 11, device="cpu")
+
+
+# ---------------------------------------------------------------------------- bad input (issue 15)
+def test_missing_data_dir_is_one_clear_error(offline, monkeypatch, tmp_path):
+    missing = tmp_path / "nope"
+    monkeypatch.setenv(data.DATA_DIR_ENV_VAR, str(missing))
+    with pytest.raises(data.DataUnavailableError) as err:
+        data.load_data("digits", root=missing)
+    assert str(err.value) == (f"data folder {missing} (from LABKIT_DATA_DIR={missing}) does not exist; point "
+                              f"LABKIT_DATA_DIR at a copy of the kit's data folder ({data.REPO_DATA_DIR}), "
+                              "or unset it to use that folder")
+    assert err.value.__context__ is None or err.value.__suppress_context__ is False
+
+
+def test_missing_data_dir_from_the_environment_in_a_fresh_process(tmp_path):
+    """What a user sees: one line, not a 31-line traceback."""
+    import subprocess
+    import sys
+
+    code = ("import labkit\ntry:\n    labkit.load_data('digits')\nexcept labkit.DataUnavailableError as e:\n"
+            "    print('ERR', e)")
+    env = {"LABKIT_DATA_DIR": str(tmp_path / "missing"), "LABKIT_OFFLINE": "1", "PATH": "/usr/bin:/bin"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert out.stdout.startswith(f"ERR data folder {tmp_path / 'missing'} (from LABKIT_DATA_DIR=")
+    assert "does not exist" in out.stdout
+
+
+def test_checksum_fix_names_the_right_path(tmp_path):
+    shutil.copy(data.DATA_DIR / "manifest.json", tmp_path / "manifest.json")
+    (tmp_path / "digits.csv.gz").write_bytes(b"tampered")
+    with pytest.raises(data.DataUnavailableError) as err:
+        data.verify_data_file("digits.csv.gz", tmp_path)
+    assert str(err.value).endswith(f"copy the kit's good one over it: `cp {data.REPO_DATA_DIR / 'digits.csv.gz'} "
+                                   f"{tmp_path / 'digits.csv.gz'}`")
+    (tmp_path / "digits.csv.gz").unlink()
+    with pytest.raises(data.DataUnavailableError, match="is missing; copy the kit's good one over it"):
+        data.verify_data_file("digits.csv.gz", tmp_path)
+
+
+def test_repo_data_restore_hint_is_git_in_the_repo():
+    assert data._restore_hint("digits.csv.gz", data.REPO_DATA_DIR) == (
+        f"restore it with `git -C {data.REPO_DATA_DIR.parent} checkout -- data/digits.csv.gz`")
+
+
+def test_load_data_with_a_non_string_name():
+    with pytest.raises(ValueError, match=r"dataset name must be a string, one of \('auto', 'cifar10', 'digits', "
+                                         r"'synthetic'\), got 42 \(int\)"):
+        data.load_data(42)
+
+
+def test_absurd_num_workers_is_rejected_with_a_hint(offline, monkeypatch):
+    monkeypatch.setattr(data.os, "cpu_count", lambda: 2)
+    d = data.load_data("digits", train_limit=50)
+    with pytest.raises(ValueError) as err:
+        data.make_loader(d.train, 8, num_workers=100000)
+    assert str(err.value) == ("num_workers must be an integer between 0 and 8, got 100000; 0 loads in the main "
+                              "process; this machine has 2 CPUs, and more workers than 4x that only add start-up "
+                              "time and memory")
+    assert data.validate_num_workers(8) == 8
