@@ -18,11 +18,10 @@ from pathlib import Path
 import torch
 
 from labkit.memory import build_memory_model, release_cpu_memory
-from labkit.memory_check import check_on_cpu, compare_with_reference, measure_step_memory
+from labkit.memory_check import check_on_cpu, compare_with_reference, measure_step_memory, recorded_reference
 from labkit.models import build_model
 
 MODELS, BATCHES, DTYPES, OPTIMIZERS = ("resnet18", "small_cnn"), (16, 64, 256, 1024), ("fp32", "bf16"), ("sgd", "adam")
-FIXTURE = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "gpu_reference_h100.json"
 
 
 def _optimizer(model, name: str):
@@ -83,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         report = {"device": "cpu (independent counts; GPU rows below are the recorded H100 reference)",
                   "rows": cpu_rows()}
-        report["recorded_h100_rows"] = compare_with_reference(json.loads(FIXTURE.read_text())["memory"])
+        report["recorded_h100_rows"] = compare_with_reference(recorded_reference()["memory"])
     report["max_abs_error_pct"] = max(abs(r["error_pct"]) for r in report["rows"])
     for r in report["rows"]:
         print(f"{r['model']:>9} b{r['batch_size']:<5} {r['dtype']} {r['optimizer']:<4} predicted "

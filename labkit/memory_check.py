@@ -9,7 +9,9 @@
 """
 from __future__ import annotations
 
+import json
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 import torch
 from torch import nn
@@ -142,6 +144,18 @@ def measure_step_memory(model: nn.Module, optimizer: torch.optim.Optimizer, inpu
 
 def _nbytes(*tensors: torch.Tensor) -> int:
     return sum(t.numel() * t.element_size() for t in tensors)
+
+
+RECORDED_H100 = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "gpu_reference_h100.json"
+
+
+def recorded_reference(path: str | Path | None = None) -> dict:
+    """The H100 reference run (device, torch, memory rows) kept with the repository's tests."""
+    path = Path(path) if path is not None else RECORDED_H100
+    if not path.is_file():
+        raise FileNotFoundError(f"no recorded GPU reference at {path}; it ships in the repository's "
+                                "tests/fixtures/ (a source checkout), or pass path=")
+    return json.loads(path.read_text())
 
 
 def compare_with_reference(rows: list[dict], sample_shape: tuple[int, ...] = (3, 32, 32)) -> list[dict]:
