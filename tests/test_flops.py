@@ -3,7 +3,9 @@ import pytest
 import torch
 from torch import nn
 
-from labkit.flops import PEAK_TABLE, count_training_flops, find_peak, flops_per_sample, mfu, normalise_dtype, peak_flops_per_s
+from labkit import flops
+from labkit.flops import (MATH_MODES, PEAK_TABLE, active_math_mode, checked_mfu, count_training_flops, find_peak,
+                          flops_per_sample, mfu, normalise_dtype, peak_flops_per_s)
 
 
 def test_linear_training_flops_by_hand():
@@ -32,7 +34,7 @@ def test_peak_table_lookup_and_unknowns():
     assert find_peak("NVIDIA GeForce GTX 1080") is None
     assert all(spec.source for spec in PEAK_TABLE)
     a100 = find_peak("NVIDIA A100-PCIE-40GB")
-    assert a100.peak_flops_per_s["bfloat16"] == 312e12 and a100.peak_flops_per_s["float32"] == 19.5e12
+    assert a100.peak_flops_per_s["bf16"] == 312e12 and a100.peak_flops_per_s["fp32"] == 19.5e12   # keyed by math mode
     peak, note = peak_flops_per_s("cpu", "bf16")
     assert peak is None and "unknown" in note
 
@@ -44,3 +46,103 @@ def test_mfu_and_dtypes():
     assert normalise_dtype(None) == "float32"
     with pytest.raises(ValueError, match="unknown dtype"):
         normalise_dtype("fp8")
+
+
+
+# ---------------------------------------------------------------------------- math mode and the peak it implies
+@pytest.fixture()
+def fake_gpu(monkeypatch):
+    """A CUDA device of a chosen name and compute capability (mocked)."""
+    state = {"name": "NVIDIA H100 80GB HBM3", "cc": (9, 0)}
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda dev=None: state["name"])
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda dev=None: state["cc"])
+    return state
+
+
+def _set_precision(monkeypatch, matmul, conv):
+    """Mock torch's new-API getters (the real ones would change the process-wide settings)."""
+    monkeypatch.setattr(flops, "_tf32_enabled", lambda: "tf32" in (matmul, conv))
+
+
+def test_math_mode_follows_autocast_and_device():
+    assert active_math_mode("cpu") == "fp32" and active_math_mode("cpu", "bf16") == "bf16"
+    assert active_math_mode("cuda:0", torch.float16) == "fp16"
+    assert set(MATH_MODES) == {"fp32", "tf32", "bf16", "fp16"}
+
+
+@pytest.mark.parametrize("cc, matmul, conv, expected", [
+    ((9, 0), "ieee", "tf32", "tf32"),      # torch's default: cuDNN convolutions on TF32, matmuls strict
+    ((9, 0), "tf32", "ieee", "tf32"),
+    ((9, 0), "ieee", "ieee", "fp32"),      # both forced strict
+    ((8, 0), "ieee", "tf32", "tf32"),      # A100: TF32 exists from compute capability 8.0
+    ((7, 0), "tf32", "tf32", "fp32"),      # V100: no TF32 tensor cores, whatever the flags say
+])
+def test_tf32_detection_by_capability_and_flags(fake_gpu, monkeypatch, cc, matmul, conv, expected):
+    fake_gpu["cc"] = cc
+    _set_precision(monkeypatch, matmul, conv)
+    assert active_math_mode("cuda:0") == expected
+
+
+def test_tf32_flags_read_through_the_current_api(monkeypatch):
+    """PyTorch 2.9+: fp32_precision per backend; 'none' falls back to the older flags."""
+    class Ns:
+        pass
+
+    matmul, conv = Ns(), Ns()
+    monkeypatch.setattr(torch.backends.cuda, "matmul", matmul)
+    monkeypatch.setattr(torch.backends.cudnn, "conv", conv, raising=False)
+    matmul.fp32_precision, conv.fp32_precision = "ieee", "tf32"
+    assert flops._tf32_enabled() is True
+    conv.fp32_precision = "ieee"
+    assert flops._tf32_enabled() is False
+    matmul.fp32_precision, conv.fp32_precision = "none", "none"
+    monkeypatch.setattr(torch, "get_float32_matmul_precision", lambda: "highest")
+    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", True)
+    assert flops._tf32_enabled() is True                     # older flag: cuDNN TF32 on by default
+    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", False)
+    assert flops._tf32_enabled() is False
+    monkeypatch.setattr(torch, "get_float32_matmul_precision", lambda: "high")
+    assert flops._tf32_enabled() is True
+
+
+def test_current_torch_defaults_mean_tf32_convolutions():
+    """Not mocked: this torch's own defaults let cuDNN convolutions use TF32 (the H100's 55-93% MFU bug)."""
+    assert torch.backends.cudnn.conv.fp32_precision in ("tf32", "none")
+    assert flops._tf32_enabled() is True
+
+
+@pytest.mark.parametrize("name, mode, tflops", [
+    ("NVIDIA H100 80GB HBM3", "tf32", 494.5), ("NVIDIA H100 80GB HBM3", "fp32", 67),
+    ("NVIDIA H100 80GB HBM3", "bf16", 989.5), ("NVIDIA H100 PCIe", "tf32", 378),
+    ("NVIDIA H200", "bf16", 989.5), ("NVIDIA A100-SXM4-80GB", "tf32", 156),
+    ("NVIDIA L4", "bf16", 121), ("NVIDIA L40S", "tf32", 183), ("Tesla V100-SXM2-16GB", "fp16", 125),
+    ("Tesla V100-PCIE-32GB", "fp32", 14), ("Tesla T4", "fp16", 65),
+])
+def test_peak_per_gpu_and_math_mode(fake_gpu, name, mode, tflops):
+    fake_gpu["name"] = name
+    peak, note = peak_flops_per_s("cuda:0", mode)
+    assert peak == pytest.approx(tflops * 1e12)
+    assert f"{mode} dense peak {tflops:g} TFLOP/s" in note and "datasheet" in note
+
+
+def test_no_peak_for_a_mode_the_gpu_lacks_or_an_unlisted_gpu(fake_gpu):
+    fake_gpu["name"] = "Tesla T4"
+    assert peak_flops_per_s("cuda:0", "bf16") == (None, "NVIDIA T4: the datasheet gives no bf16 peak: no MFU")
+    fake_gpu["name"] = "NVIDIA GeForce GTX 1080"
+    peak, note = peak_flops_per_s("cuda:0", "fp32")
+    assert peak is None and "not in labkit.flops.PEAK_TABLE" in note
+    assert find_peak("NVIDIA L40S").name == "NVIDIA L40S" and find_peak("NVIDIA L4").name == "NVIDIA L4"
+
+
+def test_every_peak_is_dense_and_ordered():
+    for spec in PEAK_TABLE:
+        p = spec.peak_flops_per_s
+        assert p["fp32"] > 0 and "datasheet" in spec.source
+        if "tf32" in p:
+            assert p["fp32"] <= p["tf32"] < p["bf16"] == p["fp16"]
+
+
+def test_mfu_cannot_exceed_100_percent():
+    assert checked_mfu(50e12, 100e12) == pytest.approx(0.5)
+    with pytest.warns(RuntimeWarning, match=r"150% of the peak used \(H100 fp32 67\): that peak is too low"):
+        assert checked_mfu(100.5e12, 67e12, "H100 fp32 67") == 1.0
