@@ -313,8 +313,17 @@ def main(argv: list[str] | None = None) -> int:
     if kind == "torch":  # the result is safe on disk: skip interpreter teardown, where torch's C++ threads
         sys.stdout.flush()  # occasionally abort ("terminate called without an active exception") under torchrun
         sys.stderr.flush()
+        _finalize_mpi_if_started()
         os._exit(0)
     return 0
+
+
+def _finalize_mpi_if_started() -> None:
+    """os._exit skips mpi4py's atexit MPI_Finalize; Open MPI's mpiexec then fails the job (exit 1, "exited
+    improperly", as on the H100 box), so a torch demo that also used MPI (mpi_too) finalizes it first."""
+    mpi = sys.modules.get("mpi4py.MPI")
+    if mpi is not None and mpi.Is_initialized() and not mpi.Is_finalized():
+        mpi.Finalize()
 
 
 if __name__ == "__main__":

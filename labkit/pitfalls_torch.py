@@ -21,6 +21,7 @@ import torch
 from torch import nn
 from torch.utils.data.distributed import DistributedSampler
 
+from labkit.distributed import check_data_size
 from labkit.timing import time_fn
 
 
@@ -48,6 +49,7 @@ def _train_bn_over(batches: list[torch.Tensor]) -> tuple[nn.BatchNorm1d, str | N
 
 def torch_uneven_last_batch(num_examples: int = 65, batch_size: int = 8, world_size: int = 2) -> TorchUnevenBatchEvidence:
     """Pitfall 1, PyTorch side: the real DistributedSampler and BatchNorm1d, ranks simulated by ``rank=``."""
+    check_data_size(world_size, num_examples)
     data = torch.randn(num_examples, 4, generator=torch.Generator().manual_seed(0))
     shards = [list(DistributedSampler(range(num_examples), world_size, r, shuffle=False)) for r in range(world_size)]
     counts = np.bincount(np.concatenate(shards), minlength=num_examples)
@@ -145,6 +147,7 @@ def padded_eval_accuracy(correct: list[int], world_size: int = 3, timeout_s: flo
 
     if not correct or any(c not in (0, 1) for c in correct):
         raise ValueError("correct must be a non-empty list of 0/1 flags (1 = prediction was right)")
+    check_data_size(world_size, len(correct), "the evaluation set")
     res = launch(sharded_eval_worker, world_size, args=(list(map(int, correct)),), timeout_s=timeout_s,
                  show_output=False)[0]
     pad, fix = res["padded"], res["unpadded"]

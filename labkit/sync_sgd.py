@@ -20,6 +20,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from labkit.validation import checked_int
+
 Broadcast = Callable[[torch.Tensor, int], None]
 AllreduceSum = Callable[[torch.Tensor], None]
 
@@ -82,8 +84,7 @@ def _state(model: nn.Module) -> dict[str, torch.Tensor]:
 # ---------------------------------------------------------------------------- the derivation, checked
 def micro_batch_gradients(problem: ToyProblem, world_size: int, step: int = 0) -> tuple[list[list[torch.Tensor]], list[torch.Tensor]]:
     """Per-replica gradients on each micro-batch, and the single-process gradient on the combined batch."""
-    if world_size < 1:
-        raise ValueError(f"world_size must be >= 1, got {world_size}")
+    world_size = checked_int(world_size, "world_size")
     model = build_toy_model(problem, problem.seed)
     x, y = toy_batch(problem, step, world_size * problem.micro_batch)
     loss_fn = nn.CrossEntropyLoss()                                   # mean over the batch
@@ -118,8 +119,7 @@ def sync_gradients(model: nn.Module, allreduce_sum: AllreduceSum, world_size: in
     ``bucket=False`` (naive): one all-reduce per parameter. ``bucket=True``: flatten all gradients into
     one buffer and all-reduce it once, the way DDP's gradient buckets save per-message latency.
     """
-    if world_size < 1:
-        raise ValueError(f"world_size must be >= 1, got {world_size}")
+    world_size = checked_int(world_size, "world_size")
     grads = [p.grad for p in model.parameters() if p.grad is not None]
     if not grads:
         raise ValueError("no gradients to synchronise: call loss.backward() before sync_gradients")

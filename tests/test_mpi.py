@@ -185,3 +185,22 @@ def test_mpi_too_needs_an_mpi_launcher(monkeypatch):
         monkeypatch.delenv(name, raising=False)
     with pytest.raises(ValueError, match="mpi_too=True needs an MPI launcher"):
         mpi_demos.torch_sgd(steps=1, mpi_too=True)
+
+
+def test_torch_demo_finalizes_mpi_before_its_fast_exit(monkeypatch):
+    """Open MPI fails a job whose ranks skip MPI_Finalize (the H100 run); os._exit would skip mpi4py's atexit."""
+    import sys
+    import types
+
+    from labkit import mpi_demos
+
+    calls = []
+    fake = types.SimpleNamespace(Is_initialized=lambda: True, Is_finalized=lambda: bool(calls),
+                                 Finalize=lambda: calls.append("Finalize"))
+    monkeypatch.setitem(sys.modules, "mpi4py.MPI", fake)
+    mpi_demos._finalize_mpi_if_started()
+    mpi_demos._finalize_mpi_if_started()          # idempotent: finalized once
+    assert calls == ["Finalize"]
+    monkeypatch.delitem(sys.modules, "mpi4py.MPI")
+    mpi_demos._finalize_mpi_if_started()          # MPI never imported: nothing to do
+    assert calls == ["Finalize"]

@@ -84,3 +84,12 @@ def test_shard_coverage_and_lr_rules():
     assert scaled_lr(0.1, 256, base_batch=32, rule="none") == 0.1
     with pytest.raises(ValueError):
         scaled_lr(0.1, 256, base_batch=32, rule="cubic")
+
+
+def test_more_ranks_than_samples_is_one_clear_error():
+    with pytest.raises(ValueError, match=r"^world_size must be an integer between 1 and 3, got 4; the dataset has 3 "
+                                         r"samples, so each rank needs at least one; use fewer ranks$"):
+        torch_uneven_last_batch(num_examples=3, batch_size=2, world_size=4)
+    with pytest.raises(ValueError, match=r"^world_size must be an integer between 1 and 2, got 3; the evaluation "
+                                         r"set has 2 samples"):
+        padded_eval_accuracy([1, 0], world_size=3)

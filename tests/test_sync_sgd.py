@@ -87,3 +87,11 @@ def test_real_gloo_scratch_equals_ddp_and_single_process():
         ranks = out[key]
         assert s.max_weight_difference(ranks[0], ranks[1]) == 0.0          # identical on every rank
         assert s.max_weight_difference(ranks[0], out["single"]) < 1e-5     # == combined-batch training
+
+
+@pytest.mark.parametrize("world_size", [0, 2.0, True])
+def test_bad_world_size_is_one_clear_error(world_size):
+    from labkit.sync_sgd import ToyProblem, micro_batch_gradients
+
+    with pytest.raises(ValueError, match=r"^world_size must be an integer >= 1, got"):
+        micro_batch_gradients(ToyProblem(seed=0, micro_batch=4), world_size)
