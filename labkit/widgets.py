@@ -30,7 +30,7 @@ class DashboardRun:
     points: list = field(default_factory=list)      # dicts: step, samples_per_s, step_time_ms, loss
     accuracy: list = field(default_factory=list)    # (step, val accuracy)
     memory: object | None = None                    # labkit.memory.MemoryBreakdown (predicted)
-    measured_bytes: int | None = None               # GPU max_memory_allocated, CPU exact saved activations + fixed
+    measured_bytes: int | None = None               # GPU: peak minus the baseline; CPU: counted activations + rest
     result: object | None = None                    # labkit.loop.RunResult when finished
     stopped: bool = False
     error: str | None = None
@@ -169,7 +169,6 @@ class BatchSizeDashboard:
         from labkit.batch_size import scaled_lr
         from labkit.data import make_loader, validate_batch_size
         from labkit.loop import TrainConfig, train
-        from labkit.memory import build_memory_model
         from labkit.models import build_model
 
         data = self.data()
@@ -182,49 +181,71 @@ class BatchSizeDashboard:
         self.history.append(run)
         self.status.value = f"running {run.label}, lr {lr:.4g} ..."
         model = build_model(run.model, data.num_classes, data.image_shape)
-        run.memory = build_memory_model(model, data.image_shape, "sgd", 0.9).predict(bs)
+        baseline = self._cuda_baseline()
         val = make_loader(data.val, min(len(data.val), 256))
         cfg = TrainConfig(steps=steps, lr=lr, lr_warmup_steps=5 if self.lr_scaling.value else 0, device=self.device,
                           progress=False, warmup_steps=min(2, steps - 1), profile_model=False)
         result = train(model, make_loader(data.train, bs, shuffle=True), cfg, val_loader=val,
-                       callback=lambda rec, so_far: self._on_step(run, model, rec, so_far))
+                       callback=lambda rec, progress: self._on_step(run, rec, progress, baseline))
         run.result, run.stopped = result, result.stopped_early
         if result.val_accuracy is not None:
             run.accuracy.append((len(result.steps), result.val_accuracy))
-        if result.peak_mem_bytes and self._device_type(model) == "cuda":
-            run.measured_bytes = result.peak_mem_bytes
         self._render(run, force=True)
         word = "stopped" if run.stopped else "finished"
         self.status.value = (f"{word} {run.label}: {result.samples_per_s_median:.1f} samples/s (median), "
                              f"val accuracy {result.val_accuracy:.3f} on {html.escape(result.device)}")
 
-    @staticmethod
-    def _device_type(model) -> str:
-        return next(model.parameters()).device.type
-
-    def _on_step(self, run: DashboardRun, model, rec, so_far) -> bool:
-        """Training-thread callback: record, refresh the views every few steps, honour Stop."""
+    def _on_step(self, run: DashboardRun, rec, progress, baseline_bytes: int | None) -> bool:
+        """Training-thread callback (``labkit.loop.train``'s public TrainProgress): record, refresh, honour Stop."""
         run.points.append(dict(step=rec.step + 1, samples_per_s=rec.samples_per_s,
                                step_time_ms=1e3 * rec.step_time_s, loss=rec.loss))
         n = rec.step + 1
-        if run.measured_bytes is None:
-            run.measured_bytes = self._measure(model, so_far["stepper"])
+        if run.memory is None:
+            run.memory = self.predicted_memory(progress, run.batch_size)
+        if run.measured_bytes is None or (baseline_bytes is not None and n == 2):
+            run.measured_bytes = self._measure(progress, run, baseline_bytes)
         if self.eval_every and n % self.eval_every == 0 and n < run.total_steps:
-            run.accuracy.append((n, self._quick_accuracy(model)))
+            run.accuracy.append((n, self._quick_accuracy(progress.model)))
         if n == 1 or n % self.update_every == 0 or self._stop.is_set():
             self._render(run)
         return self._stop.is_set()
 
-    def _measure(self, model, stepper) -> int | None:
-        """GPU: max_memory_allocated so far. CPU: fixed parts + the exact saved-activation bytes of this batch."""
+    @staticmethod
+    def predicted_memory(progress, batch_size: int):
+        """The memory model for the run's own optimizer, momentum and autocast dtype (from TrainProgress)."""
+        from labkit.memory import build_memory_model
+
+        shape = tuple(progress.last_inputs.shape[1:])
+        return build_memory_model(progress.model, shape, progress.optimizer, progress.momentum,
+                                  progress.amp_dtype).predict(batch_size)
+
+    @staticmethod
+    def _cuda_baseline() -> int | None:
+        """GPU: what other code holds before the run (subtracted from the run's peak); None on a CPU."""
         import torch
 
-        from labkit.memory import saved_activation_bytes
+        if not torch.cuda.is_available():
+            return None
+        torch.cuda.reset_peak_memory_stats()
+        return int(torch.cuda.memory_allocated())
 
-        if self._device_type(model) == "cuda":
-            return int(torch.cuda.max_memory_allocated())
-        run = self.history[-1]
-        acts = saved_activation_bytes(model, stepper.last_inputs)
+    @staticmethod
+    def _measure(progress, run: DashboardRun, baseline_bytes: int | None) -> int | None:
+        """GPU: peak allocated since the run began minus the baseline. CPU: the fixed parts plus the
+        activations counted from this batch's autograd graph (not the hook the model is built with)."""
+        import torch
+
+        from labkit.memory import preserved_state
+        from labkit.memory_check import graph_saved_bytes
+
+        model = progress.model
+        if baseline_bytes is not None and next(model.parameters()).device.type == "cuda":
+            return int(torch.cuda.max_memory_allocated()) - baseline_bytes
+        with preserved_state(model):
+            model.train()
+            out = model(progress.last_inputs)
+            acts = graph_saved_bytes(out, exclude=list(model.parameters()))
+            del out
         return run.memory.total_bytes - run.memory.activations_bytes + acts
 
     def _quick_accuracy(self, model) -> float:
