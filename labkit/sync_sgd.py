@@ -246,8 +246,10 @@ def run_sync_sgd_comparison(world_size: int = 2, steps: int = 10, seed: int = 0,
     """
     from labkit.distributed import launch
 
+    # gloo on purpose, GPUs or not: this is a proof to float precision against a CPU reference (CPU tensors,
+    # deterministic kernels); the timing lessons are the ones that follow choose_backend onto the GPUs
     per_rank = launch(sync_vs_ddp_worker, world_size, kwargs=dict(steps=steps, seed=seed, micro_batch=micro_batch,
-                      lr=lr), timeout_s=timeout_s, show_output=False)
+                      lr=lr), backend="gloo", timeout_s=timeout_s, show_output=False)
     out: dict[str, object] = {k: [r[k] for r in per_rank] for k in ("scratch", "scratch_bucketed", "ddp")}
     out["single"] = train_single_process(world_size, steps=steps, seed=seed, micro_batch=micro_batch, lr=lr)
     return out

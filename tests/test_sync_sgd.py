@@ -95,3 +95,19 @@ def test_bad_world_size_is_one_clear_error(world_size):
 
     with pytest.raises(ValueError, match=r"^world_size must be an integer >= 1, got"):
         micro_batch_gradients(ToyProblem(seed=0, micro_batch=4), world_size)
+
+
+def test_the_proof_runs_on_gloo_even_on_a_gpu_box(monkeypatch):
+    """CPU tensors and a CPU reference: NCCL (picked by 'auto' with a GPU per rank) would reject them."""
+    import labkit.distributed as ld
+    from labkit import sync_sgd
+
+    seen = {}
+
+    def fake_launch(fn, world_size, **kwargs):
+        seen.update(kwargs)
+        return [{"scratch": {}, "scratch_bucketed": {}, "ddp": {}}] * world_size
+
+    monkeypatch.setattr(ld, "launch", fake_launch)
+    sync_sgd.run_sync_sgd_comparison(world_size=2, steps=1)
+    assert seen["backend"] == "gloo"
