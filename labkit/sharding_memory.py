@@ -66,7 +66,9 @@ def predict_per_rank(model: MemoryModel, batch_size_per_rank: int, strategy: str
                      fsdp_keeps_shard: bool = True) -> MemoryBreakdown:
     """One rank's predicted bytes: the memory model's parts times the strategy's sharding factors.
 
-    Activations are not sharded by ZeRO: each rank keeps those of its own micro-batch.
+    Activations are not sharded by ZeRO: each rank keeps those of its own micro-batch. This is the state held
+    right after the forward pass (what ``count_rank_state_bytes`` counts); the memory model's backward-peak
+    adjustment is left out (0), since it is not yet known how it shards.
     """
     full = model.predict(batch_size_per_rank)
     scale = model.param_bytes / full.params_bytes if full.params_bytes else 1.0   # keep the model's real dtype
