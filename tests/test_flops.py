@@ -146,3 +146,26 @@ def test_mfu_cannot_exceed_100_percent():
     assert checked_mfu(50e12, 100e12) == pytest.approx(0.5)
     with pytest.warns(RuntimeWarning, match=r"150% of the peak used \(H100 fp32 67\): that peak is too low"):
         assert checked_mfu(100.5e12, 67e12, "H100 fp32 67") == 1.0
+
+
+# ---------------------------------------------------------------------------- the recorded H100 run
+def test_recorded_h100_fp32_rungs_ran_tf32_and_stay_under_its_peak(fake_gpu, monkeypatch):
+    """The H100 bug: fp32 ResNet-18 rungs read 50%+ 'MFU' against the fp32 peak because cuDNN ran TF32."""
+    import json
+    from pathlib import Path
+
+    from labkit.models import build_model
+
+    ref = json.loads((Path(__file__).parent / "fixtures" / "h100_gpu_reference.json").read_text())
+    fake_gpu["name"] = ref["device"]
+    _set_precision(monkeypatch, "tf32" if ref["matmul_allow_tf32"] else "ieee",
+                   "tf32" if ref["cudnn_allow_tf32"] else "ieee")
+    assert active_math_mode("cuda:0") == "tf32"
+    per_sample = flops_per_sample(build_model("resnet18"), (3, 32, 32))
+    for row in ref["throughput_gpu_resident"]:
+        mode = active_math_mode("cuda:0", "bf16" if row["amp"] else None)
+        peak, _ = peak_flops_per_s("cuda:0", mode)
+        assert 0 < mfu(per_sample * row["samples_per_s"], peak) <= 1.0, row
+    fastest_fp32 = max(r["samples_per_s"] for r in ref["throughput_gpu_resident"] if not r["amp"])
+    fp32_peak, _ = peak_flops_per_s("cuda:0", "fp32")
+    assert mfu(per_sample * fastest_fp32, fp32_peak) > 0.4      # what the wrong peak made it look like
