@@ -1,6 +1,8 @@
-"""Honest timing in one place: warm up, synchronise the device, repeat, report the median.
+"""Honest timing in one place: warm up, mark the device's own timeline, repeat, report the median.
 
-d2l's timer forgets to synchronise the GPU, so it times kernel *launches*; this one does not.
+d2l's timer forgets to synchronise the GPU, so it times kernel *launches*; this one does not. On CUDA
+the marks are CUDA events read back after the last repeat (one sync in all), so timing does not stall
+the queue between repeats; on a CPU they are perf_counter readings.
 """
 from __future__ import annotations
 
@@ -39,6 +41,7 @@ class TimingResult:
 
     times_s: list[float] = field(repr=False)
     device: str
+    clock: str = "host"            # 'events' (CUDA events), 'sync' or 'host' (perf_counter): see PhaseClock
 
     @property
     def median_s(self) -> float:
@@ -53,27 +56,30 @@ class TimingResult:
         return percentile(self.times_s, 90)
 
     def __str__(self) -> str:
+        how = {"events": ", CUDA events", "sync": ", synchronised"}.get(self.clock, "")
         return (f"median {self.median_s * 1e3:.2f} ms (p10 {self.p10_s * 1e3:.2f}, "
-                f"p90 {self.p90_s * 1e3:.2f}, n={len(self.times_s)}) on {self.device}")
+                f"p90 {self.p90_s * 1e3:.2f}, n={len(self.times_s)}{how}) on {self.device}")
 
 
 def time_fn(fn: Callable[[], object], *, warmup: int = 2, repeats: int = 5,
             device: str | torch.device | None = None) -> TimingResult:
-    """Time ``fn()`` honestly: ``warmup`` untimed calls, then ``repeats`` synchronised calls."""
+    """Time ``fn()`` honestly: ``warmup`` untimed calls, then ``repeats`` calls between device-time marks."""
     if warmup < 0 or repeats < 1:
         raise ValueError(f"need warmup >= 0 and repeats >= 1, got warmup={warmup}, repeats={repeats}")
-    for _ in range(warmup):
-        fn()
-    synchronize(device)
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        synchronize(device)
-        times.append(time.perf_counter() - start)
     from labkit.env import device_label
 
-    return TimingResult(times, device_label(device))
+    dev = torch.device(device) if device is not None else torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    clock = PhaseClock(dev)
+    for _ in range(warmup):
+        fn()
+    synchronize(dev)
+    marks = [clock.mark()]
+    for _ in range(repeats):
+        fn()
+        marks.append(clock.mark())
+    clock.settle()
+    times = [clock.elapsed_s(a, b) for a, b in zip(marks, marks[1:])]
+    return TimingResult(times, device_label(device), clock.mode)
 
 
 class Stopwatch:
