@@ -77,7 +77,12 @@ class TrainConfig:
 
 @dataclass(frozen=True)
 class StepRecord:
-    """One training step; every time in seconds (NaN where not measured)."""
+    """One training step; every time in seconds.
+
+    ``step_time_s`` runs from the end of the previous step to the end of this one, and ``data_wait_s`` to
+    the step's first work: on a GPU (CUDA events) that is the time the GPU sat idle for the batch; on a
+    CPU, the time the loop waited for the loader. The phases are disjoint parts of ``step_time_s``.
+    """
 
     step: int
     epoch: int

@@ -87,10 +87,6 @@ class Stepper:
         self.last_loss, self.last_inputs = loss.detach(), x
         return dict(marks=(t0, t1, t2, t3, t4), loss=self.last_loss, samples=int(x.shape[0]))
 
-    def final_loss(self) -> float:
-        """The last step's loss (one device read, at the end)."""
-        return float(self.last_loss.item()) if self.last_loss is not None else NAN
-
     def probe(self):
         """(training FLOPs per sample, MemoryBreakdown at the run's batch size) from 2- and 4-sample probes."""
         from labkit.flops import count_training_flops
