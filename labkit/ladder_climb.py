@@ -1,20 +1,21 @@
 """Climbing the tuning ladder: measure each rung on top of the best recipe so far, keep what helps.
 
-A rung is carried forward only when it is at least ``min_gain`` faster than the recipe it was added
-to *and* its accuracy after the fixed budget stays within ``accuracy_tolerance`` of rung 1's; every
-other rung is still measured and reported with the reason it was left out.
+A rung is carried forward only when it is at least ``min_gain`` faster than the recipe it was added to *and*
+its accuracy after the fixed budget stays within ``accuracy_tolerance`` of **rung 0's** (the naive recipe, the
+one every speedup is quoted against); every other rung is still reported with the reason it was left out.
 """
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, replace
 from typing import Callable
 
-from labkit.ladder_report import LadderRow
 from labkit.batch_size import scaled_lr
-from labkit.ladder_rungs import (RUNGS, Capabilities, Measurement, Recipe, RungSpec, measure_model, mfu_of,
-                                 propose, steps_for_budget, train_loader)
+from labkit.ladder_measure import Measurement, measure_model, mfu_of, steps_for_budget, train_loader
+from labkit.ladder_report import LadderRow
+from labkit.ladder_rungs import RUNGS, Capabilities, Recipe, RungSpec, propose
+from labkit.progress import progress_bar
 
-HARDWARE_RUNGS = ("mixed_precision", "channels_last", "compile", "ddp")   # may fail where unsupported
+HARDWARE_RUNGS = ("tf32", "mixed_precision", "channels_last", "compile", "ddp")   # may fail where unsupported
 MIN_TIMED_STEPS = 3
 
 
@@ -32,6 +33,11 @@ class LadderJob:
     trainer: Callable | None = None
 
 
+def lr_warmup_steps(job: LadderJob, recipe: Recipe, steps: int) -> int:
+    """Warm-up steps for a recipe whose LR was scaled up (Goyal et al. 2017, section 2.2); 0 otherwise."""
+    return int(steps * job.config.lr_warmup_fraction) if recipe.global_batch > job.config.lr_ref_batch else 0
+
+
 def measure_recipe(job: LadderJob, recipe: Recipe) -> Measurement:
     """Train a fresh, identically initialised model with ``recipe`` for the fixed budget and measure it."""
     from labkit.env import seed_everything
@@ -39,17 +45,18 @@ def measure_recipe(job: LadderJob, recipe: Recipe) -> Measurement:
     cfg = job.config
     steps = steps_for_budget(job.budget_samples, recipe.global_batch, cfg.warmup_steps + MIN_TIMED_STEPS)
     lr = scaled_lr(cfg.lr, recipe.global_batch, cfg.lr_ref_batch)
+    warm = lr_warmup_steps(job, recipe, steps)
     if recipe.world_size > 1:
         from labkit.ladder_ddp import measure_ddp
 
         return measure_ddp(recipe, job.model_fn, job.data, steps=steps, lr=lr, warmup_steps=cfg.warmup_steps,
-                           seed=cfg.seed, timeout_s=cfg.ddp_timeout_s,
+                           seed=cfg.seed, timeout_s=cfg.ddp_timeout_s, lr_warmup_steps=warm,
                            threads_per_rank=max(1, job.caps.cpu_cores // recipe.world_size))
     seed_everything(cfg.seed)
     model = job.model_fn()
-    loader = train_loader(job.data.train, recipe, cfg.seed)
+    loader = train_loader(job.data.train, recipe, cfg.seed, job.device)
     return measure_model(model, loader, job.val_loader, recipe, steps=steps, lr=lr, warmup_steps=cfg.warmup_steps,
-                         seed=cfg.seed, device=job.device, trainer=job.trainer)
+                         seed=cfg.seed, device=job.device, trainer=job.trainer, lr_warmup_steps=warm)
 
 
 def choose_batch_size(job: LadderJob) -> tuple[int, dict[int, float], str]:
@@ -69,10 +76,8 @@ def choose_batch_size(job: LadderJob) -> tuple[int, dict[int, float], str]:
 
 def _finder_filter(candidates: list[int], job: LadderJob) -> tuple[list[int], str]:
     """Keep the candidates the batch-size finder says fit (GPU: OOM search; CPU: against a memory budget)."""
-    try:
-        from labkit.batch_size import find_max_batch
-    except ImportError:
-        return candidates, "batch-size finder not available, every candidate measured"
+    from labkit.batch_size import find_max_batch
+
     if not candidates:
         return candidates, "no candidate fits the data"
     if job.device.startswith("cpu") and job.config.memory_budget_bytes is None:
@@ -85,9 +90,9 @@ def _finder_filter(candidates: list[int], job: LadderJob) -> tuple[list[int], st
             f"finder ({how}): largest batch that fits = {found.max_batch}")
 
 
-def _verdict(job: LadderJob, m: Measurement, base_sps: float, base_rung: int,
-             ref_acc: float | None) -> tuple[str, str, bool]:
-    """(status, reason, kept) of a measured rung against the recipe it was added to."""
+def verdict(job: LadderJob, m: Measurement, base_sps: float, base_rung: int,
+            ref_acc: float | None) -> tuple[str, str, bool]:
+    """(status, reason, kept) of a measured rung: speed against its base recipe, accuracy against rung 0's."""
     cfg = job.config
     x = m.samples_per_s / base_sps
     versus = f"{x:.2f}x the recipe of rung {base_rung}"
@@ -97,7 +102,7 @@ def _verdict(job: LadderJob, m: Measurement, base_sps: float, base_rung: int,
         return "no clear gain", f"{versus}, under the {cfg.min_gain:.0%} bar: not carried forward", False
     if ref_acc is not None and m.val_accuracy is not None and m.val_accuracy < ref_acc - cfg.accuracy_tolerance:
         return "faster", (f"{versus}, but accuracy {m.val_accuracy:.1%} is more than "
-                          f"{cfg.accuracy_tolerance:.0%} below rung 1's {ref_acc:.1%}: not carried forward"), False
+                          f"{cfg.accuracy_tolerance:.0%} below rung 0's {ref_acc:.1%}: not carried forward"), False
     return "faster", f"{versus}: carried forward", True
 
 
@@ -115,13 +120,13 @@ def _numbers(job: LadderJob, recipe: Recipe, m: Measurement, sps0: float, base_s
     return dict(accuracy_ok=acc_ok, recipe=asdict(recipe), batch_size=recipe.batch_size, world_size=recipe.world_size,
                 lr=scaled_lr(cfg.lr, recipe.global_batch, cfg.lr_ref_batch), samples_per_s=m.samples_per_s,
                 step_time_s=m.step_time_s, peak_mem_bytes=m.peak_mem_bytes, data_wait_fraction=m.data_wait_fraction,
-                mfu=mfu_of(flops, m.samples_per_s / recipe.world_size, job.device, recipe.amp_dtype),
+                math_mode=m.math_mode, mfu=mfu_of(flops, m.samples_per_s / recipe.world_size, job.device, m.math_mode),
                 val_accuracy=m.val_accuracy, startup_s=m.startup_s, samples_trained=m.samples_trained,
                 speedup_cumulative=m.samples_per_s / sps0, speedup_rung=m.samples_per_s / base_sps)
 
 
 def _attempt(job: LadderJob, spec: RungSpec, recipe: Recipe) -> tuple[Measurement | None, str]:
-    """(measurement, "") or, for a hardware rung that cannot run here, (None, the error's first line)."""
+    """(measurement, "") or, for a hardware rung that fails here, (None, the error's first line)."""
     try:
         return measure_recipe(job, recipe), ""
     except Exception as err:  # noqa: BLE001 - a hardware rung that fails here is reported, not fatal
@@ -133,14 +138,12 @@ def _attempt(job: LadderJob, spec: RungSpec, recipe: Recipe) -> tuple[Measuremen
 
 def climb(job: LadderJob) -> tuple[list[LadderRow], dict[int, float], list[str]]:
     """Measure every rung in order; returns (rows, rung 1's batch probe, notes)."""
-    from tqdm.auto import tqdm
-
     cfg = job.config
     rows: list[LadderRow] = []
     probe: dict[int, float] = {}
     notes: list[str] = []
     base, base_rung, base_sps, sps0, ref_acc, flops, batch = Recipe(), 0, 0.0, 0.0, None, None, 1
-    bar = tqdm(RUNGS, desc="ladder", unit="rung", disable=not cfg.progress, leave=False)
+    bar = progress_bar(RUNGS, desc="ladder", unit="rung", enabled=cfg.progress)
     for spec in bar:
         bar.set_postfix_str(spec.title)
         if spec.key in cfg.skip:
@@ -149,19 +152,22 @@ def climb(job: LadderJob) -> tuple[list[LadderRow], dict[int, float], list[str]]
         if spec.key == "batch_size":
             batch, probe, note = choose_batch_size(job)
             notes.append(f"Rung 1's batch {batch}: fastest in a {cfg.probe_steps}-step probe of {sorted(probe)} "
-                         f"({note}); LR {cfg.lr:g} at batch {cfg.lr_ref_batch}, scaled linearly (Goyal et al. 2017).")
+                         f"({note}); LR {cfg.lr:g} at batch {cfg.lr_ref_batch}, scaled linearly, with a linear "
+                         f"warm-up over the first {cfg.lr_warmup_fraction:.0%} of the steps (Goyal et al. 2017).")
         recipe, change = propose(spec.key, base, job.caps, batch)
-        m, why = _attempt(job, spec, recipe) if recipe is not None else (None, change)
+        if recipe is None:
+            rows.append(_row(spec, "not applicable here", change, False, None, ""))
+            continue
+        m, why = _attempt(job, spec, recipe)
         if m is None:
-            extra = {"recipe": asdict(recipe)} if recipe is not None else {}
-            rows.append(_row(spec, "unsupported here", why, False, None, change if recipe else "", **extra))
+            rows.append(_row(spec, "unsupported here", why, False, None, change, recipe=asdict(recipe)))
             continue
         flops = m.flops_per_sample or flops
         if spec.key == "naive":
             sps0 = base_sps = m.samples_per_s
-        ref_acc = m.val_accuracy if spec.key in ("naive", "batch_size") else ref_acc   # rung 1: the reference
-        status, reason, kept = ("baseline", "the reference for every speedup", True) if spec.key == "naive" \
-            else _verdict(job, m, base_sps, base_rung, ref_acc)
+            ref_acc = m.val_accuracy                                   # rung 0: the accuracy reference
+        status, reason, kept = ("baseline", "the reference for every speedup and accuracy", True) \
+            if spec.key == "naive" else verdict(job, m, base_sps, base_rung, ref_acc)
         rows.append(_row(spec, status, reason, kept, None if spec.key == "naive" else base_rung, change,
                          **_numbers(job, recipe, m, sps0, base_sps, flops, None if spec.key == "naive" else ref_acc)))
         if kept:

@@ -1,5 +1,5 @@
 """The ladder's last rung: the same recipe on one process per local device with DistributedDataParallel
-(NCCL on GPUs, gloo processes on a CPU), started through :func:`labkit.distributed.launch`.
+(NCCL with one GPU per rank; gloo processes on a CPU), started through :func:`labkit.distributed.launch`.
 
 Each rank trains on its shard (a DistributedSampler) at the per-process batch; the global batch is
 ``world_size`` times larger and the learning rate is scaled with it (Goyal et al. 2017). DDP overlaps
@@ -12,7 +12,8 @@ import statistics
 import torch
 from torch.utils.data import DataLoader, DistributedSampler
 
-from labkit.ladder_rungs import Measurement, Recipe, measure_model
+from labkit.ladder_measure import Measurement, measure_model
+from labkit.ladder_rungs import Recipe
 from labkit.timing import Stopwatch
 
 
@@ -25,8 +26,15 @@ class EpochAdvancingSampler(DistributedSampler):
         return indices
 
 
-def shard_loader(dataset, recipe: Recipe, rank: int, world_size: int, seed: int) -> DataLoader:
+def shard_loader(dataset, recipe: Recipe, rank: int, world_size: int, seed: int, device: str = "cpu"):
     """This rank's training loader: its shard of ``dataset`` at the per-process batch size."""
+    if recipe.device_data:               # this rank's fixed shard, held on its own device
+        from torch.utils.data import Subset
+
+        from labkit.data import make_device_loader
+
+        shard = Subset(dataset, list(range(rank, len(dataset), world_size)))
+        return make_device_loader(shard, recipe.batch_size, device=device, shuffle=True, drop_last=True, seed=seed)
     sampler = EpochAdvancingSampler(dataset, num_replicas=world_size, rank=rank, shuffle=True, seed=seed,
                                     drop_last=True)
     extra = {}
@@ -53,16 +61,17 @@ def ddp_rung_worker(job: dict) -> dict:
     if recipe.channels_last:
         model = model.to(memory_format=torch.channels_last)
     ddp = DDP(model, device_ids=[torch.cuda.current_device()] if on_gpu else None)
-    loader = shard_loader(job["train"], recipe, rank, world, job["seed"])
+    loader = shard_loader(job["train"], recipe, rank, world, job["seed"], device)
     val = make_loader(job["val"], min(256, len(job["val"]))) if rank == 0 else None
     with Stopwatch(device) as sw:
         m = measure_model(ddp, loader, val, recipe, steps=job["steps"], lr=job["lr"], device=device,
-                          warmup_steps=job["warmup_steps"], seed=job["seed"], eval_model=model)
+                          warmup_steps=job["warmup_steps"], seed=job["seed"], eval_model=model,
+                          lr_warmup_steps=job["lr_warmup_steps"])
     return {"measurement": m, "train_wall_s": sw.elapsed_s}
 
 
 def measure_ddp(recipe: Recipe, model_fn, data, *, steps: int, lr: float, warmup_steps: int, seed: int,
-                timeout_s: float, threads_per_rank: int) -> Measurement:
+                timeout_s: float, threads_per_rank: int, lr_warmup_steps: int = 0) -> Measurement:
     """Run ``recipe`` on ``recipe.world_size`` processes and combine the ranks into one measurement.
 
     Throughput is the sum over ranks (they step in lockstep); start-up adds the process launch
@@ -71,7 +80,7 @@ def measure_ddp(recipe: Recipe, model_fn, data, *, steps: int, lr: float, warmup
     from labkit.distributed import launch
 
     job = {"recipe": recipe, "model_fn": model_fn, "train": data.train, "val": data.val, "steps": steps,
-           "lr": lr, "warmup_steps": warmup_steps, "seed": seed}
+           "lr": lr, "warmup_steps": warmup_steps, "seed": seed, "lr_warmup_steps": lr_warmup_steps}
     with Stopwatch() as sw:
         ranks = launch(ddp_rung_worker, recipe.world_size, args=(job,), timeout_s=timeout_s,
                        threads_per_rank=threads_per_rank, show_output=False)
@@ -83,4 +92,4 @@ def measure_ddp(recipe: Recipe, model_fn, data, *, steps: int, lr: float, warmup
         data_wait_fraction=statistics.fmean(m.data_wait_fraction for m in ms),
         peak_mem_bytes=max(peaks) if peaks else None, flops_per_sample=ms[0].flops_per_sample,
         val_accuracy=ms[0].val_accuracy, startup_s=ms[0].startup_s + launch_overhead_s, steps=ms[0].steps,
-        samples_trained=sum(m.samples_trained for m in ms))
+        samples_trained=sum(m.samples_trained for m in ms), math_mode=ms[0].math_mode)
