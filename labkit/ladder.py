@@ -4,7 +4,7 @@ Rungs are cumulative: each is added to the best recipe so far and measured with 
 same fixed budget of training samples (throughput *and* accuracy). A rung that does not make the job faster
 here, or that costs accuracy against rung 0, is still measured and reported, then left out of the following
 rungs; a rung that cannot apply here says why. Beside the table: the hardware ceiling (the best recipe on
-synthetic batches already on the device), so the reader sees how far the recipe is from the hardware.
+training batches already on the device), so the reader sees how far the recipe is from the hardware.
 Headless: ``python -m labkit ladder`` (:mod:`labkit.cli_ladder`).
 """
 from __future__ import annotations
@@ -49,7 +49,7 @@ class LadderConfig:
     seed: int = 0
     device: str | None = None
     ddp_timeout_s: float = 600.0
-    measure_ceiling: bool = True                  # the best recipe on synthetic device-resident batches
+    measure_ceiling: bool = True                  # the best recipe on device-resident training batches
     progress: bool = True
 
     def __post_init__(self) -> None:
@@ -160,10 +160,10 @@ def with_ceiling(result: LadderResult, job: LadderJob, ceiling_fn: Callable | No
                              device=job.device)
     with fp32_math(recipe.tf32):
         run = ceiling_fn(job.model_fn(), recipe.batch_size, train_cfg, image_shape=tuple(job.data.image_shape),
-                         num_classes=job.data.num_classes)
+                         num_classes=job.data.num_classes, sample_from=job.data.train)
     ceiling = float(run.samples_per_s_median)
     rows = [dataclasses.replace(r, fraction_of_ceiling=r.samples_per_s / r.world_size / ceiling)
             if r.measured else r for r in result.rows]
-    note = (f"rung {best.rung}'s recipe ({best.math_mode}, batch {recipe.batch_size}) on synthetic batches already "
-            f"on the device, {steps} steps")
+    note = (f"rung {best.rung}'s recipe ({best.math_mode}, batch {recipe.batch_size}) on training batches already "
+            f"on the device, {steps} steps, fastest of its repeats")
     return dataclasses.replace(result, rows=rows, ceiling_samples_per_s=ceiling, ceiling_note=note)

@@ -60,7 +60,7 @@ class LadderResult:
     budget_samples: int
     batch_probe: dict = field(default_factory=dict)   # candidate batch -> samples/s (rung 1's choice)
     notes: list[str] = field(default_factory=list)
-    ceiling_samples_per_s: float | None = None       # synthetic batches already on the device, best recipe
+    ceiling_samples_per_s: float | None = None       # training batches already on the device, best recipe
     ceiling_note: str = "not measured"
 
     def rung(self, index: int) -> LadderRow:

@@ -9,9 +9,11 @@ from __future__ import annotations
 import statistics
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Mapping, TypeVar
 
 import torch
+
+T = TypeVar("T")
 
 
 def synchronize(device: str | torch.device | None = None) -> None:
@@ -80,6 +82,24 @@ def time_fn(fn: Callable[[], object], *, warmup: int = 2, repeats: int = 5,
     clock.settle()
     times = [clock.elapsed_s(a, b) for a, b in zip(marks, marks[1:])]
     return TimingResult(times, device_label(device), clock.mode)
+
+
+def interleaved(runs: Mapping[str, Callable[[], T]], rounds: int = 3) -> dict[str, list[T]]:
+    """Call every run once per round, in turn, for ``rounds`` rounds -> each run's results in round order.
+
+    Load on a shared machine drifts over seconds (the same CPU step reads 750 or 1,200 samples/s a few
+    seconds apart on the CI box); back-to-back blocks then compare spells, not runs. Interleaved, a slow
+    spell hits every run alike, so the best (or median) of each is a fair comparison.
+    """
+    if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
+        raise ValueError(f"rounds must be an integer >= 1, got {rounds!r}")
+    if not runs:
+        raise ValueError("interleaved needs at least one run, e.g. {'ceiling': lambda: measure_ceiling(...)}")
+    results: dict[str, list[T]] = {name: [] for name in runs}
+    for _ in range(rounds):
+        for name, run in runs.items():
+            results[name].append(run())
+    return results
 
 
 class Stopwatch:

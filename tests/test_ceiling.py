@@ -74,3 +74,32 @@ def test_ceiling_epochs_config_and_bad_input():
         measure_ceiling(model(), 4, cfg, image_shape=32, num_classes=10)
     with pytest.raises(ValueError, match="each image_shape size must be an integer >= 1, got 0"):
         measure_ceiling(model(), 4, cfg, image_shape=(3, 0, 8), num_classes=10)
+
+
+def test_ceiling_is_the_fastest_of_its_repeats():
+    """An upper bound is estimated by the best repeat, so one slow run on a busy machine cannot pull it down."""
+    cfg = TrainConfig(steps=4, progress=False, profile_model=False, evaluate=False, warmup_steps=1)
+    res = measure_ceiling(model(), 8, cfg, image_shape=SHAPE, num_classes=10, repeats=3)
+    rates = res.extra["repeat_samples_per_s"]
+    assert len(rates) == 3 and res.samples_per_s_median == max(rates)
+    assert "fastest of 3" in res.extra["ceiling"]
+    with pytest.raises(ValueError, match="repeats must be an integer >= 1, got 0"):
+        measure_ceiling(model(), 4, cfg, image_shape=SHAPE, num_classes=10, repeats=0)
+
+
+def test_ceiling_cycles_real_samples_when_given():
+    """With sample_from the pool is the dataset's own first batches, prepared on the device (not noise)."""
+    import torch
+    from torch.utils.data import TensorDataset
+
+    xs, ys = torch.arange(24 * 192, dtype=torch.float32).view(24, *SHAPE), torch.arange(24) % 10
+    batches = ResidentBatches(8, SHAPE, 10, length=5, device=DEVICE, sample_from=TensorDataset(xs, ys))
+    assert len(batches.pool) == 3                                  # 24 samples: three full batches of 8
+    x, y = batches.pool[1]
+    assert torch.equal(x.cpu(), xs[8:16]) and torch.equal(y.cpu(), ys[8:16]) and x.device.type == DEVICE.type
+    cfg = TrainConfig(steps=3, progress=False, profile_model=False, evaluate=False, warmup_steps=1)
+    res = measure_ceiling(model(), 8, cfg, image_shape=SHAPE, num_classes=10, repeats=1,
+                          sample_from=TensorDataset(xs, ys))
+    assert "real batches" in res.extra["ceiling"]
+    with pytest.raises(ValueError, match="sample_from has 4 samples, fewer than batch_size=8"):
+        measure_ceiling(model(), 8, cfg, image_shape=SHAPE, num_classes=10, sample_from=TensorDataset(xs[:4], ys[:4]))

@@ -63,9 +63,10 @@ def fake_trainer(model, loader, cfg, val_loader=None):
                            flops_per_sample=None, samples_per_s_p10=rate)
 
 
-def fake_ceiling(model, batch_size, config, *, image_shape, num_classes):
+def fake_ceiling(model, batch_size, config, *, image_shape, num_classes, sample_from):
     """Stands in for labkit.ceiling.measure_ceiling: 200 samples/s, and it checks what it was given."""
     assert batch_size == 8 and image_shape == SHAPE and num_classes == 10 and config.steps >= 4
+    assert len(sample_from) >= batch_size                        # the job's own training samples, not noise
     return SimpleNamespace(samples_per_s_median=200.0)
 
 
