@@ -37,7 +37,7 @@ LESSON_LOG := $(CURDIR)/runs/lessons.jsonl
 nbval: install
 	@mkdir -p runs && rm -f $(LESSON_LOG)
 	LABKIT_LESSON_LOG=$(LESSON_LOG) $(PY) -m pytest -q --nbval-lax --nbval-current-env --nbval-cell-timeout=900 -p no:cacheprovider notebooks
-	@$(PY) -m labkit.lessons $(LESSON_LOG)
+	@$(PY) -m labkit.core.lessons $(LESSON_LOG)
 
 test: pytest nbval
 

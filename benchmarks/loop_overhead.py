@@ -1,4 +1,4 @@
-"""How much does instrumentation cost? labkit.loop.train vs a bare PyTorch loop, same model/batch/device.
+"""How much does instrumentation cost? labkit.training.loop.train vs a bare PyTorch loop, same model/batch/device.
 
 Interleaved repeats (bare, instrumented, bare, ...) so that drifting machine load hits both alike;
 the figure is the median of the per-pair time ratios. Target: instrumented/bare < 1.02 in the default
@@ -20,11 +20,11 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from labkit.env import device_label, get_device, pick
-from labkit.loop import TrainConfig, train
-from labkit.models import build_model
-from labkit.timing import synchronize
-from labkit.validation import positive_int
+from labkit.core.env import device_label, get_device, pick
+from labkit.training.loop import TrainConfig, train
+from labkit.core.models import build_model
+from labkit.core.timing import synchronize
+from labkit.core.validation import positive_int
 
 
 def bare_loop(model: nn.Module, batches: list, device: torch.device, lr: float = 0.05) -> tuple[float, float]:
@@ -46,7 +46,7 @@ def bare_loop(model: nn.Module, batches: list, device: torch.device, lr: float =
 
 def instrumented_loop(model: nn.Module, batches: list, device: torch.device, sync_every_step: bool = False,
                       profile: bool = False) -> tuple[float, float]:
-    """labkit.loop.train over the same batches (phase marks, records, sampler, callback hook)."""
+    """labkit.training.loop.train over the same batches (phase marks, records, sampler, callback hook)."""
     cfg = TrainConfig(steps=len(batches), progress=False, evaluate=False, profile_model=profile,
                       device=str(device), warmup_steps=0, sync_every_step=sync_every_step, log_every=len(batches))
     start, cpu_start = time.perf_counter(), time.process_time()

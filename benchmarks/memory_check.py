@@ -4,7 +4,7 @@
 
 On a GPU: ResNet-18 and the small CNN, batch 16-1024, fp32 and bf16 autocast, SGD (momentum) and Adam;
 each row's ``error_pct`` is (predicted - measured) / measured with measured = the second step's peak
-allocated minus what other code held (:func:`labkit.memory_check.measure_step_memory`). On a CPU it
+allocated minus what other code held (:func:`labkit.training.memory_check.measure_step_memory`). On a CPU it
 checks activations and optimizer state against counts made without the model's hook, and the recorded
 H100 rows (tests/fixtures/gpu_reference_h100.json).
 """
@@ -17,9 +17,9 @@ from pathlib import Path
 
 import torch
 
-from labkit.memory import build_memory_model, release_cpu_memory
-from labkit.memory_check import check_on_cpu, compare_with_reference, measure_step_memory, recorded_reference
-from labkit.models import build_model
+from labkit.training.memory import build_memory_model, release_cpu_memory
+from labkit.training.memory_check import check_on_cpu, compare_with_reference, measure_step_memory, recorded_reference
+from labkit.core.models import build_model
 
 MODELS, BATCHES, DTYPES, OPTIMIZERS = ("resnet18", "small_cnn"), (16, 64, 256, 1024), ("fp32", "bf16"), ("sgd", "adam")
 

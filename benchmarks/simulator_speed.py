@@ -8,8 +8,8 @@ import argparse
 
 import numpy as np
 
-from labkit.collectives import ALGORITHMS, allreduce, reference_allreduce
-from labkit.timing import time_fn
+from labkit.comm.collectives import ALGORITHMS, allreduce, reference_allreduce
+from labkit.core.timing import time_fn
 
 
 def main() -> None:

@@ -1,6 +1,6 @@
 """Entry point for `python -m labkit`."""
 import sys
 
-from labkit.cli import main
+from labkit.cli.main import main
 
 sys.exit(main())

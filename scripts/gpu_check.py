@@ -33,8 +33,8 @@ def machine_versions() -> dict:
     """Device, torch, CUDA, driver and TensorFlow ('absent: why') of this machine."""
     import torch
 
-    from labkit.env import device_label, package_version
-    from labkit.fresh_process import tensorflow_missing_reason
+    from labkit.core.env import device_label, package_version
+    from labkit.core.procs import tensorflow_missing_reason
 
     try:
         driver = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
@@ -97,7 +97,7 @@ def write_report(text: str, out: Path) -> Path:
 
 def dry_run(out: Path) -> int:
     """Render the report from the recorded H100 fixtures and check that every section came out."""
-    from labkit.gpu_report import load_inputs, render_report
+    from labkit.core.gpu_report import load_inputs, render_report
 
     versions = json.loads((FIXTURES / "versions.json").read_text())
     text = render_report(load_inputs(FIXTURES, versions, dry_run=True, notes=DRY_RUN_NOTES))
@@ -111,7 +111,7 @@ def dry_run(out: Path) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from labkit.rundirs import run_path
+    from labkit.core.rundirs import run_path
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--dry-run", action="store_true", help="render from recorded fixtures even on a GPU box")
@@ -122,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
         if not args.dry_run:
             print("no CUDA GPU on this machine: nothing to check live; dry run of the report writer instead")
         return dry_run(args.out or run_path("gpu-check", "gpu-report-dry-run.md"))
-    from labkit.gpu_report import load_inputs, render_report
+    from labkit.core.gpu_report import load_inputs, render_report
 
     work = run_path("gpu-check")
     work.mkdir(parents=True, exist_ok=True)

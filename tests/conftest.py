@@ -3,13 +3,13 @@
 1. Import labkit first, so Triton loads before any test module imports TensorFlow (Triton loaded after
    TensorFlow segfaults the process; see labkit/__init__.py).
 2. TensorFlow is optional (a GPU box often has only PyTorch): tests marked ``@pytest.mark.tensorflow`` are
-   skipped where it is absent, all with the one reason ``labkit.fresh_process.tensorflow_missing_reason()``
+   skipped where it is absent, all with the one reason ``labkit.core.procs.tensorflow_missing_reason()``
    gives, so ``make test`` stays green and the skip line says how to install it.
 """
 import pytest
 
 import labkit  # noqa: F401
-from labkit.fresh_process import tensorflow_missing_reason
+from labkit.core.procs import tensorflow_missing_reason
 
 TENSORFLOW_MARKER = "tensorflow"
 

@@ -5,10 +5,10 @@ import pytest
 import torch
 from torch import nn
 
-from labkit.batch_size import (batch_size_sweep, find_max_batch, knee_batch, scaled_lr, search_largest)
-from labkit.data import synthetic_data
-from labkit.memory import build_memory_model
-from labkit.models import MLP
+from labkit.training.batch_size import (batch_size_sweep, find_max_batch, knee_batch, scaled_lr, search_largest)
+from labkit.core.data import synthetic_data
+from labkit.training.memory import build_memory_model
+from labkit.core.models import MLP
 
 SHAPE = (3, 8, 8)
 
@@ -114,7 +114,7 @@ def test_sweep_time_budget_and_bad_sizes(data):
 
 
 def test_per_replica_batch_rule_of_thumb():
-    from labkit.batch_size import per_replica_batch
+    from labkit.training.batch_size import per_replica_batch
 
     assert per_replica_batch(256, 8) == 32
     with pytest.raises(ValueError, match="not a multiple of replicas=3"):
@@ -126,7 +126,7 @@ def test_per_replica_batch_rule_of_thumb():
 # ---------------------------------------------------------------- issue 14: the finder on a big GPU
 @pytest.mark.parametrize("boundary, hint", [(23, 1), (23, 500), (300, 64), (1, 8), (0, 4)])
 def test_search_from_hint_lands_on_the_boundary(boundary, hint):
-    from labkit.batch_size import search_from_hint
+    from labkit.training.batch_size import search_from_hint
 
     tried = []
     got = search_from_hint(lambda n: tried.append(n) or n <= boundary, hint, 1 << 20)
@@ -160,7 +160,7 @@ def test_finder_never_claims_more_than_the_dataset():
 
 
 def test_finder_models_the_runs_own_optimizer():
-    from labkit.memory import optimizer_settings
+    from labkit.training.memory import optimizer_settings
 
     model = MLP(10, in_features=3 * 8 * 8, hidden=32)
     assert optimizer_settings(torch.optim.AdamW(model.parameters())) == ("adam", 0.0)

@@ -40,7 +40,7 @@ BATCH_CELLS = ("labkit.get_mode()", "data = load_data(", "BatchSizeDashboard(")
 RING_NOTEBOOK = "06_all_reduce.ipynb"
 # Likewise for 06: the mode cell, the imports, the cell that seeds `rng`, and the ring view (no process launches,
 # no timing claims, so nothing here can flake on a busy machine).
-RING_CELLS = ("labkit.get_mode()", "from labkit.ring_view import", "rng = np.random.default_rng(0)", "ring_view(")
+RING_CELLS = ("labkit.get_mode()", "from labkit.ui.ring_view import", "rng = np.random.default_rng(0)", "ring_view(")
 NOTEBOOK_TIMEOUT_S = 240.0
 LIVE_TIMEOUT_S = 90.0
 

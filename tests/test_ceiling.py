@@ -1,10 +1,10 @@
 """The hardware ceiling: device-resident synthetic batches through the real loop."""
 import pytest
 
-from labkit.ceiling import ResidentBatches, measure_ceiling
-from labkit.env import get_device
-from labkit.loop import RunResult, TrainConfig
-from labkit.models import MLP
+from labkit.training.ceiling import ResidentBatches, measure_ceiling
+from labkit.core.env import get_device
+from labkit.training.loop import RunResult, TrainConfig
+from labkit.core.models import MLP
 
 DEVICE = get_device()
 SHAPE = (3, 8, 8)
@@ -51,7 +51,7 @@ def test_ceiling_bounds_a_starved_loader():
                 time.sleep(0.02)                                   # 20 ms per batch: >> an MLP step
                 yield torch.randn(8, *SHAPE), torch.randint(0, 10, (8,))
 
-    from labkit.loop import train
+    from labkit.training.loop import train
 
     cfg = TrainConfig(steps=6, progress=False, profile_model=False, evaluate=False, warmup_steps=1)
     fed = measure_ceiling(model(), 8, cfg, image_shape=SHAPE, num_classes=10)

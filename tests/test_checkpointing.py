@@ -3,7 +3,7 @@ import pytest
 import torch
 from torch import nn
 
-from labkit import checkpointing
+from labkit.sharding import checkpointing
 
 
 def _model():

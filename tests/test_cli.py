@@ -1,6 +1,6 @@
 """`python -m labkit ...` run as a person runs it: subprocesses, small sizes, output and exit codes checked.
 
-Argument-validation edge cases also run in-process through `labkit.cli.main` (same parser, no torch start-up
+Argument-validation edge cases also run in-process through `labkit.cli.main.main` (same parser, no torch start-up
 per case); every subcommand has at least one real subprocess run and one subprocess usage error (exit 2).
 """
 from __future__ import annotations
@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from labkit import cli
+from labkit.cli import main as cli
 
 ENV = {**os.environ, "LABKIT_OFFLINE": "1", "LABKIT_MODE": "fast"}
 
@@ -76,7 +76,7 @@ def test_doctor_keeps_its_flags():
 def test_argument_types_and_table_formatting():
     import argparse
 
-    from labkit.cli_common import format_bytes, format_table, int_list, jsonable, parse_bytes
+    from labkit.cli.common import format_bytes, format_table, int_list, jsonable, parse_bytes
 
     assert [parse_bytes(t) for t in ("4096", "64K", "1M", "2GiB", "1.5K")] == [4096, 65536, 2**20, 2 * 2**30, 1536]
     assert int_list("16, 32,64") == [16, 32, 64]
@@ -108,7 +108,7 @@ def test_simulate_prints_steps_bytes_and_time():
 
 
 def test_simulate_json_matches_the_closed_form():
-    from labkit.collectives import allreduce_cost
+    from labkit.comm.collectives import allreduce_cost
 
     proc = labkit("simulate", "--algorithm", "all", "--workers", "8", "--size", "64K", "--json")
     assert proc.returncode == 0, proc.stderr
@@ -210,9 +210,9 @@ def test_sweep_prints_every_batch_size_and_the_largest_that_fits():
 
 
 def test_sweep_json_agrees_with_the_finder(capsys):
-    from labkit.batch_size import find_max_batch
-    from labkit.data import load_data
-    from labkit.models import build_model
+    from labkit.training.batch_size import find_max_batch
+    from labkit.core.data import load_data
+    from labkit.core.models import build_model
 
     assert cli.main(SWEEP + ["--json", "--no-progress"]) == 0
     data = json.loads(capsys.readouterr().out)
@@ -228,7 +228,7 @@ def test_sweep_json_agrees_with_the_finder(capsys):
 def test_sweep_says_when_the_dataset_not_memory_is_the_limit():
     from types import SimpleNamespace
 
-    from labkit.cli_sweep import format_finder
+    from labkit.cli.sweep import format_finder
 
     finder = SimpleNamespace(max_batch=4096, usable_bytes=2**30, method="memory-model", device="cpu", trials=[])
     text = format_finder({"finder": finder, "budget_bytes": 2**30, "budget_source": "RAM available now",

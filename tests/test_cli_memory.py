@@ -1,6 +1,6 @@
 """`python -m labkit memory` as a subprocess: JSON breakdown, table, and one-line errors with exit 2.
 
-Runs labkit.cli.main with the memory subcommand registered (a no-op once cli.py lists labkit.cli_memory).
+Runs labkit.cli.main.main with the memory subcommand registered (a no-op once cli.py lists labkit.cli.memory).
 """
 import json
 import subprocess
@@ -8,9 +8,9 @@ import sys
 
 import pytest
 
-RUNNER = ("import sys, labkit.cli as c\n"
-          "if 'labkit.cli_memory' not in c.SUBCOMMAND_MODULES:\n"
-          "    c.SUBCOMMAND_MODULES = (*c.SUBCOMMAND_MODULES, 'labkit.cli_memory')\n"
+RUNNER = ("import sys, labkit.cli.main as c\n"
+          "if 'labkit.cli.memory' not in c.SUBCOMMAND_MODULES:\n"
+          "    c.SUBCOMMAND_MODULES = (*c.SUBCOMMAND_MODULES, 'labkit.cli.memory')\n"
           "sys.exit(c.main(sys.argv[1:]))")
 
 

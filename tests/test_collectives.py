@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from labkit.collectives import (ALGORITHMS, OPS, AllreduceResult, allreduce, allreduce_cost, chunk_sizes,
+from labkit.comm.collectives import (ALGORITHMS, OPS, AllreduceResult, allreduce, allreduce_cost, chunk_sizes,
                                 reference_allreduce)
 
 

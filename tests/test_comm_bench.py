@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from labkit.comm_bench import (BenchRow, allreduce_benchmark, bandwidths_gb_s, busbw_factor, fit_latency_bandwidth,
+from labkit.comm.bench import (BenchRow, allreduce_benchmark, bandwidths_gb_s, busbw_factor, fit_latency_bandwidth,
                                format_nccl_tests_table, plot_busbw, rows_to_dataframe)
 
 
@@ -60,7 +60,7 @@ def test_real_gloo_run_is_correct_and_consistent():
 
 # ---- sizes x ranks x buffers checked against memory before any process starts
 def test_memory_check_message_for_gloo_and_nccl():
-    from labkit.comm_bench import check_memory
+    from labkit.comm.bench import check_memory
 
     with pytest.raises(ValueError) as info:
         check_memory(2, 64 << 30, "gloo", available_bytes=23 << 30)
@@ -76,7 +76,7 @@ def test_memory_check_message_for_gloo_and_nccl():
 def test_allreduce_bench_64g_on_this_machine_exits_2_with_one_line(capsys, monkeypatch):
     import psutil
 
-    from labkit import cli
+    from labkit.cli import main as cli
 
     monkeypatch.setattr(psutil, "virtual_memory", lambda: type("vm", (), {"available": 23 << 30})())
     assert cli.main(["allreduce-bench", "-e", "64G", "--backend", "gloo"]) == 2

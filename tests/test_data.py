@@ -4,7 +4,7 @@ import shutil
 import pytest
 import torch
 
-from labkit import data
+from labkit.core import data
 
 
 @pytest.fixture()
@@ -124,9 +124,9 @@ def test_device_loader_shuffle_is_seeded_and_changes_per_epoch(offline):
 
 
 def test_load_data_on_a_device_and_training_from_it(offline):
-    from labkit.env import get_device
-    from labkit.loop import TrainConfig, train
-    from labkit.models import MLP
+    from labkit.core.env import get_device
+    from labkit.training.loop import TrainConfig, train
+    from labkit.core.models import MLP
 
     device = get_device()
     d = data.load_data("digits", train_limit=64, image_size=8, device=device)

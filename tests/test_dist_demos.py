@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from labkit.collectives import allreduce, reference_allreduce
-from labkit.dist_demos import collectives_demo, demo_values, send_recv
-from labkit.distributed import launch
+from labkit.comm.collectives import allreduce, reference_allreduce
+from labkit.comm.demos import collectives_demo, demo_values, send_recv
+from labkit.comm.launch import launch
 
 
 def test_send_recv_moves_rank_0_tensor_to_rank_1():

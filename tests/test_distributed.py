@@ -15,8 +15,8 @@ import pytest
 import torch
 import torch.distributed as dist
 
-import labkit.distributed as ld
-from labkit.distributed import LaunchTimeout, RankFailedError, init_from_env, launch, target_name
+import labkit.comm.launch as ld
+from labkit.comm.launch import LaunchTimeout, RankFailedError, init_from_env, launch, target_name
 
 REPO = Path(__file__).resolve().parents[1]
 WORKER_MARK = "_worker_main"
@@ -86,7 +86,7 @@ def test_returns_values_in_rank_order_and_prints_output_rank_by_rank(capsys):
 
 
 def test_string_target_and_world_of_one():
-    assert launch("labkit.dist_demos:all_reduce_sum", 1, timeout_s=90, show_output=False)[0]["after"] == \
+    assert launch("labkit.comm.demos:all_reduce_sum", 1, timeout_s=90, show_output=False)[0]["after"] == \
         [1.0, 2.0, 3.0, 4.0]
 
 
@@ -131,7 +131,7 @@ def test_workers_exit_when_the_launching_process_is_killed(tmp_path):
     script = tmp_path / "parent.py"
     script.write_text(textwrap.dedent(f"""
         import sys; sys.path.insert(0, {str(Path(__file__).parent)!r})
-        from labkit.distributed import launch
+        from labkit.comm.launch import launch
         import test_distributed
         launch(test_distributed.sleep_forever, 2, timeout_s=300)
     """))
@@ -201,26 +201,26 @@ def test_bad_options(kwargs, match):
 
 def test_bad_string_targets():
     with pytest.raises(ValueError, match="package.module:function"):
-        launch("labkit.dist_demos.all_reduce_sum", 2)
+        launch("labkit.comm.demos.all_reduce_sum", 2)
     with pytest.raises(ValueError, match="cannot import"):
-        launch("labkit.dist_demos:no_such_function", 2)
+        launch("labkit.comm.demos:no_such_function", 2)
 
 
 # ---- scripts: torchrun and init_from_env
 def test_same_entry_point_runs_under_torchrun():
-    cmd = ld.torchrun_command("labkit.dist_demos:all_reduce_sum", 2)
+    cmd = ld.torchrun_command("labkit.comm.demos:all_reduce_sum", 2)
     out = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=120,
                          env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert out.returncode == 0, out.stderr[-2000:]
     for rank in range(2):
-        assert f"[rank {rank}/2] labkit.dist_demos:all_reduce_sum" in out.stdout
+        assert f"[rank {rank}/2] labkit.comm.demos:all_reduce_sum" in out.stdout
     assert "'after': [12.0, 14.0, 16.0, 18.0]" in out.stdout
 
 
 def test_torchrun_command_checks_its_input():
     with pytest.raises(ValueError, match="node_rank"):
-        ld.torchrun_command("labkit.dist_demos:all_reduce_sum", 2, nnodes=2, node_rank=2)
-    assert "--nnodes=2" in ld.torchrun_command("labkit.dist_demos:all_reduce_sum", 8, nnodes=2, master_port=29500)
+        ld.torchrun_command("labkit.comm.demos:all_reduce_sum", 2, nnodes=2, node_rank=2)
+    assert "--nnodes=2" in ld.torchrun_command("labkit.comm.demos:all_reduce_sum", 8, nnodes=2, master_port=29500)
 
 
 def test_init_from_env_single_process(monkeypatch):
@@ -235,8 +235,8 @@ def test_init_from_env_single_process(monkeypatch):
 
 
 def test_script_entry_gives_one_line_errors(capsys):
-    assert ld.main(["labkit.dist_demos.no_colon"]) == 2
-    assert ld.main(["--nproc", "0", "labkit.dist_demos:send_recv"]) == 2
+    assert ld.main(["labkit.comm.demos.no_colon"]) == 2
+    assert ld.main(["--nproc", "0", "labkit.comm.demos:send_recv"]) == 2
     err = capsys.readouterr().err
     assert "error: a function given by name" in err and "error: world_size must be" in err
 
@@ -320,7 +320,7 @@ def test_sigterm_to_the_launcher_kills_workers_and_removes_the_temp_dir(tmp_path
     script = tmp_path / "parent.py"
     script.write_text(textwrap.dedent(f"""
         import sys; sys.path.insert(0, {str(Path(__file__).parent)!r})
-        from labkit.distributed import launch
+        from labkit.comm.launch import launch
         import test_distributed
         launch(test_distributed.sleep_forever, 2, timeout_s=300)
     """))

@@ -2,7 +2,7 @@ import json
 import subprocess
 import sys
 
-from labkit import doctor
+from labkit.core import doctor
 
 
 def test_report_has_every_piece(monkeypatch):

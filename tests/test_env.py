@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from labkit import env
+from labkit.core import env
 
 
 def test_mode_automatic_fast_without_gpu():

@@ -2,8 +2,8 @@
 import matplotlib
 import pytest
 
-from labkit import explorer as ex
-from labkit.scaling import ScalingPoint, predicted_speedup, sync_time_s
+from labkit.ui import explorer as ex
+from labkit.parallel.scaling import ScalingPoint, predicted_speedup, sync_time_s
 
 matplotlib.use("Agg")
 
@@ -64,7 +64,7 @@ def test_measured_overlay_and_plot():
 
 
 def test_compute_rate_is_measured_on_the_device():
-    from labkit.explorer import measured_matmul_flops_per_s
+    from labkit.ui.explorer import measured_matmul_flops_per_s
 
     flops, note = measured_matmul_flops_per_s("cpu", size=128, repeats=3)
     assert 1e7 < flops < 1e14 and "measured" in note and "CPU" in note

@@ -3,8 +3,8 @@ import pytest
 import torch
 from torch import nn
 
-from labkit import flops
-from labkit.flops import (MATH_MODES, PEAK_TABLE, active_math_mode, checked_mfu, count_training_flops, find_peak,
+from labkit.training import flops
+from labkit.training.flops import (MATH_MODES, PEAK_TABLE, active_math_mode, checked_mfu, count_training_flops, find_peak,
                           flops_per_sample, mfu, normalise_dtype, peak_flops_per_s)
 
 
@@ -130,7 +130,7 @@ def test_no_peak_for_a_mode_the_gpu_lacks_or_an_unlisted_gpu(fake_gpu):
     assert peak_flops_per_s("cuda:0", "bf16") == (None, "NVIDIA T4: the datasheet gives no bf16 peak: no MFU")
     fake_gpu["name"] = "NVIDIA GeForce GTX 1080"
     peak, note = peak_flops_per_s("cuda:0", "fp32")
-    assert peak is None and "not in labkit.flops.PEAK_TABLE" in note
+    assert peak is None and "not in labkit.training.flops.PEAK_TABLE" in note
     assert find_peak("NVIDIA L40S").name == "NVIDIA L40S" and find_peak("NVIDIA L4").name == "NVIDIA L4"
 
 
@@ -154,7 +154,7 @@ def test_recorded_h100_fp32_rungs_ran_tf32_and_stay_under_its_peak(fake_gpu, mon
     import json
     from pathlib import Path
 
-    from labkit.models import build_model
+    from labkit.core.models import build_model
 
     ref = json.loads((Path(__file__).parent / "fixtures" / "h100_gpu_reference.json").read_text())
     fake_gpu["name"] = ref["device"]

@@ -5,13 +5,13 @@ from pathlib import Path
 
 import pytest
 
-from labkit.fresh_process import run_in_fresh_process
+from labkit.core.procs import run_in_fresh_process
 
 REPO = Path(__file__).resolve().parent.parent
 
 
 def test_result_comes_back_and_torch_stays_out():
-    out = run_in_fresh_process("labkit.fresh_process:_probe_modules", {})
+    out = run_in_fresh_process("labkit.core.procs:_probe_modules", {})
     assert out["torch"] is False and out["child_wall_s"] > 0
 
 
@@ -19,22 +19,22 @@ def test_child_value_error_is_raised_here(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("x")
     with pytest.raises(RuntimeError, match="not a writable directory"):   # PermissionError is not mapped
-        run_in_fresh_process("labkit.rundirs:check_writable_dir", {"run_dir": str(blocker / "x")})
+        run_in_fresh_process("labkit.core.rundirs:check_writable_dir", {"run_dir": str(blocker / "x")})
     with pytest.raises(TypeError):
-        run_in_fresh_process("labkit.rundirs:check_writable_dir", {"no_such_arg": 1})
+        run_in_fresh_process("labkit.core.rundirs:check_writable_dir", {"no_such_arg": 1})
 
 
 def test_bad_target_and_timeout():
     with pytest.raises(ValueError, match="labkit.module:function"):
         run_in_fresh_process("os:getcwd")
     with pytest.raises(TimeoutError, match="did not finish"):
-        run_in_fresh_process("labkit.timing:time_fn", {"fn": None}, timeout_s=0.01)
+        run_in_fresh_process("labkit.core.timing:time_fn", {"fn": None}, timeout_s=0.01)
 
 
 def test_tensorflow_missing_reason_says_how_to_install(monkeypatch):
     import importlib.util
 
-    from labkit.fresh_process import tensorflow_missing_reason
+    from labkit.core.procs import tensorflow_missing_reason
 
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "tensorflow" else real(name, *a))
@@ -69,8 +69,8 @@ def test_tensorflow_tests_skip_with_one_reason_where_tensorflow_is_absent(tmp_pa
 
 
 def test_notebook_helper_marks_tensorflow_lessons_not_checked(tmp_path):
-    code = ("from labkit.lessons import LessonLog\n"
-            "from labkit.fresh_process import tensorflow_lessons_can_run\n"
+    code = ("from labkit.core.lessons import LessonLog\n"
+            "from labkit.core.procs import tensorflow_lessons_can_run\n"
             "log = LessonLog('demo')\n"
             "print('ran' if tensorflow_lessons_can_run(log, 'cache before shuffle', 'prefetch overlaps') else 'skipped')\n"
             "log.tally()\n")
@@ -83,8 +83,8 @@ def test_notebook_helper_marks_tensorflow_lessons_not_checked(tmp_path):
 
 
 def test_notebook_helper_runs_tensorflow_lessons_where_tensorflow_is_present():
-    from labkit.fresh_process import tensorflow_lessons_can_run, tensorflow_missing_reason
-    from labkit.lessons import LessonLog
+    from labkit.core.procs import tensorflow_lessons_can_run, tensorflow_missing_reason
+    from labkit.core.lessons import LessonLog
 
     log = LessonLog("demo")
     assert tensorflow_lessons_can_run(log, "a claim") is (tensorflow_missing_reason() is None)

@@ -17,7 +17,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
 @pytest.fixture(scope="module")
 def setup():
-    from labkit.models import build_model
+    from labkit.core.models import build_model
 
     torch.manual_seed(0)
     device = torch.device("cuda")
@@ -27,7 +27,7 @@ def setup():
 
 
 def test_event_timing_agrees_with_synchronised_timing(setup):
-    from labkit.loop import TrainConfig, train
+    from labkit.training.loop import TrainConfig, train
 
     device, model, batches = setup
     cfg = dict(steps=len(batches), progress=False, evaluate=False, profile_model=False, warmup_steps=5)
@@ -54,8 +54,8 @@ def test_default_loop_overhead_under_5_percent(setup):
 
 
 def test_mfu_at_most_100_percent_and_math_mode_detected(setup):
-    from labkit.flops import active_math_mode
-    from labkit.loop import TrainConfig, train
+    from labkit.training.flops import active_math_mode
+    from labkit.training.loop import TrainConfig, train
 
     device, model, batches = setup
     res = train(model, batches[:12], TrainConfig(steps=12, progress=False, evaluate=False))

@@ -14,16 +14,16 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
-import labkit.ladder_rungs as rungs
-from labkit import cli
-from labkit.batch_size import scaled_lr
-from labkit.data import make_loader, synthetic_data
-from labkit.ladder import LadderConfig, budget_samples, run_ladder
-from labkit.ladder_climb import LadderJob, measure_recipe, verdict
-from labkit.ladder_measure import Measurement, fp32_math, math_mode, steps_for_budget, summarise_run
-from labkit.ladder_report import LadderResult
-from labkit.ladder_rungs import RUNG_KEYS, RUNGS, Capabilities, Recipe, ddp_plan, detect_capabilities, propose
-from labkit.models import MLP
+import labkit.ladder.rungs as rungs
+from labkit.cli import main as cli
+from labkit.training.batch_size import scaled_lr
+from labkit.core.data import make_loader, synthetic_data
+from labkit.ladder.config import LadderConfig, budget_samples, run_ladder
+from labkit.ladder.climb import LadderJob, measure_recipe, verdict
+from labkit.ladder.measure import Measurement, fp32_math, math_mode, steps_for_budget, summarise_run
+from labkit.ladder.report import LadderResult
+from labkit.ladder.rungs import RUNG_KEYS, RUNGS, Capabilities, Recipe, ddp_plan, detect_capabilities, propose
+from labkit.core.models import MLP
 
 SHAPE = (3, 8, 8)
 MEASURED = ("baseline", "faster", "slower", "no clear gain")
@@ -51,7 +51,7 @@ def fake_rate(batch: int, cfg, workers: int, device_data: bool) -> float:
 
 
 def fake_trainer(model, loader, cfg, val_loader=None):
-    """Stands in for labkit.loop.train: puts the model on the run's device (as train does) and returns step
+    """Stands in for labkit.training.loop.train: puts the model on the run's device (as train does) and returns step
     records whose times give exactly fake_rate()."""
     model.to(cfg.device)
     batch = int(next(iter(loader))[0].shape[0])
@@ -64,7 +64,7 @@ def fake_trainer(model, loader, cfg, val_loader=None):
 
 
 def fake_ceiling(model, batch_size, config, *, image_shape, num_classes, sample_from):
-    """Stands in for labkit.ceiling.measure_ceiling: 200 samples/s, and it checks what it was given."""
+    """Stands in for labkit.training.ceiling.measure_ceiling: 200 samples/s, and it checks what it was given."""
     assert batch_size == 8 and image_shape == SHAPE and num_classes == 10 and config.steps >= 4
     assert len(sample_from) >= batch_size                        # the job's own training samples, not noise
     return SimpleNamespace(samples_per_s_median=200.0)
@@ -141,7 +141,7 @@ def test_budget_gives_the_largest_batch_enough_optimizer_steps():
 
 
 def test_lr_warm_up_only_when_the_lr_was_scaled_up(data):
-    from labkit.ladder_climb import lr_warmup_steps
+    from labkit.ladder.climb import lr_warmup_steps
 
     job = SimpleNamespace(config=LadderConfig.full())
     assert lr_warmup_steps(job, Recipe(batch_size=512), 30) == 6
@@ -208,7 +208,7 @@ def test_fp32_math_sets_strict_or_tf32_and_restores():
 
 def test_mfu_uses_the_peak_of_the_math_mode_run(monkeypatch):
     """The H100 showed 93% 'MFU' on fp32 rungs: the fp32 peak against TF32 math. Each mode has its own peak."""
-    from labkit.ladder_measure import mfu_of
+    from labkit.ladder.measure import mfu_of
 
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA H100 80GB HBM3")
     flops = 1e9
@@ -329,9 +329,9 @@ def test_best_ignores_rungs_that_lost_accuracy(fake_result):
 # ------------------------------------------------------------------ the command line: every bad input up front
 def cli_error(argv, capsys, monkeypatch) -> tuple[int, str]:
     """Run `python -m labkit ARGV` in-process with the ladder itself forbidden; (exit code, stderr)."""
-    import labkit.ladder
+    import labkit.ladder.config
 
-    monkeypatch.setattr(labkit.ladder, "run_ladder", lambda *a, **k: pytest.fail("the ladder ran before the check"))
+    monkeypatch.setattr(labkit.ladder.config, "run_ladder", lambda *a, **k: pytest.fail("the ladder ran before the check"))
     try:
         code = cli.main(argv)
     except SystemExit as exit_:
@@ -352,14 +352,14 @@ def test_cli_out_is_checked_before_the_run(tmp_path, capsys, monkeypatch):
 
 
 def test_cli_ddp_world_size_is_checked_before_the_run(capsys, monkeypatch, tmp_path):
-    import labkit.env
+    import labkit.core.env
 
-    monkeypatch.setattr(labkit.env, "cpu_count", lambda: 2)
+    monkeypatch.setattr(labkit.core.env, "cpu_count", lambda: 2)
     assert cli_error(["ladder", "--device", "cpu", "--ddp-world-size", "100000", "--out", str(tmp_path)],
                      capsys, monkeypatch) == (
         2, "error: --ddp-world-size must be an integer between 1 and 8, got 100000; gloo runs at most 4 processes "
            "per CPU core and this machine has 2 core(s)\n")
-    monkeypatch.setattr(labkit.env, "get_device", lambda device=None: torch.device("cuda"))
+    monkeypatch.setattr(labkit.core.env, "get_device", lambda device=None: torch.device("cuda"))
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
     code, err = cli_error(["ladder", "--ddp-world-size", "2", "--out", str(tmp_path)], capsys, monkeypatch)
     assert (code, err) == (2, "error: --ddp-world-size must be an integer between 1 and 1, got 2; NCCL runs one "
@@ -370,7 +370,7 @@ def test_cli_batch_sizes_take_commas_like_sweep(capsys, monkeypatch):
     code, err = cli_error(["ladder", "--batch-sizes", "16 32"], capsys, monkeypatch)
     assert code == 2 and err.strip().endswith("argument --batch-sizes: expected a positive integer (1, 2, 3, ...), "
                                               "got '16 32'")
-    from labkit.cli_ladder import config_from_args
+    from labkit.cli.ladder import config_from_args
 
     args = cli.build_parser().parse_args(["ladder", "--model", "mlp", "--batch-sizes", "4,8", "--skip", "compile",
                                           "ddp", "--budget-epochs", "2"])

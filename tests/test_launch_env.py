@@ -1,7 +1,7 @@
 """Launcher-environment detection: each launcher's variables, the single-process default, clear errors."""
 import pytest
 
-from labkit.launch_env import LaunchEnv, LaunchEnvError, detect_launcher_env
+from labkit.comm.launch_env import LaunchEnv, LaunchEnvError, detect_launcher_env
 
 
 @pytest.mark.parametrize("environ, expected", [

@@ -3,7 +3,7 @@ import json
 
 import pytest
 
-from labkit.lessons import LessonLog, summarize_lesson_log
+from labkit.core.lessons import LessonLog, summarize_lesson_log
 
 
 def test_check_passes_and_counts(capsys):

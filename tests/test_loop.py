@@ -5,10 +5,10 @@ import statistics
 import pytest
 import torch
 
-from labkit.data import make_loader, synthetic_data
-from labkit.loop import RunResult, StepRecord, TrainConfig, evaluate_accuracy, train
-from labkit.env import device_label, get_device
-from labkit.models import MLP, SmallCNN
+from labkit.core.data import make_loader, synthetic_data
+from labkit.training.loop import RunResult, StepRecord, TrainConfig, evaluate_accuracy, train
+from labkit.core.env import device_label, get_device
+from labkit.core.models import MLP, SmallCNN
 
 SHAPE = (3, 8, 8)
 DEVICE = get_device()          # tests run on whatever the machine has (CPU here, CUDA on a GPU box)
@@ -106,7 +106,7 @@ def test_default_is_the_cheap_mode_and_both_modes_time_every_phase(data):
 
 
 def test_marks_and_losses_are_read_once_per_window(data, monkeypatch):
-    from labkit.timing import PhaseClock
+    from labkit.core.timing import PhaseClock
 
     settles = []
     monkeypatch.setattr(PhaseClock, "settle", lambda self: settles.append(1))
@@ -121,7 +121,7 @@ def test_marks_and_losses_are_read_once_per_window(data, monkeypatch):
 
 def test_settle_turns_event_marks_into_gpu_timeline_phases():
     """The CUDA path with fake events: data wait = idle gap before the first mark; one settle per window."""
-    from labkit.loop_window import PendingStep, settle
+    from labkit.training.window import PendingStep, settle
 
     class FakeEvent:
         def __init__(self, ms):
@@ -151,7 +151,7 @@ def test_settle_turns_event_marks_into_gpu_timeline_phases():
 
 
 def test_callback_gets_the_public_progress_payload(data):
-    from labkit.loop_window import TrainProgress
+    from labkit.training.window import TrainProgress
 
     got = []
 
@@ -194,8 +194,8 @@ def test_end_of_run_probe_has_no_side_effects_on_batchnorm(data):
     cfg = TrainConfig(steps=2, progress=False, evaluate=False, profile_model=False)
     train(model, loader(data), cfg)
     before = {k: v.clone() for k, v in model.state_dict().items()}
-    from labkit.stepper import Stepper
-    from labkit.loop import make_optimizer
+    from labkit.training.stepper import Stepper
+    from labkit.training.loop import make_optimizer
     stepper = Stepper(model, make_optimizer(model, cfg), cfg, DEVICE)
     stepper.last_inputs = torch.randn(8, *SHAPE, device=DEVICE)
     flops, mem = stepper.probe()

@@ -3,9 +3,9 @@ import pytest
 import torch
 from torch import nn
 
-from labkit.memory import (MemoryModel, build_memory_model, dtype_bytes, optimizer_kind, preserved_state, release_cpu_memory,
+from labkit.training.memory import (MemoryModel, build_memory_model, dtype_bytes, optimizer_kind, preserved_state, release_cpu_memory,
                            saved_activation_bytes)
-from labkit.models import MLP, SmallCNN
+from labkit.core.models import MLP, SmallCNN
 
 
 def test_mlp_saved_bytes_match_hand_count():
@@ -47,7 +47,7 @@ def test_fixed_parts_by_optimizer():
 
 def test_backward_peak_hand_worked():
     """Three layers; saved 100/50/10, grads 0/20/5, in+out 30/20/8 bytes."""
-    from labkit.memory_timeline import LayerMemory, backward_peak_bytes
+    from labkit.training.memory_timeline import LayerMemory, backward_peak_bytes
 
     layers = [LayerMemory(100, 0, 30), LayerMemory(50, 20, 20), LayerMemory(10, 5, 8)]
     # last layer: 160 + 0 + 8 + 5 = 173; middle: 150 + 5 + 20 + 20 = 195; first: 100 + 25 + 30 + 0 = 155

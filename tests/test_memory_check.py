@@ -6,10 +6,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from labkit.memory import build_memory_model
-from labkit.memory_check import (StepMemory, check_on_cpu, compare_with_reference, graph_saved_bytes,
+from labkit.training.memory import build_memory_model
+from labkit.training.memory_check import (StepMemory, check_on_cpu, compare_with_reference, graph_saved_bytes,
                                  measure_step_memory)
-from labkit.models import build_model
+from labkit.core.models import build_model
 
 FIXTURE = Path(__file__).parent / "fixtures" / "gpu_reference_h100.json"
 

@@ -2,10 +2,10 @@
 import pytest
 import torch
 
-from labkit.memory import saved_activation_bytes
-from labkit.mixed_precision import autocast_step, fp16_underflow
-from labkit.models import MLP
-from labkit.tf_distribute import run_in_fresh_process
+from labkit.training.memory import saved_activation_bytes
+from labkit.training.precision import autocast_step, fp16_underflow
+from labkit.core.models import MLP
+from labkit.tf.distribute import run_in_fresh_process
 
 
 def test_fp16_underflow_and_scaling_recovers():
@@ -40,7 +40,7 @@ def test_autocast_step_reports_and_rejects_cpu_fp16():
 
 @pytest.mark.tensorflow
 def test_keras_mixed_bfloat16_policy_child():
-    out = run_in_fresh_process("labkit.mixed_precision:keras_policy_child",
+    out = run_in_fresh_process("labkit.training.precision:keras_policy_child",
                                {"policy": "mixed_bfloat16", "batch_size": 8, "repeats": 1, "warmup": 1})
     assert out["compute_dtype"] == "bfloat16" and out["variable_dtype"] == "float32"
     assert out["output_dtype"] == "float32" and len(out["times_s"]) == 1

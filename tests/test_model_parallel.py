@@ -4,7 +4,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from labkit import model_parallel as mp
+from labkit.parallel import model_parallel as mp
 
 
 def test_split_model_equals_the_whole():

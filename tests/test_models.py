@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from labkit import models
+from labkit.core import models
 
 
 @pytest.mark.parametrize("name", models.MODELS)

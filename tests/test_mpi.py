@@ -3,8 +3,9 @@ import numpy as np
 import psutil
 import pytest
 
-from labkit import mpi, mpi_demos
-from labkit.mpi import MpiRankError, MpiTimeout, MpiUnavailableError, run_demo
+from labkit.comm import mpi
+from labkit.comm import mpi_demos
+from labkit.comm.mpi import MpiRankError, MpiTimeout, MpiUnavailableError, run_demo
 
 INFO = mpi.mpi_info()
 needs_mpi = pytest.mark.skipif(not INFO.available, reason=f"MPI lane not installed: {INFO.reason}")
@@ -164,7 +165,7 @@ def test_timeout_kills_every_process():
 # ------------------------------------------------------------------------------------------ sync SGD under MPI
 @needs_mpi
 def test_sync_sgd_with_mpi_and_with_torch_distributed_under_mpiexec():
-    from labkit.sync_sgd import train_single_process
+    from labkit.parallel.sync_sgd import train_single_process
 
     run = run_demo("torch_sgd", 2, oversubscribe=True, echo=False, timeout_s=180, steps=3, mpi_too=True)
     if INFO.mpiexec_flavor == "hydra":
@@ -192,7 +193,7 @@ def test_torch_demo_finalizes_mpi_before_its_fast_exit(monkeypatch):
     import sys
     import types
 
-    from labkit import mpi_demos
+    from labkit.comm import mpi_demos
 
     calls = []
     fake = types.SimpleNamespace(Is_initialized=lambda: True, Is_finalized=lambda: bool(calls),

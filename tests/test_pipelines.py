@@ -1,4 +1,4 @@
-"""Tests for labkit.pipelines: configs, transforms and the shape of benchmark results."""
+"""Tests for labkit.input.loaders: configs, transforms and the shape of benchmark results."""
 from __future__ import annotations
 
 import pickle
@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch.utils.data import TensorDataset
 
-from labkit.pipelines import (ExpensiveTransform, LoaderConfig, TransformedDataset, benchmark_loader, default_grid,
+from labkit.input.loaders import (ExpensiveTransform, LoaderConfig, TransformedDataset, benchmark_loader, default_grid,
                               plot_overlap, simulated_step, sweep_loaders)
 
 matplotlib.use("Agg")

@@ -3,12 +3,12 @@ import numpy as np
 import pytest
 import torch
 
-from labkit.models import MLP
-from labkit.pitfalls_tf import (BN_VARIANTS, count_then_configure, uneven_example_count, uneven_last_batch_bn)
-from labkit.batch_size import scaled_lr
-from labkit.pitfalls_torch import (padded_eval_accuracy, rank0_extra_work, save_wrapped_model,
+from labkit.core.models import MLP
+from labkit.tf.pitfalls import (BN_VARIANTS, count_then_configure, uneven_example_count, uneven_last_batch_bn)
+from labkit.training.batch_size import scaled_lr
+from labkit.parallel.pitfalls import (padded_eval_accuracy, rank0_extra_work, save_wrapped_model,
                                    shard_coverage, torch_uneven_last_batch)
-from labkit.tf_distribute import run_in_fresh_process
+from labkit.tf.distribute import run_in_fresh_process
 
 
 def test_uneven_example_count():
@@ -41,7 +41,7 @@ def test_bn_nan_reproduced_and_fixed():
 
 @pytest.mark.tensorflow
 def test_counting_logical_devices_blocks_configuration():
-    out = run_in_fresh_process("labkit.pitfalls_tf:count_then_configure", {"method": "logical"})
+    out = run_in_fresh_process("labkit.tf.pitfalls:count_then_configure", {"method": "logical"})
     assert out["strategy_replicas"] is None and "restart the kernel" in out["error"]
 
 

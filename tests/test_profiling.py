@@ -1,4 +1,4 @@
-"""Tests for labkit.profiling and labkit.trace_summary: schedule arithmetic, summaries, bad input."""
+"""Tests for labkit.profile.profiler and labkit.profile.traces: schedule arithmetic, summaries, bad input."""
 from __future__ import annotations
 
 import json
@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 from torch import nn
 from torch.profiler import ProfilerAction
 
-from labkit.profiling import ProfileSchedule, changed_ops, compare_runs, profile_training
-from labkit.trace_summary import CATEGORIES, load_trace, peak_memory_bytes, step_numbers, summarize_trace
+from labkit.profile.profiler import ProfileSchedule, changed_ops, compare_runs, profile_training
+from labkit.profile.traces import CATEGORIES, load_trace, peak_memory_bytes, step_numbers, summarize_trace
 
 
 def tiny_loader(n_batches: int = 4, batch: int = 4):

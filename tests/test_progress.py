@@ -2,7 +2,7 @@
 import io
 import sys
 
-from labkit.progress import progress_bar, progress_enabled
+from labkit.core.progress import progress_bar, progress_enabled
 
 
 class _Tty(io.StringIO):

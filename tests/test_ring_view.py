@@ -4,8 +4,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from labkit.collectives import ALGORITHMS, allreduce
-from labkit.ring_view import (CSS_CLASS, chunk_contributions, complete_chunks_after, draw_step, render_png,
+from labkit.comm.collectives import ALGORITHMS, allreduce
+from labkit.ui.ring_view import (CSS_CLASS, chunk_contributions, complete_chunks_after, draw_step, render_png,
                               ring_view, step_caption)
 
 

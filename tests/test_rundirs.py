@@ -1,6 +1,6 @@
 import pytest
 
-from labkit.rundirs import check_writable_dir
+from labkit.core.rundirs import check_writable_dir
 
 
 def test_creates_nested_dir(tmp_path):
@@ -19,7 +19,7 @@ def test_run_root_is_the_checkout_runs_folder_or_the_env_var(tmp_path, monkeypat
     from pathlib import Path
 
     import labkit
-    from labkit.rundirs import run_path, run_root
+    from labkit.core.rundirs import run_path, run_root
 
     monkeypatch.delenv("LABKIT_RUN_DIR", raising=False)
     assert run_root() == Path(labkit.__file__).resolve().parent.parent / "runs"

@@ -5,8 +5,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from labkit import scaling as sc
-from labkit.collectives import allreduce_cost
+from labkit.parallel import scaling as sc
+from labkit.comm.collectives import allreduce_cost
 
 
 def test_epoch_time_hand_numbers():
@@ -96,7 +96,7 @@ def test_timing_noise_and_quiet_gate():
 
 
 def test_verdict_agrees_only_when_both_sides_of_one():
-    from labkit.scaling import Verdict
+    from labkit.parallel.scaling import Verdict
 
     assert Verdict("c", 2, 1, 1.0, 0.1, 1.8, 1.3).agrees
     assert Verdict("c", 2, 1, 1.0, 3.0, 0.4, 0.3).agrees
@@ -105,7 +105,7 @@ def test_verdict_agrees_only_when_both_sides_of_one():
 
 @pytest.mark.parametrize("counts", [(), (0, 2), (1, 2.0), (True,)])
 def test_measure_scaling_rejects_bad_replica_counts(counts):
-    from labkit.scaling import measure_scaling
+    from labkit.parallel.scaling import measure_scaling
 
     with pytest.raises(ValueError, match="replica_counts must be integers >= 1"):
         measure_scaling(counts)
@@ -113,7 +113,7 @@ def test_measure_scaling_rejects_bad_replica_counts(counts):
 
 def test_pays_verdicts_real_processes_call_both_sized_cases():
     """Two real gloo ranks: the model calls the compute-bound job, the clock shows the other does not pay."""
-    from labkit.scaling import pays_verdicts
+    from labkit.parallel.scaling import pays_verdicts
 
     verdicts = pays_verdicts(replicas=2)
     assert [v.case.split(":")[0] for v in verdicts] == ["compute-bound", "communication-bound"]

@@ -2,8 +2,8 @@
 equal the prediction, counted traffic equals the closed form; and the decision table's rule."""
 import pytest
 
-from labkit import sharding
-from labkit.sharding_advice import Scenario, advise, option_costs
+from labkit.sharding import strategies as sharding
+from labkit.sharding.advice import Scenario, advise, option_costs
 
 GB = 10**9
 

@@ -2,9 +2,9 @@
 import pytest
 import torch.distributed as dist
 
-from labkit.comm_volume import (CommCounter, counting_collectives, predicted_bytes_per_step, ring_bytes_sent,
+from labkit.sharding.comm_volume import (CommCounter, counting_collectives, predicted_bytes_per_step, ring_bytes_sent,
                                 simulated_bytes_per_step)
-from labkit.sharding_memory import STRATEGIES
+from labkit.sharding.memory import STRATEGIES
 
 
 def test_ring_convention():

@@ -3,8 +3,8 @@ import pytest
 import torch
 from torch import nn
 
-from labkit.memory import MemoryModel
-from labkit.sharding_memory import (STRATEGIES, count_rank_state_bytes, predict_per_rank, sharding_factors,
+from labkit.training.memory import MemoryModel
+from labkit.sharding.memory import (STRATEGIES, count_rank_state_bytes, predict_per_rank, sharding_factors,
                                     zero_paper_bytes)
 
 

@@ -4,7 +4,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from labkit import sync_sgd as s
+from labkit.parallel import sync_sgd as s
 
 
 @settings(max_examples=15, deadline=None)
@@ -91,7 +91,7 @@ def test_real_gloo_scratch_equals_ddp_and_single_process():
 
 @pytest.mark.parametrize("world_size", [0, 2.0, True])
 def test_bad_world_size_is_one_clear_error(world_size):
-    from labkit.sync_sgd import ToyProblem, micro_batch_gradients
+    from labkit.parallel.sync_sgd import ToyProblem, micro_batch_gradients
 
     with pytest.raises(ValueError, match=r"^world_size must be an integer >= 1, got"):
         micro_batch_gradients(ToyProblem(seed=0, micro_batch=4), world_size)
@@ -99,8 +99,8 @@ def test_bad_world_size_is_one_clear_error(world_size):
 
 def test_the_proof_runs_on_gloo_even_on_a_gpu_box(monkeypatch):
     """CPU tensors and a CPU reference: NCCL (picked by 'auto' with a GPU per rank) would reject them."""
-    import labkit.distributed as ld
-    from labkit import sync_sgd
+    import labkit.comm.launch as ld
+    from labkit.parallel import sync_sgd
 
     seen = {}
 

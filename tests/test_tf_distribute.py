@@ -4,7 +4,7 @@ import warnings
 
 import pytest
 
-from labkit.tf_distribute import (DevicesAlreadyInitializedError, per_replica_batch_size, run_in_fresh_process)
+from labkit.tf.distribute import (DevicesAlreadyInitializedError, per_replica_batch_size, run_in_fresh_process)
 
 
 def test_per_replica_batch_divides():
@@ -40,7 +40,7 @@ def test_run_in_fresh_process_rejects_bad_target():
 
 @pytest.mark.tensorflow
 def test_strategy_tour_on_two_logical_cpus():
-    out = run_in_fresh_process("labkit.tf_distribute:strategy_tour", {"replicas": 2, "global_batch_size": 8,
+    out = run_in_fresh_process("labkit.tf.distribute:strategy_tour", {"replicas": 2, "global_batch_size": 8,
                                                                       "num_examples": 20})
     assert out["replicas"] == 2 and len(out["devices"]) == 2
     for name, per_replica in out["reductions"].items():            # sum of (replica_id + 1) = 1 + 2
@@ -54,13 +54,13 @@ def test_strategy_tour_on_two_logical_cpus():
 @pytest.mark.tensorflow
 def test_child_errors_come_back_with_their_type():
     with pytest.raises(ValueError, match="does not divide evenly"):
-        run_in_fresh_process("labkit.tf_distribute:strategy_tour", {"global_batch_size": 7})
+        run_in_fresh_process("labkit.tf.distribute:strategy_tour", {"global_batch_size": 7})
 
 
 @pytest.mark.tensorflow
 def test_make_strategy_bad_requests_are_clear():
     with pytest.raises(ValueError, match="needs GPUs"):   # NCCL on CPUs
-        run_in_fresh_process("labkit.tf_distribute:make_strategy", {"replicas": 2, "cross_device_ops_name": "nccl"})
+        run_in_fresh_process("labkit.tf.distribute:make_strategy", {"replicas": 2, "cross_device_ops_name": "nccl"})
 
 
 def test_too_late_error_class_is_exported():
@@ -70,7 +70,7 @@ def test_too_late_error_class_is_exported():
 def test_nccl_on_cpus_refused_before_tensorflow_loads():
     import sys
 
-    from labkit.tf_distribute import make_strategy
+    from labkit.tf.distribute import make_strategy
 
     had_tf = "tensorflow" in sys.modules
     with pytest.raises(ValueError, match="needs GPUs"):

@@ -1,16 +1,16 @@
-"""Tests for labkit.tf_pipelines: every experiment's result shape, exact counts, and bad input."""
+"""Tests for labkit.tf.pipelines: every experiment's result shape, exact counts, and bad input."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 import torch._dynamo  # noqa: F401  (load triton before TensorFlow: the reverse order segfaults later torch code)
 
-from labkit.fresh_process import tensorflow_missing_reason  # noqa: E402
+from labkit.core.procs import tensorflow_missing_reason  # noqa: E402
 
 pytestmark = pytest.mark.tensorflow
 tf = pytest.importorskip("tensorflow", reason=tensorflow_missing_reason())
 
-from labkit import tf_pipelines as tfp  # noqa: E402
+from labkit.tf import pipelines as tfp  # noqa: E402
 
 
 def images(n=24):

@@ -1,17 +1,17 @@
-"""Tests for labkit.tf_profiling: the .xplane.pb is written, bad input is refused clearly."""
+"""Tests for labkit.tf.profiler: the .xplane.pb is written, bad input is refused clearly."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 import torch._dynamo  # noqa: F401  (load triton before TensorFlow: the reverse order segfaults later torch code)
 
-from labkit.fresh_process import tensorflow_missing_reason  # noqa: E402
+from labkit.core.procs import tensorflow_missing_reason  # noqa: E402
 
 pytestmark = pytest.mark.tensorflow
 tf = pytest.importorskip("tensorflow", reason=tensorflow_missing_reason())
 
-from labkit.models import keras_small_cnn  # noqa: E402
-from labkit.tf_profiling import (TFProfileResult, profile_keras_fit, profile_keras_in_subprocess,  # noqa: E402
+from labkit.core.models import keras_small_cnn  # noqa: E402
+from labkit.tf.profiler import (TFProfileResult, profile_keras_fit, profile_keras_in_subprocess,  # noqa: E402
                                  xplane_files)
 
 
@@ -31,7 +31,7 @@ _PROGRAMMATIC = """
 import sys, json
 sys.path.insert(0, {tests!r})
 from test_tf_profiling import data, tiny_model
-from labkit.tf_profiling import TFProfileResult, profile_keras_fit, xplane_files
+from labkit.tf.profiler import TFProfileResult, profile_keras_fit, xplane_files
 x, y = data()
 res = profile_keras_fit(tiny_model(), x, y, run_dir={run!r}, batch_size=8, profile_batch=(2, 3))
 again = profile_keras_fit(tiny_model(), x, y, run_dir={run!r}, batch_size=8, profile_batch=(2, 3))
@@ -93,8 +93,8 @@ def test_keras_twin_is_torch_free_and_shared():
     import subprocess
     import sys
 
-    import labkit.keras_models as km
-    code = "import sys, labkit.keras_models, labkit.rundirs; print('torch' in sys.modules)"
+    import labkit.tf.keras_models as km
+    code = "import sys, labkit.tf.keras_models, labkit.core.rundirs; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120).stdout
     assert out.strip() == "False" and keras_small_cnn is km.keras_small_cnn
     assert km.keras_small_cnn(float32_logits=True).layers[-1].dtype_policy.name == "float32"

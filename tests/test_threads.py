@@ -1,10 +1,10 @@
-"""Tests for labkit.threads: sweep tables, restored settings, TF child processes, bad input."""
+"""Tests for labkit.input.threads: sweep tables, restored settings, TF child processes, bad input."""
 from __future__ import annotations
 
 import pytest
 import torch
 
-from labkit.threads import ThreadSweep, default_thread_counts, sweep_tf_threads, sweep_torch_threads
+from labkit.input.threads import ThreadSweep, default_thread_counts, sweep_tf_threads, sweep_torch_threads
 
 
 def test_default_thread_counts():

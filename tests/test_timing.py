@@ -1,6 +1,6 @@
 import pytest
 
-from labkit import timing
+from labkit.core import timing
 
 
 def test_percentile_matches_numpy():
@@ -57,7 +57,7 @@ def test_time_fn_measures_sleep():
 
 
 def test_interleaved_calls_each_run_once_per_round_in_turn():
-    from labkit.timing import interleaved
+    from labkit.core.timing import interleaved
 
     calls = []
     out = interleaved({"a": lambda: calls.append("a") or len(calls), "b": lambda: calls.append("b") or len(calls)},

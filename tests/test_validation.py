@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from labkit.validation import checked_int, positive_int
+from labkit.core.validation import checked_int, positive_int
 
 
 @pytest.mark.parametrize("bad, message", [

@@ -3,8 +3,8 @@ import time
 
 import pytest
 
-from labkit.data import synthetic_data
-from labkit.widgets import BatchSizeDashboard, DashboardRun, curves_png, memory_bars_html
+from labkit.core.data import synthetic_data
+from labkit.ui.dashboard import BatchSizeDashboard, DashboardRun, curves_png, memory_bars_html
 
 
 @pytest.fixture(scope="module")
@@ -86,7 +86,7 @@ def test_memory_follows_the_runs_optimizer_settings(data):
 
     import torch
 
-    from labkit.models import build_model
+    from labkit.core.models import build_model
 
     model = build_model("mlp", 10, (3, 8, 8))
     inputs = torch.randn(4, 3, 8, 8)

@@ -1,0 +1,2 @@
+"""`python -m labkit` / `labkit`: the main parser and one module per subcommand.
+"""

@@ -1,0 +1,127 @@
+"""`python -m labkit allreduce-bench`: a real all-reduce over N processes (gloo or NCCL), nccl-tests layout.
+
+Calls `labkit.comm.bench.allreduce_benchmark` and `format_nccl_tests_table`, the same functions notebook 06
+uses. Flags follow nccl-tests' all_reduce_perf: -b/-e/-f (sizes), -n (iterations), -w (warm-up).
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import threading
+import time
+
+from labkit.cli.common import (byte_list, nonnegative_int, parse_bytes, positive_float, positive_int, print_json,
+                               subparser)
+
+DTYPES = {"float32": 4, "float64": 8, "float16": 2, "bfloat16": 2, "int32": 4}  # name -> bytes per element
+MAX_SIZES = 64
+
+
+def sizes_from_args(args: argparse.Namespace) -> list[int]:
+    """The message sizes: --sizes as given, else min..max multiplying by the step factor (like nccl-tests)."""
+    if args.sizes:
+        return args.sizes
+    if args.max_bytes < args.min_bytes:
+        raise ValueError(f"--max-bytes ({args.max_bytes}) must be >= --min-bytes ({args.min_bytes})")
+    if args.step_factor < 2 and args.min_bytes != args.max_bytes:
+        raise ValueError(f"--step-factor must be >= 2 to grow the size, got {args.step_factor}")
+    sizes, size = [], args.min_bytes
+    while size <= args.max_bytes and len(sizes) <= MAX_SIZES:
+        sizes.append(size)
+        size *= args.step_factor
+    if len(sizes) > MAX_SIZES:
+        raise ValueError(f"that is more than {MAX_SIZES} message sizes; raise --step-factor or narrow the range")
+    return sizes
+
+
+def check_args(args: argparse.Namespace) -> tuple[list[int], str]:
+    """Validate everything before any process starts; return the sizes and the backend that will run."""
+    from labkit.comm.bench import check_memory
+    from labkit.comm.launch import check_world_size, resolve_backend
+
+    sizes = sizes_from_args(args)
+    itemsize = DTYPES[args.dtype]
+    bad = [s for s in sizes if s % itemsize]
+    if bad:
+        raise ValueError(f"message sizes must be whole {args.dtype} elements ({itemsize} B each), got {bad} B")
+    backend = resolve_backend(args.backend, args.world_size)
+    check_world_size(args.world_size, backend)
+    check_memory(args.world_size, max(sizes), backend)
+    return sizes, backend
+
+
+class ElapsedBar:
+    """A progress line on stderr that ticks every half second while a single blocking call runs."""
+
+    def __init__(self, desc: str, enabled: bool) -> None:
+        from tqdm.auto import tqdm
+
+        self.bar = tqdm(desc=desc, total=None, unit="s", file=sys.stderr, disable=not enabled, leave=False,
+                        bar_format="{desc}: {elapsed} elapsed")
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._tick, daemon=True)
+
+    def _tick(self) -> None:
+        while not self.stop.wait(0.5):
+            self.bar.refresh()
+
+    def __enter__(self) -> "ElapsedBar":
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.thread.join()
+        self.bar.close()
+
+
+def run(args: argparse.Namespace) -> int:
+    """Benchmark and print the nccl-tests table (or JSON)."""
+    from labkit.comm.bench import allreduce_benchmark, format_nccl_tests_table
+
+    sizes, backend = check_args(args)
+    desc = f"all_reduce on {args.world_size} ranks ({backend}), {len(sizes)} sizes"
+    start = time.perf_counter()
+    with ElapsedBar(desc, enabled=not args.no_progress):
+        rows = allreduce_benchmark(args.world_size, sizes, backend=backend, iters=args.iters,
+                                   warmup=args.warmup, dtype=args.dtype, timeout_s=args.timeout_s)
+    wall_s = time.perf_counter() - start
+    wrong = sum(r.wrong for r in rows)
+    if args.json:
+        print_json({"world_size": args.world_size, "rows": rows, "wall_s": wall_s, "wrong": wrong})
+    else:
+        print(format_nccl_tests_table(rows))
+        print(f"# Out of bounds values : {wrong} {'OK' if wrong == 0 else 'FAILED'}")
+        if rows:
+            avg_busbw = sum(r.busbw_gb_s for r in rows) / len(rows)
+            print(f"# Avg bus bandwidth    : {avg_busbw:.3f} GB/s  (busbw = algbw x 2(n-1)/n; "
+                  "nccl-tests doc/PERFORMANCE.md)")
+        print(f"# {len(rows)} sizes in {wall_s:.1f} s wall time, including process start-up")
+    return 0 if wrong == 0 else 1
+
+
+def add_parser(sub) -> None:
+    """Register `allreduce-bench`."""
+    p = subparser(sub, "allreduce-bench", help="benchmark a real all-reduce (gloo/NCCL) by message size",
+                  description="Time a real torch.distributed all_reduce across world-size processes for each "
+                              "message size and print time, algbw and busbw in the nccl-tests layout. "
+                              "Backend auto = NCCL with one GPU per rank, else gloo over loopback TCP.",
+                  examples=["python -m labkit allreduce-bench",
+                            "python -m labkit allreduce-bench --world-size 4 -b 8 -e 128M -f 2",
+                            "python -m labkit allreduce-bench --world-size 2 --sizes 1K,64K,1M -n 50 -w 5",
+                            "python -m labkit allreduce-bench --backend nccl --world-size 8 -b 1M -e 1G --json"])
+    p.add_argument("--world-size", "-g", type=positive_int, default=2, help="number of ranks (processes; default 2)")
+    p.add_argument("--backend", choices=("auto", "gloo", "nccl"), default="auto",
+                   help="auto = nccl if there is a GPU per rank, else gloo (default auto)")
+    p.add_argument("--sizes", type=byte_list, default=None, help="explicit sizes per rank, e.g. 1K,64K,1M")
+    p.add_argument("--min-bytes", "-b", type=parse_bytes, default=parse_bytes("16"), help="smallest size (default 16)")
+    p.add_argument("--max-bytes", "-e", type=parse_bytes, default=parse_bytes("16M"), help="largest size (default 16M)")
+    p.add_argument("--step-factor", "-f", type=positive_int, default=4, help="size multiplier (default 4)")
+    p.add_argument("--iters", "-n", type=positive_int, default=20, help="timed all-reduces per size (default 20)")
+    p.add_argument("--warmup", "-w", type=nonnegative_int, default=5, help="untimed warm-up calls per size (default 5)")
+    p.add_argument("--dtype", choices=DTYPES, default="float32", help="element type (default float32)")
+    p.add_argument("--timeout-s", type=positive_float, default=300.0,
+                   help="kill every rank after this many seconds (default 300)")
+    p.add_argument("--json", action="store_true", help="print the rows as JSON on stdout")
+    p.add_argument("--no-progress", action="store_true", help="hide the elapsed-time line (shown on stderr)")
+    p.set_defaults(func=run)

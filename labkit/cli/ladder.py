@@ -1,0 +1,115 @@
+"""`python -m labkit ladder`: the tuning ladder of notebook 10 headless (the only ladder command line).
+
+Every option is checked before the first rung runs (a ladder takes minutes; a bad --out must not lose them):
+--out must be a writable directory, --ddp-world-size at most what this machine can run. Writes ladder.json and
+ladder.md to --out and prints the table (or the JSON).
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import tempfile
+from pathlib import Path
+
+from labkit.cli.common import add_output_flags, device_name, int_list, positive_int, subparser
+from labkit.core.rundirs import run_path
+
+
+def checked_out_dir(text: str) -> Path:
+    """``--out`` as a directory that exists (created if needed) and is writable, or one clear ValueError."""
+    path = Path(text).expanduser()
+    if path.exists() and not path.is_dir():
+        raise ValueError(f"--out {text} is a file, not a directory; give a directory for ladder.json and "
+                         "ladder.md, e.g. --out runs/ladder")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=path, prefix=".write_test_"):
+            pass
+    except OSError as err:
+        raise ValueError(f"--out {text} is not a writable directory ({err.strerror}); give a directory you can "
+                         "write to, e.g. --out runs/ladder") from None
+    return path
+
+
+def max_ddp_world_size(device: str | None) -> tuple[int, str]:
+    """(most processes the DDP rung may start here, why): one per GPU on a GPU, gloo's per-core limit on a CPU."""
+    import torch
+
+    from labkit.comm.launch import GLOO_RANKS_PER_CORE
+    from labkit.core.env import cpu_count, get_device
+
+    if get_device(device).type == "cuda":
+        gpus = torch.cuda.device_count()
+        return gpus, f"NCCL runs one process per GPU and this machine has {gpus}"
+    cores = cpu_count()
+    return (GLOO_RANKS_PER_CORE * cores,
+            f"gloo runs at most {GLOO_RANKS_PER_CORE} processes per CPU core and this machine has {cores} core(s)")
+
+
+def config_from_args(args: argparse.Namespace):
+    """The LadderConfig the options describe (mode preset plus the options given)."""
+    from labkit.ladder.config import LadderConfig
+
+    overrides = {k: v for k, v in {
+        "model": args.model, "dataset": args.dataset, "train_limit": args.train_limit,
+        "budget_epochs": args.budget_epochs, "device": args.device, "ddp_world_size": args.ddp_world_size,
+        "batch_candidates": tuple(args.batch_sizes) if args.batch_sizes else None,
+        "skip": tuple(args.skip) if args.skip else None}.items() if v is not None}
+    return dataclasses.replace(LadderConfig.for_mode(**overrides), progress=not args.no_progress)
+
+
+def check_args(args: argparse.Namespace):
+    """Every check that can fail, before the first rung: returns (out dir, config) or raises one ValueError."""
+    from labkit.core.validation import positive_int as checked_positive
+
+    out = checked_out_dir(args.out)
+    if args.ddp_world_size is not None:
+        limit, why = max_ddp_world_size(args.device)
+        if args.ddp_world_size > limit:
+            checked_positive(args.ddp_world_size, "--ddp-world-size", maximum=max(limit, 1), hint=why)
+    return out, config_from_args(args)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Check the options, climb the ladder, save it, print the Markdown table or the JSON."""
+    from labkit.ladder.config import run_ladder
+
+    out, config = check_args(args)
+    result = run_ladder(config)
+    json_path, md_path = result.save(out)
+    if args.json:
+        print(result.to_json())
+    else:
+        print(result.to_markdown())
+        print(f"\nwrote {json_path} and {md_path}")
+    return 0
+
+
+def add_parser(sub) -> None:
+    """Register `ladder`."""
+    from labkit.ladder.rungs import RUNG_KEYS
+    from labkit.core.models import MODELS
+
+    p = subparser(sub, "ladder", help="climb the tuning ladder: every speed-up rung measured on one job",
+                  description="Train one job with the kit's speed-ups switched on rung by rung (batch size, data "
+                              "loading, data on the device, TF32, mixed precision, channels-last, compile, DDP), "
+                              "each measured for the same budget of samples and judged against rung 0's accuracy; "
+                              "keep the rungs that help. Writes ladder.json and ladder.md (notebook 10).",
+                  examples=["python -m labkit ladder",
+                            "python -m labkit ladder --model small_cnn --budget-epochs 1 --skip compile ddp",
+                            "python -m labkit ladder --train-limit 256 --batch-sizes 16,32 --out runs/ladder-small",
+                            "python -m labkit ladder --device cuda --json"])
+    p.add_argument("--out", default=str(run_path("ladder")), help="directory for ladder.json and ladder.md "
+                   "(default: runs/ladder at the repository root)")
+    p.add_argument("--model", choices=MODELS, help="model (default: small_cnn in fast mode, resnet18 in full)")
+    p.add_argument("--dataset", choices=("auto", "cifar10", "digits", "synthetic"),
+                   help="dataset for labkit.load_data (default: auto)")
+    p.add_argument("--train-limit", type=positive_int, help="use at most this many training images")
+    p.add_argument("--budget-epochs", type=int, help="fixed training budget per rung, in epochs")
+    p.add_argument("--batch-sizes", type=int_list, help="rung 1's candidate batch sizes, comma-separated: 16,32,64")
+    p.add_argument("--skip", nargs="+", choices=RUNG_KEYS[1:], help="rungs to leave out")
+    p.add_argument("--ddp-world-size", type=positive_int,
+                   help="processes for the DDP rung (default: one per GPU, or 2 gloo processes on a CPU)")
+    p.add_argument("--device", type=device_name, help="cpu, cuda or cuda:N (default: the first GPU, else the CPU)")
+    add_output_flags(p)
+    p.set_defaults(func=run)

@@ -1,0 +1,222 @@
+"""A real all-reduce benchmark over message sizes, reported the way NVIDIA's nccl-tests report it.
+
+For each size S (bytes per rank) it times ``iters`` back-to-back in-place ``all_reduce`` calls and reports the
+average time per call t (nccl-tests average one such loop; we take the median over ``repeats`` loops, which
+resists the noise of a shared machine), the algorithm bandwidth ``algbw = S / t`` and the bus bandwidth
+``busbw = algbw * 2(n-1)/n`` (n ranks), as defined in nccl-tests' doc/PERFORMANCE.md: busbw is what each rank's
+link carried, comparable with the hardware's peak whatever n is (the ring sends 2(n-1)/n of the data per rank).
+gloo over loopback TCP here; NCCL over NVLink/PCIe/InfiniBand when there is one GPU per rank.
+"""
+from __future__ import annotations
+
+import statistics
+from dataclasses import asdict, dataclass
+from typing import Sequence
+
+DEFAULT_SIZES_BYTES = tuple(4 ** k for k in range(2, 13))   # 16 B .. 16 MiB, x4 steps
+_DTYPES = {"float32": 4, "float64": 8, "float16": 2, "bfloat16": 2, "int32": 4}
+
+
+@dataclass(frozen=True)
+class BenchRow:
+    """One message size: time per all-reduce (s), algbw and busbw (GB/s, 1 GB = 1e9 B), wrong elements."""
+
+    size_bytes: int
+    count: int
+    dtype: str
+    world_size: int
+    backend: str
+    time_s: float
+    algbw_gb_s: float
+    busbw_gb_s: float
+    wrong: int
+    device: str
+
+
+def busbw_factor(world_size: int, collective: str = "all_reduce") -> float:
+    """nccl-tests' correction from algbw to busbw: all_reduce 2(n-1)/n; reduce_scatter/all_gather (n-1)/n."""
+    factors = {"all_reduce": 2 * (world_size - 1) / world_size, "reduce_scatter": (world_size - 1) / world_size,
+               "all_gather": (world_size - 1) / world_size, "broadcast": 1.0, "reduce": 1.0}
+    if collective not in factors:
+        raise ValueError(f"collective must be one of {tuple(factors)}, got {collective!r}")
+    return factors[collective]
+
+
+def bandwidths_gb_s(size_bytes: int, time_s: float, world_size: int) -> tuple[float, float]:
+    """(algbw, busbw) in GB/s for an all-reduce of ``size_bytes`` per rank that took ``time_s``."""
+    algbw = size_bytes / time_s / 1e9
+    return algbw, algbw * busbw_factor(world_size)
+
+
+def _check_sizes(sizes_bytes: Sequence[int], itemsize: int) -> list[int]:
+    sizes = [int(s) for s in sizes_bytes]
+    if not sizes:
+        raise ValueError("sizes_bytes must list at least one message size")
+    bad = [s for s in sizes if s < itemsize or s % itemsize]
+    if bad:
+        raise ValueError(f"every size in sizes_bytes must be a positive multiple of the element size "
+                         f"({itemsize} B), got {bad}")
+    return sizes
+
+
+BUFFERS_PER_RANK = 2            # the message plus the backend's own receive/staging copy of it
+RANK_OVERHEAD_BYTES = 400 << 20  # a Python process with torch imported (gloo) or its CUDA context (NCCL)
+
+
+def memory_needed_bytes(world_size: int, max_size_bytes: int, backend: str) -> int:
+    """Memory the benchmark needs where it allocates: RAM for all gloo ranks together, one GPU's memory for NCCL."""
+    per_rank = BUFFERS_PER_RANK * int(max_size_bytes) + RANK_OVERHEAD_BYTES
+    return per_rank if backend == "nccl" else per_rank * int(world_size)
+
+
+def check_memory(world_size: int, max_size_bytes: int, backend: str, available_bytes: int | None = None) -> None:
+    """Refuse up front a benchmark that cannot fit (64G messages on a 23 GiB box), with what to change."""
+    need = memory_needed_bytes(world_size, max_size_bytes, backend)
+    if available_bytes is None:
+        available_bytes = _available_bytes(backend)
+    if need > available_bytes:
+        where = "memory of one GPU" if backend == "nccl" else "RAM available"
+        ranks = "per rank" if backend == "nccl" else f"x {world_size} ranks"
+        raise ValueError(f"the largest message ({_gib(max_size_bytes)}) x {BUFFERS_PER_RANK} buffers {ranks} "
+                         f"needs about {_gib(need)}, more than the {_gib(available_bytes)} of {where}; "
+                         "lower --max-bytes/-e or --world-size")
+
+
+def _available_bytes(backend: str) -> int:
+    if backend == "nccl":
+        import torch
+
+        return int(torch.cuda.get_device_properties(0).total_memory)
+    import psutil
+
+    return int(psutil.virtual_memory().available)
+
+
+def _gib(n_bytes: int) -> str:
+    return f"{n_bytes / 2**30:.1f} GiB"
+
+
+def allreduce_benchmark(world_size: int, sizes_bytes: Sequence[int] = DEFAULT_SIZES_BYTES, backend: str = "auto",
+                        iters: int = 20, warmup: int = 5, dtype: str = "float32", repeats: int = 3,
+                        timeout_s: float = 300.0) -> list[BenchRow]:
+    """Time a real in-place all_reduce(SUM) over ``world_size`` processes for each size; one BenchRow per size."""
+    from labkit.comm.launch import launch
+
+    if dtype not in _DTYPES:
+        raise ValueError(f"dtype must be one of {tuple(_DTYPES)}, got {dtype!r}")
+    if iters < 1 or warmup < 0 or repeats < 1:
+        raise ValueError(f"need iters >= 1, warmup >= 0 and repeats >= 1, got iters={iters}, warmup={warmup}, "
+                         f"repeats={repeats}")
+    sizes = _check_sizes(sizes_bytes, _DTYPES[dtype])
+    per_rank = launch(bench_worker, world_size, args=(sizes, iters, warmup, dtype, repeats), backend=backend,
+                      timeout_s=timeout_s, show_output=False)
+    return per_rank[0]
+
+
+def _check_sum(t, world_size: int) -> int:
+    """Fill with rank+1, all-reduce once, count elements that differ from n(n+1)/2 (nccl-tests' #wrong)."""
+    import torch.distributed as dist
+
+    t.fill_(dist.get_rank() + 1)
+    dist.all_reduce(t)
+    expected = world_size * (world_size + 1) / 2
+    tolerance = 1e-2 * expected if t.element_size() == 2 else 0.0  # half types round sums above 2048
+    return int(((t.double() - expected).abs() > tolerance).sum().item())
+
+
+def bench_worker(sizes: list[int], iters: int, warmup: int, dtype: str, repeats: int = 1) -> list[BenchRow]:
+    """Runs on every rank under ``launch``: check, warm up, then time ``iters`` calls with honest synchronisation."""
+    import torch
+    import torch.distributed as dist
+
+    from labkit.core.env import device_label
+    from labkit.core.timing import Stopwatch
+
+    world, backend = dist.get_world_size(), dist.get_backend()
+    device = torch.device("cuda", torch.cuda.current_device()) if backend == "nccl" else torch.device("cpu")
+    label = device_label(device) if device.type == "cuda" else f"CPU ({world} gloo processes on {_cores()} cores)"
+    rows = []
+    for size in sizes:
+        t = torch.zeros(size // _DTYPES[dtype], dtype=getattr(torch, dtype), device=device)
+        wrong = _check_sum(t, world)
+        t.zero_()  # zeros stay zeros however often they are summed: no overflow, no denormals
+        for _ in range(warmup):
+            dist.all_reduce(t)
+        loop_times_s = []
+        for _ in range(repeats):
+            dist.barrier()
+            with Stopwatch(device) as watch:
+                for _ in range(iters):
+                    dist.all_reduce(t)
+            loop_times_s.append(watch.elapsed_s / iters)
+        elapsed = torch.tensor([statistics.median(loop_times_s), float(wrong)], dtype=torch.float64, device=device)
+        dist.all_reduce(elapsed)  # average the time over ranks, total the wrong elements
+        time_s = elapsed[0].item() / world
+        algbw, busbw = bandwidths_gb_s(size, time_s, world)
+        rows.append(BenchRow(size, t.numel(), dtype, world, backend, time_s, algbw, busbw, int(elapsed[1].item()),
+                             label))
+    return rows
+
+
+def fit_latency_bandwidth(rows: Sequence[BenchRow]) -> tuple[float, float]:
+    """Fit t(S) = a + b*S to measured rows (least squares on relative error); (a seconds, b seconds per byte)."""
+    import numpy as np
+
+    if len(rows) < 2:
+        raise ValueError("need at least two message sizes to fit latency and bandwidth")
+    size = np.array([r.size_bytes for r in rows], dtype=float)
+    t = np.array([r.time_s for r in rows])
+    design = np.stack([np.ones_like(size), size], axis=1) / t[:, None]  # divide by t: every size counts equally
+    (a, b), *_ = np.linalg.lstsq(design, np.ones_like(t), rcond=None)
+    return float(a), float(b)
+
+
+def _cores() -> int:
+    from labkit.core.env import cpu_count
+
+    return cpu_count()
+
+
+def format_nccl_tests_table(rows: Sequence[BenchRow]) -> str:
+    """The rows as nccl-tests' all_reduce_perf prints them (in-place columns; time in microseconds)."""
+    lines = [f"# all_reduce, {rows[0].world_size} ranks, {rows[0].backend}, {rows[0].device}" if rows else "#",
+             f"#{'size':>11} {'count':>13} {'type':>9} {'redop':>7} {'root':>7} {'time':>8} {'algbw':>7} "
+             f"{'busbw':>7} {'#wrong':>6}",
+             f"#{'(B)':>11} {'(elements)':>13} {'':>9} {'':>7} {'':>7} {'(us)':>8} {'(GB/s)':>7} {'(GB/s)':>7}"]
+    for r in rows:
+        lines.append(f" {r.size_bytes:>11} {r.count:>13} {_short(r.dtype):>9} {'sum':>7} {-1:>7} "
+                     f"{r.time_s * 1e6:>8.1f} {r.algbw_gb_s:>7.3f} {r.busbw_gb_s:>7.3f} {r.wrong:>6}")
+    return "\n".join(lines)
+
+
+def _short(dtype: str) -> str:
+    return {"float32": "float", "float64": "double", "float16": "half", "bfloat16": "bfloat16"}.get(dtype, dtype)
+
+
+def rows_to_dataframe(rows: Sequence[BenchRow]):
+    """The rows as a pandas DataFrame (one column per BenchRow field)."""
+    import pandas as pd
+
+    return pd.DataFrame([asdict(r) for r in rows])
+
+
+def plot_busbw(rows: Sequence[BenchRow], ax=None):
+    """busbw (GB/s) against message size, one line per (world size, backend); returns the axes."""
+    import matplotlib.pyplot as plt
+
+    if ax is None:
+        _, ax = plt.subplots(figsize=(6, 3.5))
+    groups: dict[tuple[int, str], list[BenchRow]] = {}
+    for r in rows:
+        groups.setdefault((r.world_size, r.backend), []).append(r)
+    for (world, backend), group in sorted(groups.items()):
+        group = sorted(group, key=lambda r: r.size_bytes)
+        ax.plot([r.size_bytes for r in group], [r.busbw_gb_s for r in group], marker="o",
+                label=f"{world} ranks, {backend}")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("message size per rank (bytes)")
+    ax.set_ylabel("bus bandwidth (GB/s)")
+    ax.set_title("all_reduce busbw = S/t x 2(n-1)/n (nccl-tests)")
+    ax.grid(True, alpha=0.3)
+    ax.legend()
+    return ax

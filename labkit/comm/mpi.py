@@ -1,0 +1,298 @@
+"""The MPI lane: is MPI here, which one, and run `labkit.comm.mpi_demos` under ``mpiexec`` (or torchrun) from Python.
+
+``run_demo("allreduce", 3)`` runs ``mpiexec -n 3 python labkit/comm/mpi_demos.py allreduce`` with a timeout, kills
+every process it started when time runs out (or the cell is interrupted), and returns each rank's result and
+output in rank order. A rank that raises comes back as ``MpiRankError`` carrying that rank's traceback.
+
+The numpy-only demos are started by file path rather than ``-m labkit.comm.mpi_demos``: importing the ``labkit``
+package imports torch (~3 s per rank on a small CPU), which those demos do not need.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from labkit.comm import mpi_demos
+from labkit.core.env import cpu_count
+
+INSTALL_HINT = 'pip install -e ".[mpi]"  (mpi4py plus the MPICH runtime wheel, from PyPI)'
+LAUNCHERS = ("mpiexec", "torchrun")
+STALE_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "TORCHELASTIC_RUN_ID",
+                   "PMI_RANK", "PMI_SIZE", "PMI_FD", "PMI_PORT", "PMI_ID", "MPI_LOCALRANKID", "MPI_LOCALNRANKS",
+                   "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "MV2_COMM_WORLD_RANK", "PMIX_RANK")
+
+
+class MpiError(RuntimeError):
+    """An MPI run did not complete."""
+
+
+class MpiUnavailableError(MpiError):
+    """mpi4py or an ``mpiexec`` is missing; the message says how to install them."""
+
+
+class MpiTimeout(MpiError):
+    """The run outlived ``timeout_s``; every process it started was killed."""
+
+
+class MpiRankError(MpiError):
+    """A rank raised; ``.rank`` and ``.remote_traceback`` say which and where."""
+
+    def __init__(self, rank: int, world_size: int, demo: str, remote_traceback: str) -> None:
+        self.rank, self.world_size, self.remote_traceback = rank, world_size, remote_traceback
+        super().__init__(f"rank {rank} of {world_size} raised in MPI demo {demo!r}\n\n"
+                         f"--- traceback from rank {rank} ---\n{remote_traceback.rstrip()}")
+
+
+@dataclass(frozen=True)
+class MpiInfo:
+    """Whether the MPI lane can run here, with which MPI library and launcher."""
+
+    available: bool
+    implementation: str | None      # the library mpi4py loads: "MPICH", "Open MPI", "Intel MPI", ...
+    version: str | None
+    mpiexec_path: str | None
+    reason: str
+    mpiexec_flavor: str | None = None  # "hydra" (MPICH, Intel MPI), "openmpi" or "unknown"
+
+    def __str__(self) -> str:
+        if not self.available:
+            return f"MPI not available: {self.reason}"
+        return f"{self.implementation} {self.version} (mpiexec: {self.mpiexec_path}, {self.mpiexec_flavor})"
+
+
+def find_mpiexec() -> str | None:
+    """The ``mpiexec`` next to this Python (the one the mpi4py wheels pair with) or else the first on PATH."""
+    beside = Path(sys.executable).parent / "mpiexec"
+    if beside.is_file() and os.access(beside, os.X_OK):
+        return str(beside)
+    return shutil.which("mpiexec")
+
+
+def _mpiexec_flavor(mpiexec: str) -> str:
+    """'hydra', 'openmpi' or 'unknown', from ``mpiexec --version``."""
+    try:
+        text = subprocess.run([mpiexec, "--version"], capture_output=True, text=True, timeout=20).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return "unknown"
+    if "HYDRA" in text or "Intel(R) MPI" in text:
+        return "hydra"
+    return "openmpi" if "Open MPI" in text or "OpenRTE" in text else "unknown"
+
+
+_VENDOR_CODE = ("import mpi4py; mpi4py.rc.initialize = False; from mpi4py import MPI; "
+                "name, ver = MPI.get_vendor(); print(name); print('.'.join(map(str, ver)))")
+
+
+def mpi_info(timeout_s: float = 30.0) -> MpiInfo:
+    """Detect mpi4py, the MPI library it loads and an ``mpiexec`` (in a subprocess: MPI never starts here)."""
+    import importlib.util
+
+    mpiexec = find_mpiexec()
+    if importlib.util.find_spec("mpi4py") is None:
+        return MpiInfo(False, None, None, mpiexec, f"mpi4py is not installed; {INSTALL_HINT}")
+    try:
+        probe = subprocess.run([sys.executable, "-c", _VENDOR_CODE], capture_output=True, text=True,
+                               timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        return MpiInfo(False, None, None, mpiexec, f"loading the MPI library took over {timeout_s:g} s")
+    if probe.returncode != 0:
+        last = (probe.stderr.strip().splitlines() or ["no output"])[-1]
+        return MpiInfo(False, None, None, mpiexec, f"mpi4py cannot load an MPI library ({last}); {INSTALL_HINT}")
+    name, version = probe.stdout.split()[:2]
+    if mpiexec is None:
+        return MpiInfo(False, name, version, None, f"no mpiexec next to {sys.executable} or on PATH; {INSTALL_HINT}")
+    return MpiInfo(True, name, version, mpiexec, "mpi4py and mpiexec found", _mpiexec_flavor(mpiexec))
+
+
+@dataclass
+class DemoRun:
+    """What one launch of a demo gave back: per-rank results and output, in rank order."""
+
+    demo: str
+    launcher: str
+    world_size: int
+    results: list[dict[str, Any]]
+    outputs: list[str]
+    wall_s: float
+    command: list[str] = field(repr=False)
+
+    def show(self) -> None:
+        """Print every rank's output, rank by rank, each line tagged with its rank."""
+        for rank, text in enumerate(self.outputs):
+            for line in text.splitlines():
+                print(f"[rank {rank}] {line}")
+
+
+def check_world_size(world_size: int, oversubscribe: bool) -> None:
+    """A clear ValueError for a world size that is not an int >= 1, or more ranks than cores without consent."""
+    if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
+        raise ValueError(f"world_size must be an integer >= 1, got {world_size!r}")
+    cores = cpu_count()
+    if world_size > cores and not oversubscribe:
+        raise ValueError(f"world_size={world_size} is more ranks than the {cores} CPU core(s) here. MPI ranks busy-"
+                         "poll while they wait, so oversubscribed ranks run slowly; pass oversubscribe=True to allow "
+                         "it anyway (fine for correctness demos; Open MPI's mpiexec also needs --oversubscribe, "
+                         "which run_demo adds)")
+
+
+def mpiexec_command(info: MpiInfo, world_size: int, oversubscribe: bool) -> list[str]:
+    """The launcher part of the command line: single host, no ssh (hydra's fork launcher)."""
+    cmd = [str(info.mpiexec_path), "-n", str(world_size)]
+    if info.mpiexec_flavor == "hydra":
+        cmd += ["-launcher", "fork"]
+    elif info.mpiexec_flavor == "openmpi":
+        cmd += ["--oversubscribe"] if oversubscribe else []
+        cmd += ["--allow-run-as-root"] if hasattr(os, "geteuid") and os.geteuid() == 0 else []
+    return cmd
+
+
+def _child_env(result_dir: Path, extra: Mapping[str, str] | None) -> dict[str, str]:
+    from labkit.comm.launch import free_port
+
+    env = {k: v for k, v in os.environ.items() if k not in STALE_VARIABLES}
+    repo_root = str(Path(mpi_demos.__file__).resolve().parents[2])
+    env["PYTHONPATH"] = os.pathsep.join([repo_root] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+    env.setdefault("OMP_NUM_THREADS", "1")
+    env.update(PYTHONUNBUFFERED="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()),
+               **{mpi_demos.RESULT_DIR_ENV: str(result_dir)})
+    env.update({k: str(v) for k, v in (extra or {}).items()})
+    return env
+
+
+def run_demo(demo: str, world_size: int, *, launcher: str = "mpiexec", timeout_s: float = 60.0,
+             oversubscribe: bool = False, echo: bool = True, env: Mapping[str, str] | None = None,
+             **kwargs: Any) -> DemoRun:
+    """Run ``labkit.comm.mpi_demos <demo> key=value ...`` on ``world_size`` ranks under mpiexec or torchrun."""
+    if demo not in mpi_demos.DEMOS:
+        raise ValueError(f"demo must be one of {sorted(mpi_demos.DEMOS)}, got {demo!r}")
+    if launcher not in LAUNCHERS:
+        raise ValueError(f"launcher must be one of {LAUNCHERS}, got {launcher!r}")
+    if not timeout_s > 0:
+        raise ValueError(f"timeout_s must be > 0 seconds, got {timeout_s!r}")
+    check_world_size(world_size, oversubscribe)
+    script = [sys.executable, str(Path(mpi_demos.__file__).resolve()), demo]
+    script += [f"{k}={json.dumps(v)}" for k, v in kwargs.items()]
+    if launcher == "mpiexec":
+        info = mpi_info()
+        if not info.available:
+            raise MpiUnavailableError(f"cannot run {demo!r} under mpiexec: {info.reason}")
+        command = mpiexec_command(info, world_size, oversubscribe) + script
+    else:
+        command = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+                   f"--nproc-per-node={world_size}"] + script[1:]
+    # backstop if this Python process dies mid-run: Hydra's mpiexec then ends the job by itself
+    extra = {"MPIEXEC_TIMEOUT": str(int(timeout_s) + 10), **(env or {})}
+    with tempfile.TemporaryDirectory(prefix="labkit-mpi-") as tmp:
+        result_dir = Path(tmp)
+        wall_s, code = _launch(command, result_dir, _child_env(result_dir, extra), timeout_s, demo, world_size)
+        run = DemoRun(demo, launcher, world_size, *_collect(result_dir, world_size, demo, code), wall_s, command)
+    if echo:
+        run.show()
+    return run
+
+
+FAILURE_GRACE_S = 1.0  # after one rank reports an error, how long the others get before everything is stopped
+
+
+def _launch(command: list[str], result_dir: Path, env: dict, timeout_s: float, demo: str,
+            world_size: int) -> tuple[float, int]:
+    """Start the launcher in its own session; stop it on timeout or soon after a rank fails; kill what is left."""
+    from labkit.comm.launch import kill_tree
+
+    start = time.perf_counter()
+    failed_at = None
+    with open(result_dir / "launcher.out", "wb") as out:
+        proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+                                start_new_session=True)
+        try:
+            while proc.poll() is None:
+                now = time.perf_counter()
+                if now - start > timeout_s:
+                    kill_tree(proc.pid)
+                    proc.wait()
+                    raise MpiTimeout(f"MPI demo {demo!r} on {world_size} ranks did not finish within "
+                                     f"timeout_s={timeout_s:g}; every process was killed. Last launcher output:\n"
+                                     f"{_tail(result_dir / 'launcher.out')}")
+                if failed_at is None and _a_rank_failed(result_dir):
+                    failed_at = now  # peers blocked in a collective would wait for the failed rank forever
+                if failed_at is not None and now - failed_at > FAILURE_GRACE_S:
+                    break
+                time.sleep(0.05)
+        finally:
+            kill_tree(proc.pid)  # no-op after a clean exit; stops everything on an error or Ctrl-C
+    return time.perf_counter() - start, proc.wait()
+
+
+def _a_rank_failed(result_dir: Path) -> bool:
+    """True when some rank has already written an error record."""
+    return any(not json.loads(p.read_text())["ok"] for p in result_dir.glob("rank*.json"))
+
+
+def _tail(path: Path, chars: int = 2000) -> str:
+    return path.read_text(errors="replace")[-chars:] if path.exists() else ""
+
+
+def _collect(result_dir: Path, world_size: int, demo: str, code: int) -> tuple[list[dict], list[str]]:
+    """Per-rank results and outputs; the first rank's error (by time) becomes MpiRankError."""
+    outputs = [_tail(result_dir / f"rank{r}.out", 100_000) for r in range(world_size)]
+    records = [mpi_demos.read_record(result_dir, r) for r in range(world_size)]
+    errors = sorted((rec["time"], r, rec["traceback"]) for r, rec in enumerate(records)
+                    if rec is not None and not rec["ok"])
+    if errors:
+        _, rank, tb = errors[0]
+        raise MpiRankError(rank, world_size, demo, tb)
+    missing = [r for r, rec in enumerate(records) if rec is None]
+    if missing or code != 0:
+        raise MpiError(f"MPI demo {demo!r}: launcher exited with code {code}; rank(s) {missing} returned no result."
+                       f" Launcher output:\n{_tail(result_dir / 'launcher.out')}")
+    return [rec["result"] for rec in records], outputs
+
+
+def gather_arrays(run: DemoRun, key: str) -> np.ndarray:
+    """Stack one array-valued result across ranks: shape (world_size, ...)."""
+    return np.stack([np.asarray(r[key]) for r in run.results])
+
+
+def ring_log(run: DemoRun) -> list[tuple[int, int, int, int, int]]:
+    """The ring demo's messages from every rank, as sorted (step, sender, receiver, chunk, nbytes) rows."""
+    return sorted(tuple(int(x) for x in row) for result in run.results for row in result["steps"])
+
+
+def simulated_ring_log(run: DemoRun) -> list[tuple[int, int, int, int, int]]:
+    """The same rows from ``labkit.comm.collectives``' simulated ring, fed the ranks' own inputs."""
+    from labkit.comm.collectives import allreduce
+
+    sim = allreduce([np.asarray(r["input"]) for r in run.results], algorithm="ring", op="sum")
+    return sorted((s.step, s.sender, s.receiver, int(s.chunk), s.nbytes) for s in sim.steps)
+
+
+def mpi_allreduce_benchmark(world_size: int, sizes_bytes: Sequence[int] | None = None, iters: int = 20,
+                            warmup: int = 5, *, oversubscribe: bool = False, timeout_s: float = 300.0) -> list:
+    """MPI ``Allreduce`` timed like ``labkit.comm.bench.allreduce_benchmark`` (gloo/NCCL): same rows, same busbw."""
+    from labkit.comm.bench import DEFAULT_SIZES_BYTES, BenchRow, bandwidths_gb_s
+
+    sizes = [int(s) for s in (sizes_bytes or DEFAULT_SIZES_BYTES)]
+    if not sizes or any(s < 4 or s % 4 for s in sizes):
+        raise ValueError(f"sizes_bytes must be positive multiples of 4 bytes (float32), got {sizes}")
+    if iters < 1 or warmup < 0:
+        raise ValueError(f"need iters >= 1 and warmup >= 0, got iters={iters}, warmup={warmup}")
+    info = mpi_info()
+    run = run_demo("bench", world_size, oversubscribe=oversubscribe, timeout_s=timeout_s, echo=False,
+                   sizes_bytes=sizes, iters=iters, warmup=warmup)
+    device = f"CPU ({world_size} MPI processes on {cpu_count()} cores)"
+    rows = []
+    for r in run.results[0]["rows"]:
+        algbw, busbw = bandwidths_gb_s(r["size_bytes"], r["time_s"], world_size)
+        rows.append(BenchRow(r["size_bytes"], r["count"], "float32", world_size, f"MPI ({info.implementation})",
+                             r["time_s"], algbw, busbw, r["wrong"], device))
+    return rows

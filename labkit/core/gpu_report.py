@@ -1,0 +1,182 @@
+"""`docs/gpu-report.md`: what `make gpu-check` found on a GPU box, rendered from the files its steps wrote.
+
+Inputs: pytest's JUnit XML (the test suite, and each notebook under nbval), the loop-overhead and memory-check
+JSON of ``benchmarks/``, the ladder's ``ladder.json``, and the machine's versions. Torch-free, so the report can
+be rendered (and tested) anywhere; a dry run renders it from recorded fixtures and says so at the top.
+"""
+from __future__ import annotations
+
+import json
+import math
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass, field
+from pathlib import Path
+
+OVERHEAD_TARGET = 0.02        # instrumented loop within 2% of a bare loop (issue 13)
+MEMORY_TARGET_PCT = 5.0       # memory model within 5% of the baseline-subtracted peak
+CEILING_TARGET = 0.90         # the ladder's best rung reaches 90% of the device-resident ceiling
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """Pass/fail of one test file or one notebook (its cells)."""
+
+    name: str
+    passed: int = 0
+    failed: int = 0
+    errors: int = 0
+    skipped: int = 0
+    skip_reasons: tuple[str, ...] = ()
+    first_failure: str = ""
+
+    @property
+    def status(self) -> str:
+        return "FAIL" if self.failed or self.errors else ("pass" if self.passed else "skipped")
+
+
+@dataclass(frozen=True)
+class ReportInputs:
+    """Everything one report shows; ``None`` for a step that produced nothing (the report says so)."""
+
+    versions: dict
+    notebooks: list[Outcome]
+    tests: list[Outcome]
+    loop_overhead: dict | None = None
+    memory: dict | None = None
+    ladder: dict | None = None
+    dry_run: bool = False
+    notes: list[str] = field(default_factory=list)
+
+
+def junit_file_of(case: ET.Element) -> str:
+    """The test file or notebook a JUnit ``testcase`` belongs to (``file`` attribute, else its classname)."""
+    if case.get("file"):
+        return case.get("file")
+    parts = (case.get("classname") or "?").split(".")
+    if parts[-1] == "ipynb":
+        return "/".join(parts[:-1]) + ".ipynb"
+    module = next((i for i, p in enumerate(parts) if p.startswith("test_")), len(parts) - 1)
+    return "/".join(parts[: module + 1]) + ".py"
+
+
+def parse_junit(path: str | Path) -> list[Outcome]:
+    """Per-file outcomes from one pytest ``--junitxml`` file, in file order."""
+    counts: dict[str, dict] = {}
+    for case in ET.parse(path).getroot().iter("testcase"):
+        c = counts.setdefault(junit_file_of(case), {"passed": 0, "failed": 0, "errors": 0, "skipped": 0,
+                                                    "skip_reasons": [], "first_failure": ""})
+        kinds = {child.tag for child in case}
+        if "failure" in kinds or "error" in kinds:
+            c["failed" if "failure" in kinds else "errors"] += 1
+            bad = case.find("failure") if "failure" in kinds else case.find("error")
+            c["first_failure"] = c["first_failure"] or f"{case.get('name')}: {(bad.get('message') or '')[:120]}"
+        elif "skipped" in kinds:
+            c["skipped"] += 1
+            reason = (case.find("skipped").get("message") or "").strip()
+            if reason and reason not in c["skip_reasons"]:
+                c["skip_reasons"].append(reason)
+        else:
+            c["passed"] += 1
+    return [Outcome(name, **{**c, "skip_reasons": tuple(c["skip_reasons"])}) for name, c in counts.items()]
+
+
+def _pct(x: float | None, digits: int = 1) -> str:
+    return "n/a" if x is None or (isinstance(x, float) and not math.isfinite(x)) else f"{100 * x:.{digits}f}%"
+
+
+def _outcome_table(title: str, outcomes: list[Outcome]) -> list[str]:
+    lines = [f"## {title}", ""]
+    if not outcomes:
+        return lines + ["Nothing was run.", ""]
+    failing = sum(o.status == "FAIL" for o in outcomes)
+    lines += [f"{len(outcomes) - failing} of {len(outcomes)} passed.", "",
+              "| file | result | passed | failed | errors | skipped | first failure / skip reason |", "|---|---|---|---|---|---|---|"]
+    for o in outcomes:
+        why = o.first_failure or "; ".join(o.skip_reasons)
+        lines.append(f"| `{o.name}` | {o.status} | {o.passed} | {o.failed} | {o.errors} | {o.skipped} | "
+                     f"{why.replace('|', '/')} |")
+    return lines + [""]
+
+
+def _overhead_section(doc: dict | None) -> list[str]:
+    lines = ["### Instrumented loop vs a bare loop", ""]
+    if not doc:
+        return lines + ["Not available: `benchmarks/loop_overhead.py --json` produced nothing.", ""]
+    lines += [f"Device: {doc.get('device', '?')}. Target: overhead below {OVERHEAD_TARGET:.0%}.", "",
+              "| model | batch | bare step (ms) | instrumented step (ms) | ratio | overhead | target met |",
+              "|---|---|---|---|---|---|---|"]
+    for r in doc["rows"]:
+        over = r["ratio"] - 1
+        lines.append(f"| {r['model']} | {r['batch_size']} | {1e3 * r['bare_step_s']:.2f} | "
+                     f"{1e3 * r['instrumented_step_s']:.2f} | {r['ratio']:.3f} | {over:+.1%} | "
+                     f"{'yes' if over < OVERHEAD_TARGET else 'NO'} |")
+    return lines + [""]
+
+
+def _memory_section(doc: dict | None) -> list[str]:
+    lines = ["### Memory model vs the measured step", ""]
+    if not doc:
+        return lines + ["Not available: `benchmarks/memory_check.py --json` produced nothing.", ""]
+    worst = doc.get("max_abs_error_pct")
+    lines += [f"Device: {doc.get('device', '?')}. Largest error {worst:.1f}% (target within {MEMORY_TARGET_PCT:.0f}%: "
+              f"{'met' if worst is not None and worst <= MEMORY_TARGET_PCT else 'NOT met'}).", "",
+              "| model | batch | dtype | optimizer | predicted (MiB) | measured (MiB) | reserved (MiB) | error |",
+              "|---|---|---|---|---|---|---|---|"]
+    for r in doc["rows"]:
+        lines.append(f"| {r['model']} | {r['batch_size']} | {r['dtype']} | {r['optimizer']} | "
+                     f"{r['predicted_bytes'] / 2**20:.0f} | {r['measured_bytes'] / 2**20:.0f} | "
+                     f"{r['reserved_bytes'] / 2**20:.0f} | {r['error_pct']:+.1f}% |")
+    return lines + [""]
+
+
+def _ladder_section(doc: dict | None) -> list[str]:
+    from labkit.ladder.report import LadderResult     # torch-free
+
+    lines = ["### Tuning ladder, MFU and the hardware ceiling", ""]
+    if not doc:
+        return lines + ["Not available: `python -m labkit ladder` produced nothing.", ""]
+    result = LadderResult.from_dict(doc)
+    measured = [r for r in result.rows if r.measured and r.accuracy_ok is not False]
+    if measured and result.ceiling_samples_per_s:
+        best = max(measured, key=lambda r: r.samples_per_s / r.world_size)
+        frac = best.samples_per_s / best.world_size / result.ceiling_samples_per_s
+        lines += [f"Best rung within accuracy: {best.rung}. {best.title}, {best.samples_per_s:.0f} samples/s, "
+                  f"{_pct(frac, 0)} of the ceiling ({result.ceiling_samples_per_s:.0f} samples/s); target "
+                  f"{CEILING_TARGET:.0%}: {'met' if frac >= CEILING_TARGET else 'NOT met'}. MFU of that rung: "
+                  f"{_pct(best.mfu)} ({best.math_mode or '?'} peak).", ""]
+    return lines + [result.to_markdown(link_base="../notebooks/"), ""]
+
+
+def render_report(inputs: ReportInputs) -> str:
+    """The whole report as Markdown."""
+    v = inputs.versions
+    lines = ["# GPU check report", ""]
+    if inputs.dry_run:
+        lines += ["> **DRY RUN from recorded fixtures, not a live GPU run.** No CUDA GPU was present where this was "
+                  "rendered; the numbers below are the November 2026 H100 evidence (`tests/fixtures/gpu_check/`), "
+                  "rendered to check the report writer. Run `make gpu-check` on a GPU box for a live report.", ""]
+    lines += ["## Machine", "", "| item | value |", "|---|---|"]
+    lines += [f"| {k} | {v.get(k, 'unknown')} |" for k in ("device", "torch", "cuda", "driver", "tensorflow")]
+    lines += [""] + [f"- {n}" for n in inputs.notes] + ([""] if inputs.notes else [])
+    lines += _outcome_table("Notebooks (nbval, full mode)", inputs.notebooks)
+    lines += _outcome_table("Test files (pytest)", inputs.tests)
+    lines += ["## Figures", ""] + _overhead_section(inputs.loop_overhead) + _memory_section(inputs.memory)
+    lines += _ladder_section(inputs.ladder)
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def load_inputs(folder: str | Path, versions: dict, dry_run: bool = False, notes: list[str] | None = None) -> ReportInputs:
+    """Read a gpu-check work folder: tests.xml, nbval_*.xml, loop_overhead.json, memory.json, ladder.json."""
+    folder = Path(folder)
+
+    def json_or_none(name: str) -> dict | None:
+        path = folder / name
+        try:
+            return json.loads(path.read_text()) if path.is_file() and path.stat().st_size else None
+        except json.JSONDecodeError:
+            return None
+
+    notebooks = [o for xml in sorted(folder.glob("nbval_*.xml")) for o in parse_junit(xml)]
+    tests = parse_junit(folder / "tests.xml") if (folder / "tests.xml").is_file() else []
+    return ReportInputs(versions, notebooks, tests, json_or_none("loop_overhead.json"), json_or_none("memory.json"),
+                        json_or_none("ladder.json"), dry_run, list(notes or []))

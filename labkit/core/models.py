@@ -1,0 +1,98 @@
+"""The lab's models: ResNet-18 adapted to 32x32 images, a small CNN and an MLP for fast mode,
+and a Keras twin of the small CNN for the TensorFlow labs."""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from labkit.tf.keras_models import keras_small_cnn  # noqa: F401  (re-exported: the Keras twin of SmallCNN)
+
+MODELS = ("resnet18", "small_cnn", "mlp")
+
+
+def resnet18_cifar(num_classes: int = 10, weights: str | None = None) -> nn.Module:
+    """ResNet-18 from torchvision with a 3x3 stem and no max-pool, as usual for 32x32 inputs.
+
+    ``weights="DEFAULT"`` loads ``ResNet18_Weights.DEFAULT`` (ImageNet; needs internet once) for the
+    classic transfer-learning recipe; the stem is then replaced, so only later layers keep weights.
+    """
+    from torchvision.models import ResNet18_Weights, resnet18
+
+    if weights not in (None, "DEFAULT"):
+        raise ValueError(f"weights must be None (train from scratch) or 'DEFAULT', got {weights!r}")
+    if weights:
+        try:
+            model = resnet18(weights=ResNet18_Weights.DEFAULT)
+        except Exception as err:  # noqa: BLE001 - download failures come in many types
+            raise RuntimeError("could not fetch ResNet18_Weights.DEFAULT (no internet?); "
+                               "use weights=None to train from scratch") from err
+        model.fc = nn.Linear(model.fc.in_features, num_classes)
+    else:
+        model = resnet18(weights=None, num_classes=num_classes)
+    model.conv1 = nn.Conv2d(3, 64, kernel_size=3, stride=1, padding=1, bias=False)
+    model.maxpool = nn.Identity()
+    return model
+
+
+class SmallCNN(nn.Module):
+    """Two conv blocks and a linear head: trains in seconds on a CPU."""
+
+    def __init__(self, num_classes: int = 10, in_channels: int = 3, width: int = 32):
+        super().__init__()
+        self.features = nn.Sequential(
+            nn.Conv2d(in_channels, width, 3, padding=1), nn.BatchNorm2d(width), nn.ReLU(), nn.MaxPool2d(2),
+            nn.Conv2d(width, 2 * width, 3, padding=1), nn.BatchNorm2d(2 * width), nn.ReLU(),
+            nn.AdaptiveAvgPool2d(4),
+        )
+        self.head = nn.Linear(2 * width * 4 * 4, num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.features(x).flatten(1))        # (B, 2w, 4, 4) -> (B, 32w) -> (B, classes)
+
+
+class MLP(nn.Module):
+    """Flatten, two hidden layers: the smallest model that still learns the digits."""
+
+    def __init__(self, num_classes: int = 10, in_features: int = 3 * 32 * 32, hidden: int = 256):
+        super().__init__()
+        self.net = nn.Sequential(nn.Flatten(), nn.Linear(in_features, hidden), nn.ReLU(),
+                                 nn.Linear(hidden, hidden), nn.ReLU(), nn.Linear(hidden, num_classes))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x)
+
+
+def build_model(name: str, num_classes: int = 10, image_shape: tuple[int, int, int] = (3, 32, 32)) -> nn.Module:
+    """A lab model by name: 'resnet18', 'small_cnn' or 'mlp'."""
+    if name == "resnet18":
+        return resnet18_cifar(num_classes)
+    if name == "small_cnn":
+        return SmallCNN(num_classes, in_channels=image_shape[0])
+    if name == "mlp":
+        c, h, w = image_shape
+        return MLP(num_classes, in_features=c * h * w)
+    raise ValueError(f"unknown model {name!r}; choose one of {MODELS}")
+
+
+def count_parameters(model: nn.Module) -> int:
+    """Number of trainable parameters."""
+    return sum(p.numel() for p in model.parameters() if p.requires_grad)
+
+
+def check_model_accepts(model: nn.Module, image_shape: tuple[int, ...], num_classes: int | None = None) -> None:
+    """Run one sample through ``model`` and raise a clear ValueError if the shapes do not fit."""
+    param = next(model.parameters(), None)
+    device = param.device if param is not None else torch.device("cpu")
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            out = model(torch.zeros(1, *image_shape, device=device))
+    except RuntimeError as err:
+        first = str(err).splitlines()[0]
+        raise ValueError(f"{type(model).__name__} does not accept inputs of shape {tuple(image_shape)}: {first}. "
+                         "Build the model for this data's image shape (see labkit.build_model)") from None
+    finally:
+        model.train(was_training)
+    if num_classes is not None and out.shape[-1] != num_classes:
+        raise ValueError(f"{type(model).__name__} outputs {out.shape[-1]} classes but the data has {num_classes}")

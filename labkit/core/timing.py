@@ -1,0 +1,159 @@
+"""Honest timing in one place: warm up, mark the device's own timeline, repeat, report the median.
+
+d2l's timer forgets to synchronise the GPU, so it times kernel *launches*; this one does not. On CUDA
+the marks are CUDA events read back after the last repeat (one sync in all), so timing does not stall
+the queue between repeats; on a CPU they are perf_counter readings.
+"""
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Mapping, TypeVar
+
+import torch
+
+T = TypeVar("T")
+
+
+def synchronize(device: str | torch.device | None = None) -> None:
+    """Wait for queued GPU work so that a clock read means 'done', not 'launched'."""
+    if device is None:
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+        return
+    dev = torch.device(device)
+    if dev.type == "cuda":
+        torch.cuda.synchronize(dev)
+
+
+def percentile(values: list[float], q: float) -> float:
+    """The q-th percentile (0..100) by linear interpolation, as numpy does."""
+    if not values:
+        raise ValueError("percentile of an empty list")
+    xs = sorted(values)
+    pos = (len(xs) - 1) * q / 100.0
+    lo, hi = int(pos), min(int(pos) + 1, len(xs) - 1)
+    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+
+
+@dataclass(frozen=True)
+class TimingResult:
+    """Repeated timings of one piece of work; every figure in seconds."""
+
+    times_s: list[float] = field(repr=False)
+    device: str
+    clock: str = "host"            # 'events' (CUDA events), 'sync' or 'host' (perf_counter): see PhaseClock
+
+    @property
+    def median_s(self) -> float:
+        return statistics.median(self.times_s)
+
+    @property
+    def p10_s(self) -> float:
+        return percentile(self.times_s, 10)
+
+    @property
+    def p90_s(self) -> float:
+        return percentile(self.times_s, 90)
+
+    def __str__(self) -> str:
+        how = {"events": ", CUDA events", "sync": ", synchronised"}.get(self.clock, "")
+        return (f"median {self.median_s * 1e3:.2f} ms (p10 {self.p10_s * 1e3:.2f}, "
+                f"p90 {self.p90_s * 1e3:.2f}, n={len(self.times_s)}{how}) on {self.device}")
+
+
+def time_fn(fn: Callable[[], object], *, warmup: int = 2, repeats: int = 5,
+            device: str | torch.device | None = None) -> TimingResult:
+    """Time ``fn()`` honestly: ``warmup`` untimed calls, then ``repeats`` calls between device-time marks."""
+    if warmup < 0 or repeats < 1:
+        raise ValueError(f"need warmup >= 0 and repeats >= 1, got warmup={warmup}, repeats={repeats}")
+    from labkit.core.env import device_label
+
+    dev = torch.device(device) if device is not None else torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    clock = PhaseClock(dev)
+    for _ in range(warmup):
+        fn()
+    synchronize(dev)
+    marks = [clock.mark()]
+    for _ in range(repeats):
+        fn()
+        marks.append(clock.mark())
+    clock.settle()
+    times = [clock.elapsed_s(a, b) for a, b in zip(marks, marks[1:])]
+    return TimingResult(times, device_label(device), clock.mode)
+
+
+def interleaved(runs: Mapping[str, Callable[[], T]], rounds: int = 3) -> dict[str, list[T]]:
+    """Call every run once per round, in turn, for ``rounds`` rounds -> each run's results in round order.
+
+    Load on a shared machine drifts over seconds (the same CPU step reads 750 or 1,200 samples/s a few
+    seconds apart on the CI box); back-to-back blocks then compare spells, not runs. Interleaved, a slow
+    spell hits every run alike, so the best (or median) of each is a fair comparison.
+    """
+    if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
+        raise ValueError(f"rounds must be an integer >= 1, got {rounds!r}")
+    if not runs:
+        raise ValueError("interleaved needs at least one run, e.g. {'ceiling': lambda: measure_ceiling(...)}")
+    results: dict[str, list[T]] = {name: [] for name in runs}
+    for _ in range(rounds):
+        for name, run in runs.items():
+            results[name].append(run())
+    return results
+
+
+class Stopwatch:
+    """``with Stopwatch(device) as sw: ...`` then ``sw.elapsed_s`` (synchronised at both ends)."""
+
+    def __init__(self, device: str | torch.device | None = None) -> None:
+        self.device = device
+        self.elapsed_s = float("nan")
+
+    def __enter__(self) -> "Stopwatch":
+        synchronize(self.device)
+        self._start = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        synchronize(self.device)
+        self.elapsed_s = time.perf_counter() - self._start
+
+
+class PhaseClock:
+    """Phase boundaries that never stall the GPU unless asked to.
+
+    ``mode='events'`` (CUDA default) records ``torch.cuda.Event`` marks on the stream; they are read
+    back in one synchronisation per window (:meth:`settle`), so the timed loop runs as fast as a bare
+    one. ``mode='sync'`` synchronises at every mark (what a naive timer does: the lesson on its cost).
+    ``mode='host'`` (CPU) reads ``perf_counter``: CPU kernels finish before the call returns.
+    """
+
+    MODES = ("events", "sync", "host")
+
+    def __init__(self, device: torch.device, sync_every_step: bool = False) -> None:
+        self.device = torch.device(device)
+        if self.device.type == "cuda":
+            self.mode = "sync" if sync_every_step else "events"
+        else:
+            self.mode = "host"
+
+    def mark(self):
+        """A time mark: a recorded CUDA event, or a perf_counter reading."""
+        if self.mode == "events":
+            event = torch.cuda.Event(enable_timing=True)
+            event.record()
+            return event
+        if self.mode == "sync":
+            synchronize(self.device)
+        return time.perf_counter()
+
+    def settle(self) -> None:
+        """Wait once for every recorded mark (the only sync of a window in 'events' mode)."""
+        if self.mode == "events":
+            synchronize(self.device)
+
+    def elapsed_s(self, start, end) -> float:
+        """Seconds between two marks (call :meth:`settle` first in 'events' mode)."""
+        if self.mode == "events":
+            return start.elapsed_time(end) / 1e3
+        return end - start

@@ -1,0 +1,175 @@
+"""Climbing the tuning ladder: measure each rung on top of the best recipe so far, keep what helps.
+
+A rung is carried forward only when it is at least ``min_gain`` faster than the recipe it was added to *and*
+its accuracy after the fixed budget stays within ``accuracy_tolerance`` of **rung 0's** (the naive recipe, the
+one every speedup is quoted against); every other rung is still reported with the reason it was left out.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, replace
+from typing import Callable
+
+from labkit.training.batch_size import scaled_lr
+from labkit.ladder.measure import Measurement, measure_model, mfu_of, steps_for_budget, train_loader
+from labkit.ladder.report import LadderRow
+from labkit.ladder.rungs import RUNGS, Capabilities, Recipe, RungSpec, propose
+from labkit.core.progress import progress_bar
+
+HARDWARE_RUNGS = ("tf32", "mixed_precision", "channels_last", "compile", "ddp")   # may fail where unsupported
+MIN_TIMED_STEPS = 3
+
+
+@dataclass(frozen=True)
+class LadderJob:
+    """Everything a rung needs to measure a recipe (built once per ladder)."""
+
+    config: object                # LadderConfig
+    model_fn: Callable
+    data: object                  # ImageData
+    device: str
+    caps: Capabilities
+    val_loader: object
+    budget_samples: int
+    trainer: Callable | None = None
+
+
+def lr_warmup_steps(job: LadderJob, recipe: Recipe, steps: int) -> int:
+    """Warm-up steps for a recipe whose LR was scaled up (Goyal et al. 2017, section 2.2); 0 otherwise."""
+    return int(steps * job.config.lr_warmup_fraction) if recipe.global_batch > job.config.lr_ref_batch else 0
+
+
+def measure_recipe(job: LadderJob, recipe: Recipe) -> Measurement:
+    """Train a fresh, identically initialised model with ``recipe`` for the fixed budget and measure it."""
+    from labkit.core.env import seed_everything
+
+    cfg = job.config
+    steps = steps_for_budget(job.budget_samples, recipe.global_batch, cfg.warmup_steps + MIN_TIMED_STEPS)
+    lr = scaled_lr(cfg.lr, recipe.global_batch, cfg.lr_ref_batch)
+    warm = lr_warmup_steps(job, recipe, steps)
+    if recipe.world_size > 1:
+        from labkit.ladder.ddp import measure_ddp
+
+        return measure_ddp(recipe, job.model_fn, job.data, steps=steps, lr=lr, warmup_steps=cfg.warmup_steps,
+                           seed=cfg.seed, timeout_s=cfg.ddp_timeout_s, lr_warmup_steps=warm,
+                           threads_per_rank=max(1, job.caps.cpu_cores // recipe.world_size))
+    seed_everything(cfg.seed)
+    model = job.model_fn()
+    loader = train_loader(job.data.train, recipe, cfg.seed, job.device)
+    return measure_model(model, loader, job.val_loader, recipe, steps=steps, lr=lr, warmup_steps=cfg.warmup_steps,
+                         seed=cfg.seed, device=job.device, trainer=job.trainer, lr_warmup_steps=warm)
+
+
+def choose_batch_size(job: LadderJob) -> tuple[int, dict[int, float], str]:
+    """Rung 1's batch: the candidates that fit (the finder, where it applies), then the fastest in a short probe."""
+    cfg = job.config
+    n = len(job.data.train)
+    fits, note = _finder_filter([b for b in cfg.batch_candidates if b <= n], job)
+    if not fits:
+        raise ValueError(f"no batch in batch_candidates={cfg.batch_candidates} fits the data ({n} training samples) "
+                         "and the memory budget; give smaller batch_candidates")
+    rates: dict[int, float] = {}
+    for b in fits:
+        probe = replace(job, val_loader=None, budget_samples=b * (cfg.warmup_steps + cfg.probe_steps))
+        rates[b] = measure_recipe(probe, Recipe(batch_size=b)).samples_per_s
+    return max(rates, key=rates.get), rates, note
+
+
+def _finder_filter(candidates: list[int], job: LadderJob) -> tuple[list[int], str]:
+    """Keep the candidates the batch-size finder says fit (GPU: OOM search; CPU: against a memory budget)."""
+    from labkit.training.batch_size import find_max_batch
+
+    if not candidates:
+        return candidates, "no candidate fits the data"
+    if job.device.startswith("cpu") and job.config.memory_budget_bytes is None:
+        return candidates, "no CPU memory budget given, every candidate assumed to fit and measured"
+    found = find_max_batch(job.model_fn(), tuple(job.data.image_shape), num_classes=job.data.num_classes,
+                           device=job.device, memory_budget_bytes=job.config.memory_budget_bytes,
+                           limit=max(candidates), timing_steps=0)
+    how = "memory model vs the CPU budget" if found.method == "memory-model" else "real steps until out of memory"
+    return ([b for b in candidates if b <= found.max_batch],
+            f"finder ({how}): largest batch that fits = {found.max_batch}")
+
+
+def verdict(job: LadderJob, m: Measurement, base_sps: float, base_rung: int,
+            ref_acc: float | None) -> tuple[str, str, bool]:
+    """(status, reason, kept) of a measured rung: speed against its base recipe, accuracy against rung 0's."""
+    cfg = job.config
+    x = m.samples_per_s / base_sps
+    versus = f"{x:.2f}x the recipe of rung {base_rung}"
+    if x < 1.0:
+        return "slower", f"{versus} (slower here): not carried forward", False
+    if x < 1.0 + cfg.min_gain:
+        return "no clear gain", f"{versus}, under the {cfg.min_gain:.0%} bar: not carried forward", False
+    if ref_acc is not None and m.val_accuracy is not None and m.val_accuracy < ref_acc - cfg.accuracy_tolerance:
+        return "faster", (f"{versus}, but accuracy {m.val_accuracy:.1%} is more than "
+                          f"{cfg.accuracy_tolerance:.0%} below rung 0's {ref_acc:.1%}: not carried forward"), False
+    return "faster", f"{versus}: carried forward", True
+
+
+def _row(spec: RungSpec, status: str, reason: str, kept: bool, compared_to: int | None, change: str,
+         **numbers) -> LadderRow:
+    return LadderRow(spec.index, spec.key, spec.title, change, spec.explanation, spec.notebook, status, reason,
+                     kept, compared_to, **numbers)
+
+
+def _numbers(job: LadderJob, recipe: Recipe, m: Measurement, sps0: float, base_sps: float,
+             flops: float | None, ref_acc: float | None) -> dict:
+    cfg = job.config
+    acc_ok = None if ref_acc is None or m.val_accuracy is None else \
+        m.val_accuracy >= ref_acc - cfg.accuracy_tolerance
+    return dict(accuracy_ok=acc_ok, recipe=asdict(recipe), batch_size=recipe.batch_size, world_size=recipe.world_size,
+                lr=scaled_lr(cfg.lr, recipe.global_batch, cfg.lr_ref_batch), samples_per_s=m.samples_per_s,
+                step_time_s=m.step_time_s, peak_mem_bytes=m.peak_mem_bytes, data_wait_fraction=m.data_wait_fraction,
+                math_mode=m.math_mode, mfu=mfu_of(flops, m.samples_per_s / recipe.world_size, job.device, m.math_mode),
+                val_accuracy=m.val_accuracy, startup_s=m.startup_s, samples_trained=m.samples_trained,
+                speedup_cumulative=m.samples_per_s / sps0, speedup_rung=m.samples_per_s / base_sps)
+
+
+def _attempt(job: LadderJob, spec: RungSpec, recipe: Recipe) -> tuple[Measurement | None, str]:
+    """(measurement, "") or, for a hardware rung that fails here, (None, the error's first line)."""
+    try:
+        return measure_recipe(job, recipe), ""
+    except Exception as err:  # noqa: BLE001 - a hardware rung that fails here is reported, not fatal
+        if spec.key not in HARDWARE_RUNGS:
+            raise
+        text = str(err).strip()
+        return None, f"{type(err).__name__}: {text.splitlines()[0] if text else ''}"[:300]
+
+
+def climb(job: LadderJob) -> tuple[list[LadderRow], dict[int, float], list[str]]:
+    """Measure every rung in order; returns (rows, rung 1's batch probe, notes)."""
+    cfg = job.config
+    rows: list[LadderRow] = []
+    probe: dict[int, float] = {}
+    notes: list[str] = []
+    base, base_rung, base_sps, sps0, ref_acc, flops, batch = Recipe(), 0, 0.0, 0.0, None, None, 1
+    bar = progress_bar(RUNGS, desc="ladder", unit="rung", enabled=cfg.progress)
+    for spec in bar:
+        bar.set_postfix_str(spec.title)
+        if spec.key in cfg.skip:
+            rows.append(_row(spec, "skipped", "left out by LadderConfig.skip", False, None, ""))
+            continue
+        if spec.key == "batch_size":
+            batch, probe, note = choose_batch_size(job)
+            notes.append(f"Rung 1's batch {batch}: fastest in a {cfg.probe_steps}-step probe of {sorted(probe)} "
+                         f"({note}); LR {cfg.lr:g} at batch {cfg.lr_ref_batch}, scaled linearly, with a linear "
+                         f"warm-up over the first {cfg.lr_warmup_fraction:.0%} of the steps (Goyal et al. 2017).")
+        recipe, change = propose(spec.key, base, job.caps, batch)
+        if recipe is None:
+            rows.append(_row(spec, "not applicable here", change, False, None, ""))
+            continue
+        m, why = _attempt(job, spec, recipe)
+        if m is None:
+            rows.append(_row(spec, "unsupported here", why, False, None, change, recipe=asdict(recipe)))
+            continue
+        flops = m.flops_per_sample or flops
+        if spec.key == "naive":
+            sps0 = base_sps = m.samples_per_s
+            ref_acc = m.val_accuracy                                   # rung 0: the accuracy reference
+        status, reason, kept = ("baseline", "the reference for every speedup and accuracy", True) \
+            if spec.key == "naive" else verdict(job, m, base_sps, base_rung, ref_acc)
+        rows.append(_row(spec, status, reason, kept, None if spec.key == "naive" else base_rung, change,
+                         **_numbers(job, recipe, m, sps0, base_sps, flops, None if spec.key == "naive" else ref_acc)))
+        if kept:
+            base, base_rung, base_sps = recipe, spec.index, m.samples_per_s
+    return rows, probe, notes

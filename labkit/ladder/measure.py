@@ -1,0 +1,161 @@
+"""How one rung's recipe is trained and measured: its data path, its fp32 math mode, and the numbers kept.
+
+Every recipe is trained by the instrumented loop (:func:`labkit.training.loop.train`) for the same number of samples, so
+throughput *and* accuracy after a fixed budget compare like for like. Rungs before TF32 run strict IEEE fp32
+(cuDNN would otherwise run fp32 convolutions in TF32 by default and credit the gain to other rungs).
+"""
+from __future__ import annotations
+
+import contextlib
+import math
+from dataclasses import dataclass
+from typing import Iterator
+
+import torch
+
+from labkit.ladder.rungs import Recipe
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """What one recipe measured: throughput over the steady window, start-up cost, memory, accuracy."""
+
+    samples_per_s: float
+    step_time_s: float
+    data_wait_fraction: float
+    peak_mem_bytes: int | None
+    flops_per_sample: float | None
+    val_accuracy: float | None
+    startup_s: float
+    steps: int
+    samples_trained: int
+    math_mode: str = "fp32"          # 'fp32' (strict) | 'tf32' | 'bf16' | 'fp16': the peak MFU is taken against
+
+
+@contextlib.contextmanager
+def fp32_math(tf32: bool) -> Iterator[None]:
+    """Run fp32 convolutions and matmuls strictly (IEEE) or in TF32, then restore the previous settings.
+
+    Uses PyTorch's current per-backend ``fp32_precision`` flags (the ``allow_tf32`` booleans are deprecated
+    since 2.9; see the "TensorFloat-32 (TF32) on Ampere (and later) devices" section of the CUDA notes).
+    """
+    flags = (torch.backends.cuda.matmul, torch.backends.cudnn.conv)
+    saved = [f.fp32_precision for f in flags]
+    for f in flags:
+        f.fp32_precision = "tf32" if tf32 else "ieee"
+    try:
+        yield
+    finally:
+        for f, value in zip(flags, saved):
+            f.fp32_precision = value
+
+
+def math_mode(recipe: Recipe, device_type: str) -> str:
+    """The arithmetic a recipe's convolutions run in: the autocast dtype, else TF32 or strict fp32."""
+    if recipe.amp_dtype:
+        return recipe.amp_dtype
+    return "tf32" if recipe.tf32 and device_type == "cuda" else "fp32"
+
+
+def train_loader(dataset, recipe: Recipe, seed: int, device: str = "cpu"):
+    """The recipe's training batches: a DataLoader, or (``device_data``) tensors held on ``device``.
+
+    The DataLoader's shuffle has its own generator, so workers never change the order (a DataLoader draws its
+    workers' base seed from ``generator`` whenever an iterator starts).
+    """
+    from torch.utils.data import DataLoader, RandomSampler
+
+    from labkit.core.data import validate_batch_size, validate_num_workers
+
+    batch = validate_batch_size(recipe.batch_size, len(dataset))
+    if recipe.device_data:
+        from labkit.core.data import make_device_loader
+
+        return make_device_loader(dataset, batch, device=device, shuffle=True, drop_last=True, seed=seed)
+    extra = {"prefetch_factor": recipe.prefetch_factor,
+             "persistent_workers": recipe.persistent_workers} if validate_num_workers(recipe.num_workers) else {}
+    sampler = RandomSampler(dataset, generator=torch.Generator().manual_seed(seed))
+    return DataLoader(dataset, batch_size=batch, sampler=sampler, num_workers=recipe.num_workers, drop_last=True,
+                      pin_memory=recipe.pin_memory and torch.cuda.is_available(),
+                      generator=torch.Generator().manual_seed(seed + 1), **extra)
+
+
+def steps_for_budget(budget_samples: int, global_batch: int, min_steps: int) -> int:
+    """Steps that train on ``budget_samples`` samples at ``global_batch`` (at least ``min_steps``)."""
+    return max(min_steps, budget_samples // global_batch)
+
+
+def summarise_run(result, warmup_steps: int, sync_every_step: bool) -> tuple[float, float, float]:
+    """(samples/s, step time s, start-up s) over the steady window, one estimator for every recipe.
+
+    With per-step sync the window is the sum of steady step times; without it, the loop's own window
+    rate (the only honest figure when steps are not synchronised). Start-up = the warm-up steps' excess
+    over steady steps (compile time, worker start-up, first allocations).
+    """
+    records = list(result.steps)
+    steady = records[warmup_steps:] or records
+    if sync_every_step:
+        samples_per_s = sum(r.samples for r in steady) / sum(r.step_time_s for r in steady)
+    else:
+        samples_per_s = float(result.samples_per_s_median)
+    step_time_s = (sum(r.samples for r in steady) / len(steady)) / samples_per_s
+    warm = records[:warmup_steps] if len(records) > warmup_steps else []
+    startup_s = max(0.0, sum(r.step_time_s for r in warm) - len(warm) * step_time_s)
+    return samples_per_s, step_time_s, startup_s
+
+
+def train_config(recipe: Recipe, *, steps: int, lr: float, warmup_steps: int, seed: int, device: str,
+                 lr_warmup_steps: int = 0):
+    """The loop's TrainConfig for a recipe (also what the hardware ceiling is measured with)."""
+    from labkit.training.loop import TrainConfig
+
+    return TrainConfig(steps=steps, lr=lr, warmup_steps=warmup_steps, device=device, amp_dtype=recipe.amp_dtype,
+                       channels_last=recipe.channels_last, compile=recipe.compile,
+                       sync_every_step=recipe.sync_every_step, evaluate=False, seed=seed, progress=False,
+                       lr_warmup_steps=lr_warmup_steps,
+                       profile_model=not recipe.compile)   # FLOP probes would recompile a compiled model
+
+
+def measure_model(model, loader, val_loader, recipe: Recipe, *, steps: int, lr: float, warmup_steps: int,
+                  seed: int, device: str, trainer=None, eval_model=None, lr_warmup_steps: int = 0) -> Measurement:
+    """Train ``model`` with ``recipe`` for ``steps`` in this process and measure it.
+
+    Accuracy is read from ``eval_model`` (default ``model``): the plain module, never a compiled or DDP
+    wrapper, so evaluation neither recompiles nor issues collectives.
+    """
+    from labkit.training.loop import evaluate_accuracy, train
+
+    cfg = train_config(recipe, steps=steps, lr=lr, warmup_steps=warmup_steps, seed=seed, device=device,
+                       lr_warmup_steps=lr_warmup_steps)
+    with fp32_math(recipe.tf32):
+        result = (trainer or train)(model, loader, cfg)
+        acc = evaluate_accuracy(eval_model or model, val_loader, device) if val_loader is not None else None
+    sps, step_s, startup_s = summarise_run(result, warmup_steps, recipe.sync_every_step)
+    peak = result.peak_mem_bytes
+    if peak is None and recipe.compile and torch.device(device).type == "cpu":
+        peak = _memory_model_bytes(eval_model or model, loader, recipe)
+    mode = getattr(result, "math_mode", None) or math_mode(recipe, torch.device(device).type)
+    return Measurement(sps, step_s, float(result.data_wait_fraction), peak, result.flops_per_sample, acc,
+                       startup_s, len(result.steps), sum(r.samples for r in result.steps), mode)
+
+
+def _memory_model_bytes(model, loader, recipe: Recipe) -> int | None:
+    """The memory model's training-memory estimate for the un-compiled module (CPU, compiled rung)."""
+    from labkit.training.memory import build_memory_model
+
+    try:
+        x, _ = next(iter(loader))
+        return int(build_memory_model(model, tuple(x.shape[1:]), "sgd", 0.9, amp_dtype=recipe.amp_dtype)
+                   .predict(recipe.batch_size).total_bytes)
+    except Exception:  # noqa: BLE001 - an estimate that cannot be made is reported as unknown
+        return None
+
+
+def mfu_of(flops_per_sample: float | None, samples_per_s: float, device: str, mode: str) -> float | None:
+    """Model FLOPs utilisation against the peak of the math mode actually run, or None where it is unknown."""
+    from labkit.training.flops import mfu, peak_flops_per_s
+
+    if flops_per_sample is None or not math.isfinite(samples_per_s):
+        return None
+    peak, _ = peak_flops_per_s(device, mode)
+    return mfu(flops_per_sample * samples_per_s, peak)

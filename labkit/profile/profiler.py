@@ -1,0 +1,297 @@
+"""Profile a few training steps with ``torch.profiler`` and say where the time went.
+
+The profiler runs on a *schedule*: ``wait`` steps untouched (let caches and the allocator settle),
+``warmup`` steps traced but thrown away (the tracer's own start-up cost), ``active`` steps kept,
+the whole cycle ``repeat`` times. Each kept cycle is written as a Chrome/Perfetto JSON trace into
+``run_dir`` (open it at https://ui.perfetto.dev or chrome://tracing). The TensorBoard PyTorch
+profiler plugin is deprecated and removed upstream, so nothing here depends on it.
+"""
+from __future__ import annotations
+
+import os
+import statistics
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterable
+
+import torch
+from torch import nn
+from torch.profiler import ProfilerActivity, profile, record_function, schedule
+
+from labkit.core.env import device_label, get_device
+from labkit.core.rundirs import check_writable_dir
+from labkit.profile.traces import CATEGORIES, LABEL_PREFIX, changed_ops, compare_runs, summarize_trace  # noqa: F401
+
+KINETO_LOG_LEVEL_ENV_VAR = "KINETO_LOG_LEVEL"
+
+
+@dataclass(frozen=True)
+class ProfileSchedule:
+    """The profiler's step schedule; ``steps_needed`` steps must run for every cycle to complete."""
+
+    wait: int = 1
+    warmup: int = 1
+    active: int = 3
+    repeat: int = 1
+    skip_first: int = 0
+
+    def __post_init__(self) -> None:
+        for name in ("wait", "warmup", "active", "repeat", "skip_first"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ValueError(f"{name} must be an integer, got {value!r} ({type(value).__name__})")
+            if value < 0:
+                raise ValueError(f"{name} must be >= 0, got {value}; it counts training steps")
+        if self.active < 1:
+            raise ValueError("active must be >= 1: with active=0 the profiler records no step at all")
+        if self.repeat < 1:
+            raise ValueError("repeat must be >= 1 (torch's repeat=0 means 'forever', which never finishes here)")
+
+    @property
+    def cycle_steps(self) -> int:
+        return self.wait + self.warmup + self.active
+
+    @property
+    def steps_needed(self) -> int:
+        """Training steps to run so that every cycle completes and writes its trace."""
+        return self.skip_first + self.cycle_steps * self.repeat
+
+    @property
+    def profiled_steps(self) -> int:
+        """Steps that end up in the traces."""
+        return self.active * self.repeat
+
+    def active_step_numbers(self) -> list[int]:
+        """Indices (0-based, as in ``ProfilerStep#N``) of the recorded steps."""
+        return [self.skip_first + c * self.cycle_steps + self.wait + self.warmup + i
+                for c in range(self.repeat) for i in range(self.active)]
+
+    def to_torch(self) -> Callable:
+        return schedule(wait=self.wait, warmup=self.warmup, active=self.active, repeat=self.repeat,
+                        skip_first=self.skip_first)
+
+
+@dataclass
+class ProfileSummary:
+    """What the profiled steps did: time by category, top operators, memory, and where the traces are."""
+
+    run_dir: Path
+    trace_files: list[Path]
+    schedule: ProfileSchedule
+    profiled_steps: int
+    step_numbers: list[int]
+    samples_per_step: int
+    step_time_median_s: float
+    category_s: dict[str, float]             # mean seconds per profiled step
+    top_ops: list[dict]                      # name, self_cpu_s, self_device_s, calls (per profiled step)
+    op_table: str                            # key_averages grouped by input shape, as text
+    peak_mem_bytes: int | None
+    item_calls_per_step: float
+    device: str
+    extras: dict = field(default_factory=dict)  # memory snapshot path, HTA results, gpu busy fraction
+
+    @property
+    def expected_steps(self) -> int:
+        return self.schedule.profiled_steps
+
+    def per_sample_s(self) -> dict[str, float]:
+        """Seconds per training sample by category (and 'total')."""
+        out = {c: s / self.samples_per_step for c, s in self.category_s.items()}
+        out["total"] = self.step_time_median_s / self.samples_per_step
+        return out
+
+    def shares(self) -> dict[str, float]:
+        """Fraction of step time per category (sums to 1)."""
+        total = sum(self.category_s.values()) or 1.0
+        return {c: s / total for c, s in self.category_s.items()}
+
+    def __str__(self) -> str:
+        cats = ", ".join(f"{c} {100 * f:.0f}%" for c, f in self.shares().items() if f >= 0.005)
+        mem = "n/a" if self.peak_mem_bytes is None else f"{self.peak_mem_bytes / 2**20:.1f} MiB"
+        return (f"{self.profiled_steps} profiled steps of {self.samples_per_step} samples on {self.device}: "
+                f"median step {self.step_time_median_s * 1e3:.2f} ms "
+                f"({self.step_time_median_s / self.samples_per_step * 1e3:.3f} ms/sample); {cats}; "
+                f"peak memory during profiling {mem}; traces in {self.run_dir}")
+
+
+# ------------------------------------------------------------------------------------------ helpers
+def _activities(device: torch.device) -> list[ProfilerActivity]:
+    """CPU activity always; CUDA activity only for a run on a GPU that exists."""
+    acts = [ProfilerActivity.CPU]
+    if device.type == "cuda" and torch.cuda.is_available():
+        acts.append(ProfilerActivity.CUDA)
+    return acts
+
+
+def quiet_gpu_probe_without_gpu() -> None:
+    """Hide Kineto's 'ERROR: ... gpuGetDeviceCount failed' line on machines with no GPU.
+
+    A CUDA build of PyTorch asks for the GPUs' properties when it writes a trace, even for a CPU-only
+    profile; with no GPU that probe logs an ERROR that is not one. ``KINETO_LOG_LEVEL=5`` keeps only
+    Kineto's start/stop markers; Kineto reads it when the profiler starts. A value the user set wins.
+    """
+    if not torch.cuda.is_available():
+        os.environ.setdefault(KINETO_LOG_LEVEL_ENV_VAR, "5")
+
+
+def _batches(loader: Iterable, steps: int):
+    """Yield ``steps`` batches, starting the loader again when it runs out (clear error if empty)."""
+    produced = 0
+    while produced < steps:
+        before = produced
+        for batch in loader:
+            yield batch
+            produced += 1
+            if produced == steps:
+                return
+        if produced == before:
+            raise ValueError("the loader yielded no batches; give profile_training a non-empty loader")
+
+
+def train_step(model: nn.Module, batch, optimizer, loss_fn, device: torch.device, sync_every_step: bool) -> int:
+    """One labelled training step (h2d, forward, backward, optimizer, optional .item()); returns batch size."""
+    x, y = batch[0], batch[1]
+    with record_function(LABEL_PREFIX + "h2d"):
+        x = x.to(device, non_blocking=True)
+        y = y.to(device, non_blocking=True)
+    with record_function(LABEL_PREFIX + "forward"):
+        loss = loss_fn(model(x), y)
+    with record_function(LABEL_PREFIX + "backward"):
+        loss.backward()
+    with record_function(LABEL_PREFIX + "optimizer"):
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+    if sync_every_step:
+        with record_function(LABEL_PREFIX + "sync"):
+            loss.item()   # a host-device sync point: the CPU waits for the GPU every step
+    return int(x.shape[0])
+
+
+def _collect_ops(prof, table: dict, row_limit: int, texts: list) -> None:
+    """Add one finished cycle's operator self-times to ``table`` (per-op totals across cycles)."""
+    for avg in prof.key_averages():
+        if avg.key.startswith(LABEL_PREFIX) or avg.key.startswith("ProfilerStep"):
+            continue
+        row = table.setdefault(avg.key, {"name": avg.key, "self_cpu_s": 0.0, "self_device_s": 0.0, "calls": 0})
+        row["self_cpu_s"] += avg.self_cpu_time_total * 1e-6
+        row["self_device_s"] += getattr(avg, "self_device_time_total", 0.0) * 1e-6
+        row["calls"] += avg.count
+    sort_key = "self_device_time_total" if any(r["self_device_s"] for r in table.values()) else "self_cpu_time_total"
+    texts[:] = [prof.key_averages(group_by_input_shape=True).table(sort_by=sort_key, row_limit=row_limit)]
+
+
+def _gpu_extras(dev: torch.device, run_dir: Path, snapshot: bool, hta: bool) -> dict:
+    """CUDA memory snapshot and Holistic Trace Analysis, when asked for and possible (never fatal)."""
+    extras: dict = {}
+    if snapshot and dev.type == "cuda":
+        path = run_dir / "memory_snapshot.pickle"
+        torch.cuda.memory._dump_snapshot(str(path))
+        extras["memory_snapshot"] = path   # drag onto https://pytorch.org/memory_viz
+    if hta:
+        if dev.type != "cuda":
+            extras["hta"] = "skipped: Holistic Trace Analysis reads GPU kernels, and this run is on the CPU"
+        else:
+            try:
+                from hta.trace_analysis import TraceAnalysis
+
+                extras["hta"] = TraceAnalysis(trace_dir=str(run_dir)).get_temporal_breakdown(visualize=False)
+            except Exception as err:  # noqa: BLE001 - optional tool; report, do not fail the profile
+                extras["hta"] = f"skipped: HTA unavailable or failed ({type(err).__name__}: {err}); " \
+                                "pip install HolisticTraceAnalysis"
+    return extras
+
+
+def profile_training(model: nn.Module, loader: Iterable, *, run_dir: str | Path, wait: int = 1, warmup: int = 1,
+                     active: int = 3, repeat: int = 1, skip_first: int = 0, steps: int | None = None,
+                     optimizer: torch.optim.Optimizer | None = None, loss_fn: Callable | None = None,
+                     lr: float = 0.01, device: str | torch.device | None = None, sync_every_step: bool = False,
+                     record_shapes: bool = True, profile_memory: bool = True, with_stack: bool = False,
+                     memory_snapshot: bool = False, hta: bool = False, row_limit: int = 12) -> ProfileSummary:
+    """Train ``steps`` labelled steps under ``torch.profiler`` and summarise the kept ones.
+
+    Categories are measured on the host (CPU) timeline. On a GPU the host only *launches* work, so time the
+    GPU spends computing shows up where the CPU next waits for it (``sync``, or a later copy); the trace's GPU
+    rows and ``extras['gpu_busy_fraction']`` give the device view.
+    """
+    sched = ProfileSchedule(wait, warmup, active, repeat, skip_first)
+    steps = sched.steps_needed if steps is None else steps
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < sched.steps_needed:
+        raise ValueError(f"steps={steps!r} is fewer than the schedule needs: skip_first + (wait + warmup + active) "
+                         f"x repeat = {sched.steps_needed}; run more steps or shrink the schedule")
+    run_dir = check_writable_dir(run_dir)
+    for old in run_dir.glob("trace_cycle*.json"):
+        old.unlink()   # a rerun must not mix its traces with the last run's
+    dev = get_device(device)
+    model = model.to(dev).train()
+    optimizer = optimizer or torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
+    loss_fn = loss_fn or nn.CrossEntropyLoss()
+    trace_files: list[Path] = []
+    ops: dict = {}
+    texts: list = []
+
+    def on_ready(prof) -> None:
+        path = run_dir / f"trace_cycle{len(trace_files)}.pt.trace.json"
+        prof.export_chrome_trace(str(path))
+        trace_files.append(path)
+        _collect_ops(prof, ops, row_limit, texts)
+
+    snapshot = memory_snapshot and dev.type == "cuda"
+    if dev.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(dev)
+    if snapshot:
+        torch.cuda.memory._record_memory_history(max_entries=100_000)
+    samples: list[int] = []
+    quiet_gpu_probe_without_gpu()
+    prof_kwargs = {"activities": _activities(dev), "schedule": sched.to_torch(), "on_trace_ready": on_ready,
+                   "record_shapes": record_shapes, "profile_memory": profile_memory, "with_stack": with_stack}
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*clears events at the end of each cycle.*")
+            with profile(**prof_kwargs) as prof:   # leaving the block stops the profiler, even on an exception
+                for batch in _labelled_batches(loader, steps):
+                    samples.append(train_step(model, batch, optimizer, loss_fn, dev, sync_every_step))
+                    prof.step()
+        extras = _gpu_extras(dev, run_dir, snapshot, hta)
+    finally:
+        if snapshot:
+            torch.cuda.memory._record_memory_history(enabled=None)
+    return _summarize(run_dir, trace_files, sched, samples, ops, texts, dev, extras)
+
+
+def _labelled_batches(loader: Iterable, steps: int):
+    """Yield ``steps`` batches, each fetched inside a ``labkit/data_loading`` label."""
+    batches = _batches(loader, steps)
+    for _ in range(steps):
+        with record_function(LABEL_PREFIX + "data_loading"):
+            batch = next(batches)
+        yield batch
+
+
+def _summarize(run_dir: Path, trace_files: list[Path], sched: ProfileSchedule, samples: list[int], ops: dict,
+               texts: list, dev: torch.device, extras: dict) -> ProfileSummary:
+    """Combine the per-cycle trace files into one ProfileSummary."""
+    stats = [summarize_trace(p, device_type=1 if dev.type == "cuda" else 0) for p in trace_files]
+    steps = [n for s in stats for n in s.steps]
+    n = max(len(steps), 1)
+    times = [t for s in stats for t in s.step_time_s]
+    category_s = {c: sum(s.category_s[c] for s in stats) / n for c in CATEGORIES}
+    kept = [samples[i] for i in sched.active_step_numbers() if i < len(samples)]
+    top = sorted(ops.values(), key=lambda r: r["self_device_s"] or r["self_cpu_s"], reverse=True)
+    top = [{**r, "self_cpu_s": r["self_cpu_s"] / n, "self_device_s": r["self_device_s"] / n,
+            "calls": r["calls"] / n} for r in top]
+    if dev.type == "cuda":
+        peak = int(torch.cuda.max_memory_allocated(dev))
+        extras["peak_mem_note"] = "torch.cuda.max_memory_allocated over the whole profiled run"
+    else:
+        peaks = [s.peak_mem_bytes for s in stats if s.peak_mem_bytes is not None]
+        peak = max(peaks) if peaks else None
+        extras["peak_mem_note"] = "CPU bytes allocated during the profiled steps, on top of what existed before"
+    busy = [s.gpu_busy_s for s in stats if s.gpu_busy_s is not None]
+    if busy and times:
+        extras["gpu_busy_fraction"] = sum(busy) / sum(times)
+    return ProfileSummary(run_dir, trace_files, sched, len(steps), steps,
+                          int(statistics.median(kept)) if kept else 0,
+                          statistics.median(times) if times else float("nan"), category_s, top,
+                          texts[0] if texts else "", peak, sum(s.item_calls for s in stats) / n,
+                          device_label(dev), extras)

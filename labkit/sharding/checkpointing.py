@@ -1,0 +1,195 @@
+"""Activation checkpointing: memory saved vs step time added, predicted and measured.
+
+Checkpointing a segment keeps only its input during forward and recomputes its inside during backward
+(Chen et al. 2016, "Training Deep Nets with Sublinear Memory Cost", arXiv:1604.06174). Here a segment is a
+child module wrapped in ``torch.utils.checkpoint.checkpoint(..., use_reentrant=False)``, the form PyTorch
+recommends. The prediction comes from one plain forward in which every tensor autograd saves is billed to
+the segment running at that moment: checkpointed = what is saved outside the checkpointed segments + their
+inputs (distinct storages) + the RNG state each checkpoint keeps. The measurement is independent: the bytes still allocated after the forward
+(CUDA: ``memory_allocated`` minus the baseline before it; CPU: the profiler's net allocations).
+"""
+from __future__ import annotations
+
+import copy
+import statistics
+import time
+from dataclasses import dataclass
+from typing import Sequence
+
+import torch
+from torch import nn
+from torch.utils.checkpoint import checkpoint
+
+from labkit.training.memory import preserved_state
+from labkit.core.timing import synchronize
+from labkit.core.validation import positive_int
+
+
+class Checkpointed(nn.Module):
+    """Run ``inner`` under non-reentrant activation checkpointing (same parameters, same outputs)."""
+
+    def __init__(self, inner: nn.Module) -> None:
+        super().__init__()
+        self.inner = inner
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return checkpoint(self.inner, x, use_reentrant=False)
+
+
+def with_checkpointing(model: nn.Module, segments: Sequence[str]) -> nn.Module:
+    """A deep copy of ``model`` with the named child modules checkpointed."""
+    names = dict(model.named_children())
+    missing = [s for s in segments if s not in names]
+    if missing:
+        raise ValueError(f"no child module named {missing} to checkpoint; children are {sorted(names)}")
+    out = copy.deepcopy(model)
+    for name in segments:
+        setattr(out, name, Checkpointed(getattr(out, name)))
+    return out
+
+
+def _storage(t: torch.Tensor) -> tuple[int, int]:
+    s = t.untyped_storage()
+    return s.data_ptr(), s.nbytes()
+
+
+def predict_checkpointed_bytes(model: nn.Module, inputs: torch.Tensor, segments: Sequence[str]) -> dict[str, int]:
+    """Saved-activation bytes of one forward without and (predicted) with ``segments`` checkpointed.
+
+    Parameters and the input batch are excluded: they exist before the forward and are not activations.
+    """
+    children = dict(model.named_children())
+    param_ptrs = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    param_ptrs.add(inputs.untyped_storage().data_ptr())     # the batch exists before the forward: not new memory
+    current: list[str | None] = [None]
+    saved: dict[int, tuple[int, set]] = {}
+    kept_inputs: dict[int, int] = {}
+
+    def enter(name):
+        def hook(module, args):
+            current[0] = name
+            ptr, nbytes = _storage(args[0])
+            kept_inputs[ptr] = nbytes          # a checkpointed segment keeps its input for the recompute
+        return hook
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        ptr, nbytes = _storage(t)
+        if ptr and ptr not in param_ptrs:
+            saved.setdefault(ptr, (nbytes, set()))[1].add(current[0])
+        return t
+
+    handles = [children[s].register_forward_pre_hook(enter(s)) for s in segments]
+    handles += [children[s].register_forward_hook(lambda *_: current.__setitem__(0, None)) for s in segments]
+    try:
+        with preserved_state(model), torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            model.train()
+            out = model(inputs)
+            del out
+    finally:
+        for h in handles:
+            h.remove()
+    outside = {ptr: n for ptr, (n, segs) in saved.items() if None in segs}   # also saved outside: still kept
+    kept = {**outside, **{p: n for p, n in kept_inputs.items() if p not in param_ptrs}}
+    rng_bytes = rng_state_bytes(inputs.device) * len(segments)
+    return {"plain_bytes": sum(n for n, _ in saved.values()), "checkpointed_bytes": sum(kept.values()) + rng_bytes}
+
+
+def rng_state_bytes(device: torch.device) -> int:
+    """Bytes each checkpoint keeps to replay randomness (``preserve_rng_state``): the CPU generator's state.
+
+    Counted on CPU only: on CUDA that state is a CPU tensor, outside ``memory_allocated``.
+    """
+    return torch.get_rng_state().numel() if device.type == "cpu" else 0
+
+
+def measure_forward_retained_bytes(model: nn.Module, inputs: torch.Tensor) -> int:
+    """Bytes a training-mode forward leaves allocated, less its output: the activations kept for backward.
+
+    CUDA: ``memory_allocated`` after minus before (other cells' tensors cancel out). CPU: the net of every
+    allocation and free the profiler records during the forward.
+    """
+    with preserved_state(model):
+        model.train()
+        if inputs.device.type == "cuda":
+            synchronize(inputs.device)
+            before = torch.cuda.memory_allocated(inputs.device)
+            out = model(inputs)
+            synchronize(inputs.device)
+            retained = torch.cuda.memory_allocated(inputs.device) - before
+        else:
+            from torch.profiler import ProfilerActivity, profile
+
+            with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+                out = model(inputs)
+            retained = sum(e.self_cpu_memory_usage for e in prof.key_averages())
+        retained -= out.untyped_storage().nbytes()   # the output is not an activation kept for backward
+        del out
+    return int(retained)
+
+
+def _train_step_time_s(model: nn.Module, inputs: torch.Tensor) -> float:
+    """One forward+backward: process CPU time on CPU (robust to other processes), synchronised wall on GPU."""
+    clock = time.perf_counter if inputs.device.type == "cuda" else time.process_time
+    synchronize(inputs.device)
+    start = clock()
+    model(inputs).float().square().mean().backward()
+    synchronize(inputs.device)
+    return clock() - start
+
+
+@dataclass(frozen=True)
+class StepTimeComparison:
+    """Median step times with and without checkpointing, measured interleaved."""
+
+    plain_step_s: float
+    checkpointed_step_s: float
+    forward_s: float
+
+    @property
+    def time_added_fraction(self) -> float:
+        return self.checkpointed_step_s / self.plain_step_s - 1.0
+
+    @property
+    def predicted_added_fraction(self) -> float:
+        """Checkpointing every segment recomputes about one forward pass (Chen et al. 2016, Section 4)."""
+        return self.forward_s / self.plain_step_s
+
+
+def compare_step_time(plain: nn.Module, checkpointed: nn.Module, inputs: torch.Tensor,
+                      repeats: int = 5) -> StepTimeComparison:
+    """Interleave plain and checkpointed steps (so load hits both alike) and take medians; also time a forward."""
+    repeats = positive_int(repeats, "repeats")
+    plain_s, ckpt_s, fwd_s = [], [], []
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)       # CPU time of one thread: idle spinning of a thread pool would blur it
+    with preserved_state(plain), preserved_state(checkpointed):
+        for _ in range(repeats + 1):                  # the first round warms up and is dropped
+            plain_s.append(_train_step_time_s(plain, inputs))
+            ckpt_s.append(_train_step_time_s(checkpointed, inputs))
+            clock = time.perf_counter if inputs.device.type == "cuda" else time.process_time
+            synchronize(inputs.device)
+            start = clock()
+            out = plain(inputs)                       # with autograd on: what the recompute costs
+            synchronize(inputs.device)
+            fwd_s.append(clock() - start)
+            del out
+    torch.set_num_threads(threads)
+    return StepTimeComparison(statistics.median(plain_s[1:]), statistics.median(ckpt_s[1:]),
+                              statistics.median(fwd_s[1:]))
+
+
+def largest_batch_within(bytes_at: dict[int, int], budget_bytes: int, fixed_bytes: int = 0) -> int:
+    """Largest batch whose activations (linear fit through two measured batches) + ``fixed_bytes`` fit the budget."""
+    (b1, a1), (b2, a2) = sorted(bytes_at.items())[:2]
+    per_sample = (a2 - a1) / (b2 - b1)
+    intercept = a1 - per_sample * b1
+    if per_sample <= 0:
+        raise ValueError(f"activation bytes did not grow with the batch ({bytes_at}); measure larger batches")
+    return max(0, int((budget_bytes - fixed_bytes - intercept) // per_sample))
+
+
+def transformer_stack(d_model: int = 64, heads: int = 4, layers: int = 4, seed: int = 0) -> nn.Sequential:
+    """Pre-norm transformer encoder blocks (batch_first), each a child module that can be checkpointed."""
+    torch.manual_seed(seed)
+    return nn.Sequential(*[nn.TransformerEncoderLayer(d_model, heads, 4 * d_model, dropout=0.0, batch_first=True,
+                                                      norm_first=True) for _ in range(layers)])

@@ -1,0 +1,227 @@
+"""Sharded data parallelism on real processes: DDP, a hand-written ZeRO-1, and FSDP2 as ZeRO-2 and ZeRO-3.
+
+Every strategy trains the same float64 MLP on the same global batches as one process would (float64 so the
+"same answer" check can be 1e-6 after Adam's division by sqrt(v)). Each rank reports the weights it ends
+with, the model-state bytes it holds right after the last forward pass (counted tensor by tensor, see
+``labkit.sharding.memory``) and the collectives it issued in the last step (``labkit.sharding.comm_volume``).
+FSDP2 is ``torch.distributed.fsdp.fully_shard`` (Zhao et al. 2023, arXiv:2304.11277);
+``reshard_after_forward=False`` keeps the gathered parameters until backward (ZeRO-2-like), ``True`` frees
+them after each layer's forward and gathers again in backward (ZeRO-3).
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, replace
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from labkit.sharding.comm_volume import CommCounter, counting_collectives
+from labkit.sharding.memory import STRATEGIES, check_strategy, count_rank_state_bytes
+from labkit.core.validation import positive_int
+
+
+@dataclass(frozen=True)
+class ShardingConfig:
+    """The toy workload: widths divisible by every world size tried, so no rank holds padding."""
+
+    in_features: int = 32
+    hidden: int = 64
+    classes: int = 8
+    steps: int = 3
+    micro_batch: int = 4
+    lr: float = 1e-2
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        for name in ("in_features", "hidden", "classes", "steps", "micro_batch", "seed"):
+            positive_int(getattr(self, name) + (1 if name == "seed" else 0), name)
+        if not self.lr > 0:
+            raise ValueError(f"lr must be > 0, got {self.lr}")
+
+
+def build_mlp(cfg: ShardingConfig) -> nn.Sequential:
+    """The same float64 MLP on every rank (seeded)."""
+    torch.manual_seed(cfg.seed)
+    return nn.Sequential(nn.Linear(cfg.in_features, cfg.hidden), nn.ReLU(), nn.Linear(cfg.hidden, cfg.hidden),
+                         nn.ReLU(), nn.Linear(cfg.hidden, cfg.classes)).double()
+
+
+def global_batch(cfg: ShardingConfig, step: int, world_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Step ``step``'s global batch (world_size * micro_batch samples), identical in every process."""
+    g = torch.Generator().manual_seed(cfg.seed * 1000 + step)
+    n = world_size * cfg.micro_batch
+    return (torch.randn(n, cfg.in_features, generator=g, dtype=torch.float64),
+            torch.randint(0, cfg.classes, (n,), generator=g))
+
+
+def train_single_process(cfg: ShardingConfig, world_size: int) -> dict[str, torch.Tensor]:
+    """The reference: one process, the whole global batch, plain Adam."""
+    model = build_mlp(cfg)
+    opt = torch.optim.Adam(model.parameters(), lr=cfg.lr)
+    for step in range(cfg.steps):
+        x, y = global_batch(cfg, step, world_size)
+        opt.zero_grad(set_to_none=True)
+        nn.functional.cross_entropy(model(x), y).backward()
+        opt.step()
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+class Zero1Optimizer:
+    """ZeRO-1 by hand: every rank keeps all parameters and gradients, but Adam state only for its 1/R slice.
+
+    Parameters and gradients live in two flat buffers (padded to a multiple of R). A step reduce-scatters the
+    gradients (each rank gets the average of its slice), runs Adam on its slice only, and all-gathers the
+    updated slices so every rank has the whole model again (Rajbhandari et al. 2020, Section 5.1).
+    """
+
+    def __init__(self, model: nn.Module, lr: float, rank: int, world_size: int) -> None:
+        params = [p for p in model.parameters() if p.requires_grad]
+        numel = sum(p.numel() for p in params)
+        padded = -(-numel // world_size) * world_size
+        self.flat = torch.zeros(padded, dtype=params[0].dtype, device=params[0].device)
+        self.flat_grad = torch.zeros_like(self.flat)
+        offset = 0
+        for p in params:                       # parameters and gradients become views into the flat buffers
+            n = p.numel()
+            self.flat[offset:offset + n].copy_(p.detach().reshape(-1))
+            p.data = self.flat[offset:offset + n].view_as(p)
+            p.grad = self.flat_grad[offset:offset + n].view_as(p)
+            offset += n
+        self.params, self.world_size, self.shard_numel = params, world_size, padded // world_size
+        lo = rank * self.shard_numel
+        self.shard = nn.Parameter(self.flat[lo:lo + self.shard_numel])       # aliases, not copies
+        self.shard.grad = self.flat_grad[lo:lo + self.shard_numel]
+        self.adam = torch.optim.Adam([self.shard], lr=lr)
+
+    def zero_grad(self) -> None:
+        self.flat_grad.zero_()
+
+    def step(self) -> None:
+        """Reduce-scatter the gradients, update this rank's slice, all-gather the parameters."""
+        reduced = torch.empty_like(self.shard.grad)      # transient: the output must not alias the input
+        dist.reduce_scatter_tensor(reduced, self.flat_grad, op=dist.ReduceOp.SUM)
+        self.shard.grad.copy_(reduced.div_(self.world_size))
+        self.adam.step()
+        with torch.no_grad():
+            dist.all_gather_into_tensor(self.flat, self.shard.detach().clone())
+
+
+def rank_device() -> torch.device:
+    """cuda:RANK under NCCL (one GPU per rank), else the CPU."""
+    return torch.device("cuda", dist.get_rank()) if dist.get_backend() == "nccl" else torch.device("cpu")
+
+
+def _wrap(cfg: ShardingConfig, strategy: str):
+    """(model, optimizer-like) for one strategy, on this rank's device."""
+    device = rank_device()
+    model = build_mlp(cfg).to(device)
+    rank, world_size = dist.get_rank(), dist.get_world_size()
+    if strategy == "ddp":
+        from torch.nn.parallel import DistributedDataParallel as DDP
+
+        model = DDP(model, gradient_as_bucket_view=True)   # grads are the buckets: no second gradient copy
+        model.register_comm_hook(None, CommCounter.ddp_hook)
+        return model, torch.optim.Adam(model.parameters(), lr=cfg.lr)
+    if strategy == "zero1":
+        return model, Zero1Optimizer(model, cfg.lr, rank, world_size)
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    mesh = init_device_mesh(device.type, (world_size,))      # explicit: gloo ranks on a GPU box stay on CPU
+    for layer in model:
+        if isinstance(layer, nn.Linear):
+            fully_shard(layer, mesh=mesh, reshard_after_forward=(strategy == "zero3"))
+    fully_shard(model, mesh=mesh, reshard_after_forward=(strategy == "zero3"))
+    return model, torch.optim.Adam(model.parameters(), lr=cfg.lr)
+
+
+def _count(model: nn.Module, opt) -> dict[str, int]:
+    if isinstance(opt, Zero1Optimizer):
+        return count_rank_state_bytes(model.parameters(), opt.adam, extra_params=[opt.shard])
+    return count_rank_state_bytes(model.parameters(), opt)
+
+
+def strategy_worker(cfg_dict: dict, strategy: str) -> dict:
+    """Run inside ``launch``: train with ``strategy``; weights, bytes held after the last forward, comm."""
+    torch.set_num_threads(1)
+    cfg, strategy = ShardingConfig(**cfg_dict), check_strategy(strategy)
+    rank, world_size = dist.get_rank(), dist.get_world_size()
+    counter = CommCounter(world_size)
+    model, opt = _wrap(cfg, strategy)
+    device = rank_device()
+    held: dict[str, int] = {}
+    with counting_collectives(counter):
+        for step in range(cfg.steps):
+            counter.reset()
+            x, y = (t.to(device) for t in global_batch(cfg, step, world_size))
+            lo = rank * cfg.micro_batch
+            loss = nn.functional.cross_entropy(model(x[lo:lo + cfg.micro_batch]), y[lo:lo + cfg.micro_batch])
+            held = _count(model, opt)          # the peak of model state: gathered params + last step's grads
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    full = {k: (v.full_tensor() if hasattr(v, "full_tensor") else v).detach().cpu().clone()
+            for k, v in model.state_dict().items()}
+    full = {k.removeprefix("module."): v for k, v in full.items()}
+    return {"strategy": strategy, "rank": rank, "world_size": world_size, "weights": full, "held_bytes": held,
+            "comm_bytes_sent": counter.bytes_sent(), "comm_calls": counter.by_kind()}
+
+
+def all_strategies_worker(cfg_dict: dict, strategies: tuple[str, ...]) -> list[dict]:
+    """Run inside ``launch``: every strategy in turn, in one process group (one start-up for all)."""
+    return [strategy_worker(cfg_dict, s) for s in strategies]
+
+
+def run_strategies(cfg: ShardingConfig, world_size: int, strategies: tuple[str, ...] = STRATEGIES,
+                   timeout_s: float = 180.0, backend: str = "auto") -> dict[str, list[dict]]:
+    """Launch every strategy on ``world_size`` real processes; {strategy: [rank 0 result, rank 1, ...]}."""
+    from labkit.comm.launch import launch
+
+    strategies = tuple(check_strategy(s) for s in strategies)
+    per_rank = launch(all_strategies_worker, positive_int(world_size, "world_size"),
+                      args=(asdict(cfg), strategies), timeout_s=timeout_s, show_output=False,
+                      backend=backend)
+    return {s: [rank_results[i] for rank_results in per_rank] for i, s in enumerate(strategies)}
+
+
+def max_weight_difference(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:
+    """Largest absolute difference between two state_dicts with the same keys."""
+    if a.keys() != b.keys():
+        raise ValueError(f"state_dicts have different keys: {sorted(a)} vs {sorted(b)}")
+    return max(float((a[k] - b[k]).abs().max()) for k in a)
+
+
+def summarize_runs(cfg: ShardingConfig, runs: dict[int, dict[str, list[dict]]]) -> list[dict]:
+    """One row per (world_size, strategy): counted vs predicted bytes per rank, comm three ways, answer gap."""
+    from labkit.sharding.comm_volume import predicted_bytes_per_step, simulated_bytes_per_step
+    from labkit.training.memory import build_memory_model
+    from labkit.sharding.memory import predict_per_rank
+
+    probe = build_mlp(cfg)
+    memory_model = build_memory_model(probe.float(), (cfg.in_features,), optimizer="adam")   # probes are float32
+    memory_model = replace(memory_model, param_bytes=memory_model.param_elements * 8)       # the runs are float64
+    rows = []
+    for world_size, by_strategy in sorted(runs.items()):
+        reference = train_single_process(cfg, world_size)
+        for strategy, ranks in by_strategy.items():
+            predicted = predict_per_rank(memory_model, cfg.micro_batch, strategy, world_size)
+            held = [r["held_bytes"] for r in ranks]
+            rows.append({"world_size": world_size, "strategy": strategy,
+                         "counted_params_bytes": max(h["params"] for h in held),
+                         "counted_grads_bytes": max(h["grads"] for h in held),
+                         "counted_optimizer_bytes": max(h["optimizer"] for h in held),
+                         "counted_total_bytes": max(h["total"] for h in held),
+                         "predicted_total_bytes": predicted.total_bytes - predicted.activations_bytes,
+                         "counted_comm_bytes": max(r["comm_bytes_sent"] for r in ranks),
+                         "predicted_comm_bytes": predicted_bytes_per_step(strategy, memory_model.param_bytes,
+                                                                          world_size),
+                         "simulated_comm_bytes": simulated_bytes_per_step(strategy, memory_model.param_bytes,
+                                                                          world_size),
+                         "max_weight_diff": max(max_weight_difference(r["weights"], reference) for r in ranks)})
+    return rows
+
+
+def adam_step_tensor_slack_bytes(cfg: ShardingConfig) -> int:
+    """Bytes the prediction leaves out: Adam keeps one scalar 'step' tensor per parameter tensor (8 B at most)."""
+    return 8 * len(list(build_mlp(cfg).parameters()))

@@ -1,0 +1,192 @@
+"""TensorFlow distribution on whatever is present: a MirroredStrategy over R GPUs, or over R logical CPUs.
+
+TensorFlow fixes its device list the first time it runs anything in a process, so logical CPU devices
+(``tf.config.set_logical_device_configuration``) must be asked for *before* that; ``make_strategy`` says
+so clearly when it is too late. Because of that one-shot rule (and to keep PyTorch and TensorFlow out of
+one 2 GB Binder kernel), the notebooks run each TF experiment in a fresh process with
+``run_in_fresh_process`` (labkit.core.procs), which loads only the TF-side labkit modules, never torch.
+
+This module imports neither torch nor anything that does; TensorFlow is imported lazily.
+"""
+from __future__ import annotations
+
+import os
+import warnings
+from typing import Any
+
+from labkit.core.procs import run_in_fresh_process as _run_fresh
+
+CROSS_DEVICE_OPS = ("auto", "nccl", "hierarchical_copy", "reduction_to_one_device")
+MIN_PER_REPLICA_BATCH_GPU = 16   # rule of thumb: fewer samples per GPU leave most of it idle
+
+
+class DevicesAlreadyInitializedError(RuntimeError):
+    """TensorFlow initialised its devices before the logical CPUs were configured."""
+
+
+def _tf():
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    import tensorflow as tf
+
+    return tf
+
+
+def _check_count(value: object, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    return value
+
+
+def configure_logical_cpus(count: int) -> list[str]:
+    """Split the CPU into ``count`` logical devices (before TF initialises); returns the logical CPU names."""
+    tf = _tf()
+    _check_count(count, "count")
+    cpu = tf.config.list_physical_devices("CPU")[0]   # listing *physical* devices does not initialise TF
+    try:
+        tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * count)
+    except RuntimeError as err:
+        have = [d.name for d in tf.config.list_logical_devices("CPU")]
+        if len(have) >= count:          # already split (e.g. the cell ran twice): reuse the first `count`
+            return have[:count]
+        raise DevicesAlreadyInitializedError(
+            f"TensorFlow has already initialised its devices in this process with {len(have)} logical CPU(s), "
+            f"so {count} cannot be configured now ({err}). Fix: restart the kernel/process and call "
+            f"make_strategy({count}) (or configure_logical_cpus) before any other TensorFlow call — even "
+            "tf.constant or tf.config.list_logical_devices initialises the devices") from None
+    return [d.name for d in tf.config.list_logical_devices("CPU")][:count]
+
+
+def _nccl_on_cpu() -> None:
+    raise ValueError("cross_device_ops='nccl' needs GPUs (NCCL has no CPU kernels); on CPUs use "
+                     "'reduction_to_one_device' or 'hierarchical_copy'")
+
+
+def cross_device_ops(name: str, device_type: str):
+    """The tf.distribute cross-device reduction called ``name`` (see CROSS_DEVICE_OPS); NCCL needs GPUs."""
+    tf = _tf()
+    if name not in CROSS_DEVICE_OPS:
+        raise ValueError(f"cross_device_ops must be one of {CROSS_DEVICE_OPS}, got {name!r}")
+    if name == "auto":
+        name = "nccl" if device_type == "GPU" else "reduction_to_one_device"
+    if name == "nccl":
+        if device_type != "GPU":
+            _nccl_on_cpu()
+        return tf.distribute.NcclAllReduce()
+    if name == "hierarchical_copy":
+        return tf.distribute.HierarchicalCopyAllReduce()
+    return tf.distribute.ReductionToOneDevice()
+
+
+def make_strategy(replicas: int | None = None, *, cross_device_ops_name: str = "auto",
+                  use_gpus: bool | None = None):
+    """A MirroredStrategy with ``replicas`` replicas: on the GPUs if there are any, else on logical CPUs.
+
+    ``replicas=None`` means one per GPU (or 2 logical CPUs on a CPU-only machine). Call it before any other
+    TensorFlow work in the process; ``cross_device_ops_name`` picks the all-reduce (NCCL on GPUs by default).
+    """
+    if replicas is not None:
+        _check_count(replicas, "replicas")
+    if cross_device_ops_name not in CROSS_DEVICE_OPS:
+        raise ValueError(f"cross_device_ops_name must be one of {CROSS_DEVICE_OPS}, got {cross_device_ops_name!r}")
+    if cross_device_ops_name == "nccl" and use_gpus is False:   # refuse before TensorFlow is even imported
+        _nccl_on_cpu()
+    tf = _tf()
+    gpus = tf.config.list_physical_devices("GPU")
+    on_gpu = bool(gpus) if use_gpus is None else use_gpus
+    if on_gpu and not gpus:
+        raise ValueError("use_gpus=True but TensorFlow sees no GPU (is tensorflow[and-cuda] installed?); "
+                         "use use_gpus=None to fall back to logical CPUs")
+    if replicas is None:
+        replicas = len(gpus) if on_gpu else 2
+    _check_count(replicas, "replicas")
+    if on_gpu:
+        if replicas > len(gpus):
+            raise ValueError(f"replicas={replicas} but only {len(gpus)} GPU(s) are visible; ask for at most "
+                             f"{len(gpus)}, or pass use_gpus=False to use {replicas} logical CPU devices")
+        names = [f"/gpu:{i}" for i in range(replicas)]
+    else:
+        names = configure_logical_cpus(replicas)
+    ops = cross_device_ops(cross_device_ops_name, "GPU" if on_gpu else "CPU")
+    return tf.distribute.MirroredStrategy(names, cross_device_ops=ops)
+
+
+def per_replica_batch_size(global_batch_size: int, num_replicas: int, *, on_gpu: bool = False) -> int:
+    """Global batch / replicas; ValueError when it does not divide, a warning when a GPU would get < 16."""
+    _check_count(global_batch_size, "global_batch_size")
+    _check_count(num_replicas, "num_replicas")
+    if global_batch_size % num_replicas:
+        lo = global_batch_size // num_replicas * num_replicas
+        raise ValueError(f"global_batch_size={global_batch_size} does not divide evenly over {num_replicas} "
+                         f"replicas (replicas would get unequal batches); use a multiple of {num_replicas}, e.g. "
+                         f"{lo or num_replicas} or {lo + num_replicas} (scale it as "
+                         "per_replica * strategy.num_replicas_in_sync)")
+    per_replica = global_batch_size // num_replicas
+    if on_gpu and per_replica < MIN_PER_REPLICA_BATCH_GPU:
+        warnings.warn(f"{per_replica} samples per replica is too few to keep a GPU busy (rule of thumb: >= "
+                      f"{MIN_PER_REPLICA_BATCH_GPU}); raise global_batch_size to at least "
+                      f"{MIN_PER_REPLICA_BATCH_GPU * num_replicas} or use fewer replicas", stacklevel=2)
+    return per_replica
+
+
+# ---------------------------------------------------------------------------------------------- fresh processes
+def run_in_fresh_process(target: str, kwargs: dict | None = None, *, timeout_s: float = 300.0,
+                         env: dict | None = None) -> Any:
+    """``labkit.core.procs.run_in_fresh_process`` that also brings DevicesAlreadyInitializedError back."""
+    return _run_fresh(target, kwargs, timeout_s=timeout_s, env=env,
+                      errors={"DevicesAlreadyInitializedError": DevicesAlreadyInitializedError})
+
+
+# ---------------------------------------------------------------------------------------------- lessons (child side)
+def strategy_tour(replicas: int = 2, global_batch_size: int = 8, num_examples: int = 20) -> dict:
+    """MirroredStrategy basics, for a fresh process: devices, reductions, a distributed tf.data pipeline."""
+    tf = _tf()
+    strategy = make_strategy(replicas)
+    out: dict[str, Any] = {"replicas": strategy.num_replicas_in_sync,
+                           "devices": list(strategy.extended.worker_devices)}
+    out["reductions"] = reduction_check(replicas)
+    per_replica = per_replica_batch_size(global_batch_size, strategy.num_replicas_in_sync)
+    ds = tf.data.Dataset.range(num_examples).batch(global_batch_size)
+    steps = []
+    for batch in strategy.experimental_distribute_dataset(ds):
+        steps.append([t.numpy().tolist() for t in strategy.experimental_local_results(batch)])
+    out.update(per_replica_batch_size=per_replica, distributed_batches=steps,
+               uneven_batches=_uneven_split(strategy, num_examples=5, global_batch_size=4),
+               sharding=shard_by_worker(num_examples=12, num_workers=2))
+    return out
+
+
+def _uneven_split(strategy, num_examples: int, global_batch_size: int) -> list:
+    """Per-replica pieces of a pipeline whose last global batch is smaller than the replica count."""
+    tf = _tf()
+    ds = tf.data.Dataset.range(num_examples).batch(global_batch_size)
+    return [[t.numpy().tolist() for t in strategy.experimental_local_results(b)]
+            for b in strategy.experimental_distribute_dataset(ds)]
+
+
+def reduction_check(replicas: int = 2) -> dict:
+    """All-reduce ``replica_id + 1`` with each CPU-capable cross-device op; every replica should hold the sum."""
+    tf = _tf()
+    names = configure_logical_cpus(replicas)
+    results = {}
+    for name in ("reduction_to_one_device", "hierarchical_copy"):
+        strategy = tf.distribute.MirroredStrategy(names, cross_device_ops=cross_device_ops(name, "CPU"))
+
+        @tf.function
+        def step():
+            ctx = tf.distribute.get_replica_context()
+            value = tf.cast(ctx.replica_id_in_sync_group, tf.float32) + 1.0
+            return ctx.all_reduce(tf.distribute.ReduceOp.SUM, tf.fill([3], value))
+
+        per_replica = strategy.experimental_local_results(strategy.run(step))
+        results[name] = [t.numpy().tolist() for t in per_replica]
+    return results
+
+
+def shard_by_worker(num_examples: int = 12, num_workers: int = 2) -> dict:
+    """What ``dataset.shard(num_workers, index)`` gives each worker, and TF's auto-shard policies."""
+    tf = _tf()
+    _check_count(num_workers, "num_workers")
+    shards = [list(tf.data.Dataset.range(num_examples).shard(num_workers, i).as_numpy_iterator())
+              for i in range(num_workers)]
+    policies = [p.name for p in tf.data.experimental.AutoShardPolicy]
+    return {"shards": [[int(v) for v in s] for s in shards], "auto_shard_policies": policies}

@@ -1,0 +1,75 @@
+"""Batch size in Keras: ``model.fit(batch_size=...)`` timed per batch by a callback.
+
+Runs TensorFlow in a fresh child process (``labkit.core.procs``): TensorFlow and PyTorch in one kernel
+cost ~0.5 GB more than Binder's 2 GB allows next to the batch-size lab's own PyTorch work.
+Torch-free on purpose.
+"""
+from __future__ import annotations
+
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+
+def keras_fit_child(data_path: str, batch_sizes: list[int], epochs: int = 2, lr: float = 0.05,
+                    seed: int = 0) -> dict:
+    """Child side: fit the Keras small CNN once per batch size; per batch size, updates per epoch and the
+    median samples/s over the batches after the first epoch (which includes graph tracing)."""
+    import tensorflow as tf
+
+    from labkit.tf.keras_models import keras_small_cnn
+
+    arrays = np.load(data_path)
+    x, y = arrays["x"], arrays["y"]
+
+    class Throughput(tf.keras.callbacks.Callback):
+        def __init__(self, batch_size: int) -> None:
+            super().__init__()
+            self.batch_size, self.rates, self.epoch, self.t0 = batch_size, [], 0, 0.0
+
+        def on_epoch_begin(self, epoch, logs=None):
+            self.epoch = epoch
+
+        def on_train_batch_begin(self, batch, logs=None):
+            self.t0 = time.perf_counter()
+
+        def on_train_batch_end(self, batch, logs=None):
+            if self.epoch >= 1:
+                self.rates.append(self.batch_size / (time.perf_counter() - self.t0))
+
+    out = {}
+    for bs in batch_sizes:
+        tf.keras.utils.set_random_seed(seed)
+        model = keras_small_cnn(int(y.max()) + 1, x.shape[1:])
+        model.compile(optimizer=tf.keras.optimizers.SGD(lr, momentum=0.9),
+                      loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+        cb = Throughput(bs)
+        n = len(x) - len(x) % bs
+        model.fit(x[:n], y[:n], batch_size=bs, epochs=epochs, verbose=0, callbacks=[cb])
+        out[str(bs)] = {"updates_per_epoch": len(cb.rates) // max(epochs - 1, 1),
+                        "samples_per_s": statistics.median(cb.rates)}
+    return out
+
+
+def keras_batch_throughput(x: np.ndarray, y: np.ndarray, batch_sizes: tuple[int, ...] = (8, 128), *,
+                           epochs: int = 2, lr: float = 0.05, timeout_s: float = 300.0) -> dict[int, dict]:
+    """Time ``model.fit(batch_size=b)`` for each b on channels-last images ``x`` (N, H, W, C) and labels ``y``."""
+    from labkit.core.procs import run_in_fresh_process
+
+    if x.ndim != 4 or len(x) != len(y):
+        raise ValueError(f"x must be (N, H, W, C) images with one label each, got x {x.shape}, y {y.shape}")
+    if epochs < 2:
+        raise ValueError("epochs must be >= 2: the first epoch traces the graph and is not timed")
+    for bs in batch_sizes:
+        if not isinstance(bs, int) or not 1 <= bs <= len(x):
+            raise ValueError(f"each batch size must be an integer between 1 and {len(x)}, got {bs!r}")
+    with tempfile.TemporaryDirectory() as tmp:
+        path = str(Path(tmp) / "data.npz")
+        np.savez(path, x=x.astype(np.float32), y=y.astype(np.int64))
+        out = run_in_fresh_process("labkit.tf.keras_batch:keras_fit_child", dict(
+            data_path=path, batch_sizes=list(batch_sizes), epochs=epochs, lr=lr), timeout_s=timeout_s)
+    out.pop("child_wall_s", None)
+    return {int(bs): row for bs, row in out.items()}

@@ -1,0 +1,191 @@
+"""FLOPs per training sample, achieved FLOP/s, and model FLOPs utilisation (MFU).
+
+MFU = achieved model FLOP/s / the device's peak FLOP/s (Chowdhery et al. 2022, PaLM, appendix B), where
+the peak is the one of the math mode that actually ran (:func:`active_math_mode`): cuDNN convolutions
+use TF32 by default on Ampere and newer, so an fp32 model is measured against the TF32 peak there.
+Model FLOPs are counted, not estimated, with ``torch.utils.flop_counter.FlopCounterMode`` over one
+forward *and* backward pass. Peaks come from the vendor datasheets below (dense, no sparsity); for a
+device not in the table the kit says "peak unknown" rather than guessing.
+"""
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+
+@dataclass(frozen=True)
+class PeakSpec:
+    """Peak dense FLOP/s of one GPU model, by math mode, and where the figures come from."""
+
+    name: str
+    match: tuple[str, ...]          # every substring must appear in torch.cuda.get_device_name()
+    exclude: tuple[str, ...]        # none of these may appear
+    peak_flops_per_s: dict          # math mode ("fp32" | "tf32" | "bf16" | "fp16") -> dense FLOP/s
+    source: str
+
+
+_T = 1e12
+MATH_MODES = ("fp32", "tf32", "bf16", "fp16")
+# Dense figures. NVIDIA datasheets print the tensor-core rows "with sparsity" (H100, H200, A100, L4, L40S);
+# dense is half of that. 'fp32' is the non-tensor FP32 row. V100 and T4 have no TF32/BF16 tensor cores.
+PEAK_TABLE: tuple[PeakSpec, ...] = (
+    PeakSpec("NVIDIA H100 SXM", ("H100",), ("PCIe", "NVL"),
+             {"fp32": 67 * _T, "tf32": 494.5 * _T, "bf16": 989.5 * _T, "fp16": 989.5 * _T},
+             "NVIDIA H100 Tensor Core GPU datasheet, H100 SXM column: FP32 67 TFLOPS; TF32 989, BF16/FP16 1,979 "
+             "TFLOPS with sparsity, halved"),
+    PeakSpec("NVIDIA H100 PCIe", ("H100", "PCIe"), (),
+             {"fp32": 51 * _T, "tf32": 378 * _T, "bf16": 756.5 * _T, "fp16": 756.5 * _T},
+             "NVIDIA H100 Tensor Core GPU datasheet, H100 PCIe column: FP32 51 TFLOPS; TF32 756, BF16/FP16 1,513 "
+             "TFLOPS with sparsity, halved"),
+    PeakSpec("NVIDIA H200 SXM", ("H200",), ("NVL",),
+             {"fp32": 67 * _T, "tf32": 494.5 * _T, "bf16": 989.5 * _T, "fp16": 989.5 * _T},
+             "NVIDIA H200 Tensor Core GPU datasheet, H200 SXM column: FP32 67 TFLOPS; TF32 989, BF16/FP16 1,979 "
+             "TFLOPS with sparsity, halved"),
+    PeakSpec("NVIDIA A100", ("A100",), (),
+             {"fp32": 19.5 * _T, "tf32": 156 * _T, "bf16": 312 * _T, "fp16": 312 * _T},
+             "NVIDIA A100 Tensor Core GPU datasheet (nvidia-a100-datasheet-us-nvidia-1758950-r4-web.pdf): FP32 19.5, "
+             "TF32 156, BF16/FP16 312 TFLOPS dense; same for 40/80 GB, SXM4/PCIe"),
+    PeakSpec("NVIDIA L40S", ("L40S",), (),
+             {"fp32": 91.6 * _T, "tf32": 183 * _T, "bf16": 362.05 * _T, "fp16": 362.05 * _T},
+             "NVIDIA L40S datasheet: FP32 91.6 TFLOPS; TF32 183 (366 with sparsity), BF16/FP16 362.05 "
+             "(733 with sparsity) TFLOPS"),
+    PeakSpec("NVIDIA L4", ("L4",), ("L40",),
+             {"fp32": 30.3 * _T, "tf32": 60 * _T, "bf16": 121 * _T, "fp16": 121 * _T},
+             "NVIDIA L4 Tensor Core GPU datasheet: FP32 30.3 TFLOPS; TF32 120, BF16/FP16 242 TFLOPS with "
+             "sparsity, halved"),
+    PeakSpec("NVIDIA V100 SXM2", ("V100", "SXM2"), (),
+             {"fp32": 15.7 * _T, "fp16": 125 * _T},
+             "NVIDIA Tesla V100 GPU datasheet, SXM2 column: 15.7 TFLOPS single precision, 125 TFLOPS tensor"),
+    PeakSpec("NVIDIA V100 PCIe", ("V100",), ("SXM",),
+             {"fp32": 14 * _T},
+             "NVIDIA Tesla V100 GPU datasheet, PCIe column: 14 TFLOPS single precision (its tensor figure is "
+             "left out: not re-checked)"),
+    PeakSpec("NVIDIA T4", ("T4",), ("T40",),
+             {"fp32": 8.1 * _T, "fp16": 65 * _T},
+             "NVIDIA T4 Tensor Core GPU datasheet: 8.1 TFLOPS FP32, 65 TFLOPS mixed precision (FP16/FP32)"),
+)
+
+_DTYPE_ALIASES = {"fp32": "float32", "float32": "float32", "tf32": "tf32", "bf16": "bfloat16",
+                  "bfloat16": "bfloat16", "fp16": "float16", "float16": "float16", "half": "float16"}
+_MODE_OF_DTYPE = {"float32": "fp32", "tf32": "tf32", "bfloat16": "bf16", "float16": "fp16"}
+
+
+def normalise_dtype(dtype: str | torch.dtype | None) -> str:
+    """'bf16' / torch.bfloat16 -> 'bfloat16'; None -> 'float32'."""
+    if dtype is None:
+        return "float32"
+    key = str(dtype).replace("torch.", "").lower()
+    if key not in _DTYPE_ALIASES:
+        raise ValueError(f"unknown dtype {dtype!r}; use one of {sorted(set(_DTYPE_ALIASES))}")
+    return _DTYPE_ALIASES[key]
+
+
+def math_mode_name(mode: str | torch.dtype | None) -> str:
+    """'float32' / 'fp32' / None -> 'fp32'; torch.bfloat16 -> 'bf16'; 'tf32' -> 'tf32'."""
+    return _MODE_OF_DTYPE[normalise_dtype(mode)]
+
+
+def find_peak(device_name: str) -> PeakSpec | None:
+    """The table entry whose name patterns match ``device_name`` (None when the GPU is not listed)."""
+    for spec in PEAK_TABLE:
+        if all(m in device_name for m in spec.match) and not any(x in device_name for x in spec.exclude):
+            return spec
+    return None
+
+
+def _tf32_enabled() -> bool:
+    """Whether torch's current settings let fp32 matmuls or cuDNN convolutions run on TF32 tensor cores.
+
+    PyTorch 2.9+ reads ``torch.backends.cuda.matmul.fp32_precision`` and
+    ``torch.backends.cudnn.conv.fp32_precision`` ('tf32' or 'ieee'; 'none' = not set, fall back to the
+    older flags); cuDNN convolutions use TF32 by default, matmuls do not. Older torch: ``allow_tf32``.
+    """
+    matmul = getattr(getattr(torch.backends.cuda, "matmul", None), "fp32_precision", "none")
+    conv = getattr(getattr(torch.backends.cudnn, "conv", None), "fp32_precision", "none")
+    if matmul == "none":
+        matmul = "tf32" if torch.get_float32_matmul_precision() != "highest" else "ieee"
+    if conv == "none":
+        conv = "tf32" if getattr(torch.backends.cudnn, "allow_tf32", False) else "ieee"
+    return "tf32" in (matmul, conv)
+
+
+def active_math_mode(device: str | torch.device | None = None, amp_dtype: str | torch.dtype | None = None) -> str:
+    """The math the tensor work runs in: 'bf16'/'fp16' under autocast, 'tf32' when torch lets fp32
+    matmuls or convolutions use TF32 on a CUDA GPU of compute capability >= 8.0, else strict 'fp32'.
+
+    When either matmuls or convolutions may use TF32 the answer is 'tf32': its peak is the higher one,
+    so MFU is never overstated.
+    """
+    if amp_dtype is not None:
+        return math_mode_name(amp_dtype)
+    dev = torch.device(device) if device is not None else torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if dev.type != "cuda":
+        return "fp32"
+    major, _minor = torch.cuda.get_device_capability(dev)
+    return "tf32" if major >= 8 and _tf32_enabled() else "fp32"
+
+
+def peak_flops_per_s(device: str | torch.device | None = None,
+                     math_mode: str | torch.dtype | None = None) -> tuple[float | None, str]:
+    """(dense peak FLOP/s, note naming the peak) for a device and math mode; (None, why) when unknown."""
+    mode = math_mode_name(math_mode)
+    dev = torch.device(device) if device is not None else torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if dev.type != "cuda":
+        return None, "peak FLOP/s unknown for CPUs (depends on model, cores, clocks and vector units): no MFU"
+    name = torch.cuda.get_device_name(dev)
+    spec = find_peak(name)
+    if spec is None:
+        return None, f"peak FLOP/s of {name!r} is not in labkit.training.flops.PEAK_TABLE: no MFU (add it with its datasheet)"
+    if mode not in spec.peak_flops_per_s:
+        return None, f"{spec.name}: the datasheet gives no {mode} peak: no MFU"
+    peak = spec.peak_flops_per_s[mode]
+    return peak, f"MFU against {spec.name} {mode} dense peak {peak / _T:g} TFLOP/s ({spec.source})"
+
+
+def count_training_flops(model: nn.Module, inputs: torch.Tensor, targets: torch.Tensor | None = None,
+                         loss_fn: nn.Module | None = None) -> int:
+    """FLOPs of one forward + backward pass of ``model`` on ``inputs`` (the whole batch), counted exactly."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    loss_fn = loss_fn or nn.CrossEntropyLoss()
+    with FlopCounterMode(display=False) as counter:
+        out = model(inputs)
+        if targets is None:
+            targets = torch.zeros(out.shape[0], dtype=torch.long, device=out.device)
+        loss_fn(out, targets).backward()
+    model.zero_grad(set_to_none=True)
+    return int(counter.get_total_flops())
+
+
+def flops_per_sample(model: nn.Module, sample_shape: tuple[int, ...], batch_size: int = 2,
+                     device: str | torch.device | None = None) -> float:
+    """Training FLOPs (forward + backward) per sample, counted on a small batch; BN running stats restored."""
+    from labkit.training.memory import preserved_state
+
+    param = next(model.parameters(), None)
+    dev = torch.device(device) if device is not None else (param.device if param is not None else torch.device("cpu"))
+    x = torch.randn(batch_size, *sample_shape, device=dev)
+    with preserved_state(model):
+        total = count_training_flops(model, x)
+    return total / batch_size
+
+
+def mfu(achieved_flops_per_s: float | None, peak: float | None) -> float | None:
+    """Model FLOPs utilisation in [0, 1], or None when either number is unknown."""
+    if achieved_flops_per_s is None or peak is None or peak <= 0:
+        return None
+    return achieved_flops_per_s / peak
+
+
+def checked_mfu(achieved_flops_per_s: float | None, peak: float | None, peak_note: str = "") -> float | None:
+    """MFU that cannot exceed 100%: above it the peak must be wrong, so warn naming it and clamp to 1.0."""
+    value = mfu(achieved_flops_per_s, peak)
+    if value is not None and value > 1.0:
+        warnings.warn(f"measured {achieved_flops_per_s / _T:.1f} TFLOP/s is {100 * value:.0f}% of the peak used "
+                      f"({peak_note or f'{peak / _T:g} TFLOP/s'}): that peak is too low for the math that ran "
+                      "(TF32 or autocast not detected?); MFU clamped to 100%", RuntimeWarning, stacklevel=2)
+        return 1.0
+    return value

@@ -1,0 +1,302 @@
+"""The instrumented training loop: per-step data wait, host-to-device copy, forward, backward and
+optimizer times; throughput (median, p10, p90 over steady-state steps), peak memory, utilisation,
+achieved FLOP/s and MFU against the peak of the math mode that ran, validation accuracy.
+
+On a GPU the phases are CUDA events read back once per ``read_every`` steps (one sync per window), so
+the instrumented loop runs as fast as a bare one. ``sync_every_step=True`` synchronises at every phase
+boundary instead: the classic timer, kept for the lesson that measures what those syncs cost.
+""" 
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Callable, Iterator
+
+import torch
+from torch import nn
+
+from labkit.training.window import PendingStep, TrainProgress, settle
+from labkit.core.progress import progress_bar
+from labkit.core.timing import PhaseClock, percentile, synchronize
+
+AMP_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """How to train: length (steps or epochs), optimizer, precision, and what to measure."""
+
+    steps: int | None = None
+    epochs: int | None = None
+    lr: float = 0.05
+    momentum: float = 0.9
+    weight_decay: float = 0.0
+    optimizer: str = "sgd"
+    warmup_steps: int = 2
+    device: str | None = None
+    amp_dtype: str | None = None
+    channels_last: bool = False
+    compile: bool = False
+    sync_every_step: bool = False   # True: a device sync at every phase boundary (the costly classic timer)
+    read_every: int = 25            # read timing marks and losses back once per this many steps
+    evaluate: bool = True
+    seed: int = 0
+    progress: bool = True
+    log_every: int = 1
+    profile_model: bool = True      # count FLOPs and fit the memory model on a 2- and 4-sample probe
+    lr_warmup_steps: int = 0        # linear LR warm-up from lr/10 (Goyal et al. 2017, section 2.2)
+
+    def __post_init__(self) -> None:
+        if (self.steps is None) == (self.epochs is None):
+            raise ValueError("give exactly one of steps= or epochs= (e.g. TrainConfig(steps=50))")
+        for name in ("steps", "epochs"):
+            v = getattr(self, name)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
+                raise ValueError(f"{name} must be a positive integer, got {v!r}")
+        if not (self.lr > 0):
+            raise ValueError(f"lr must be > 0, got {self.lr}")
+        if self.optimizer not in ("sgd", "adam"):
+            raise ValueError(f"optimizer must be 'sgd' or 'adam', got {self.optimizer!r}")
+        if self.amp_dtype not in (None, *AMP_DTYPES):
+            raise ValueError(f"amp_dtype must be None, 'bf16' or 'fp16', got {self.amp_dtype!r}")
+        for name in ("warmup_steps", "lr_warmup_steps"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+        for name in ("log_every", "read_every"):
+            if isinstance(getattr(self, name), bool) or not isinstance(getattr(self, name), int) \
+                    or getattr(self, name) < 1:
+                raise ValueError(f"{name} must be an integer >= 1, got {getattr(self, name)!r}")
+
+    @classmethod
+    def fast(cls, **overrides) -> "TrainConfig":
+        """A CPU-sized preset for tests and fast mode: 10 steps, no progress bar."""
+        return cls(**{"steps": 10, "progress": False, **overrides})
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    """One training step; every time in seconds.
+
+    ``step_time_s`` runs from the end of the previous step to the end of this one, and ``data_wait_s`` to
+    the step's first work: on a GPU (CUDA events) that is the time the GPU sat idle for the batch; on a
+    CPU, the time the loop waited for the loader. The phases are disjoint parts of ``step_time_s``.
+    """
+
+    step: int
+    epoch: int
+    data_wait_s: float
+    h2d_s: float
+    forward_s: float
+    backward_s: float
+    optimizer_s: float
+    step_time_s: float
+    loss: float
+    samples: int
+    samples_per_s: float
+
+
+@dataclass
+class RunResult:
+    """What a run measured; ``to_dataframe()`` gives the per-step table."""
+
+    steps: list[StepRecord]
+    samples_per_s_median: float
+    samples_per_s_p10: float
+    samples_per_s_p90: float
+    step_time_median_s: float
+    data_wait_fraction: float
+    peak_mem_bytes: int | None
+    val_accuracy: float | None
+    flops_per_sample: float | None
+    achieved_flops_per_s: float | None
+    mfu: float | None
+    mfu_note: str
+    device: str
+    stopped_early: bool
+    peak_reserved_bytes: int | None = None       # CUDA caching allocator (GPU only)
+    peak_rss_bytes: int | None = None            # process resident memory (CPU only)
+    utilization_percent: float | None = None     # NVML kernel-busy % on GPU; process CPU % on CPU
+    utilization_note: str = ""
+    memory: object | None = None                 # labkit.training.memory.MemoryBreakdown at the run's batch size
+    final_loss: float = math.nan
+    math_mode: str = "fp32"                      # labkit.training.flops.active_math_mode: what the MFU peak is for
+    peak_flops_per_s: float | None = None        # the peak MFU was computed against (None: no MFU)
+    extra: dict = field(default_factory=dict)
+
+    def to_dataframe(self):
+        """The per-step records as a pandas DataFrame (needs pandas)."""
+        import pandas as pd
+
+        return pd.DataFrame([asdict(r) for r in self.steps])
+
+
+def evaluate_accuracy(model: nn.Module, loader, device: str | torch.device | None = None) -> float:
+    """Top-1 accuracy of ``model`` over ``loader`` (eval mode, no grad; train mode restored)."""
+    from labkit.core.env import get_device
+
+    dev = get_device(device) if device is not None else next(model.parameters()).device
+    was_training, correct, total = model.training, 0, 0
+    model.eval()
+    with torch.no_grad():
+        for x, y in loader:
+            pred = model(x.to(dev, non_blocking=True)).argmax(dim=1)
+            correct += int((pred == y.to(dev)).sum())
+            total += int(y.numel())
+    model.train(was_training)
+    if total == 0:
+        raise ValueError("validation loader yielded no samples")
+    return correct / total
+
+
+def make_optimizer(model: nn.Module, config: TrainConfig) -> torch.optim.Optimizer:
+    """SGD (with momentum) or Adam, as the config says."""
+    if config.optimizer == "adam":
+        return torch.optim.Adam(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
+    return torch.optim.SGD(model.parameters(), lr=config.lr, momentum=config.momentum,
+                           weight_decay=config.weight_decay)
+
+
+def _batches(loader, config: TrainConfig) -> Iterator[tuple[int, object]]:
+    """(epoch, batch) pairs until the configured steps or epochs are done."""
+    if len(loader) == 0:
+        raise ValueError("train_loader yields no batches (dataset smaller than batch_size with drop_last=True?)")
+    epoch, done = 0, 0
+    total = config.steps if config.steps is not None else config.epochs * len(loader)
+    while done < total:
+        for batch in loader:
+            yield epoch, batch
+            done += 1
+            if done >= total:
+                return
+        epoch += 1
+
+
+def _total_steps(loader, config: TrainConfig) -> int:
+    return config.steps if config.steps is not None else config.epochs * len(loader)
+
+
+def _prepare(model: nn.Module, config: TrainConfig, device: torch.device) -> nn.Module:
+    model.to(device)
+    if config.channels_last:
+        model.to(memory_format=torch.channels_last)
+    if config.amp_dtype == "fp16" and device.type != "cuda":
+        raise ValueError("amp_dtype='fp16' needs a CUDA GPU (it uses a GradScaler); use amp_dtype='bf16' on CPU")
+    if config.compile:
+        try:
+            return torch.compile(model)
+        except Exception as err:  # noqa: BLE001
+            raise RuntimeError(f"torch.compile is not usable here ({type(err).__name__}: {err}); "
+                               "set compile=False") from None
+    return model
+
+
+def _summarise(records: list[StepRecord], config: TrainConfig) -> dict:
+    """Throughput statistics over steady-state steps (warm-up excluded when enough steps remain)."""
+    steady = records[config.warmup_steps:] or records
+    wait = sum(r.data_wait_s for r in steady)
+    busy = sum(r.step_time_s for r in steady)
+    rates = [r.samples_per_s for r in steady]
+    return dict(samples_per_s_median=statistics.median(rates), samples_per_s_p10=percentile(rates, 10),
+                samples_per_s_p90=percentile(rates, 90),
+                step_time_median_s=statistics.median(r.step_time_s for r in steady),
+                data_wait_fraction=wait / busy if busy > 0 else 0.0)
+
+
+def train(model: nn.Module, train_loader, config: TrainConfig, val_loader=None,
+          callback: Callable[[StepRecord, TrainProgress], bool | None] | None = None) -> RunResult:
+    """Train ``model`` and measure every step without stalling the device.
+
+    ``callback(record, progress)`` runs every ``config.log_every`` steps with the newest StepRecord and
+    a :class:`labkit.training.window.TrainProgress` (all records so far, the model, the last input batch,
+    the optimizer settings, the device); returning True stops cleanly. A callback reads the timing
+    marks back, so it costs one device sync: use ``log_every`` >= 10 on a GPU. Its time counts nowhere.
+    """
+    from labkit.core.env import device_label, get_device, seed_everything
+    from labkit.training.sampling import UtilizationSampler
+    from labkit.training.stepper import Stepper
+
+    seed_everything(config.seed)
+    device = get_device(config.device)
+    model = _prepare(model, config, device)
+    clock = PhaseClock(device, config.sync_every_step)
+    stepper = Stepper(model, make_optimizer(model, config), config, device, clock)
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    run = _Run(stepper, clock, config, _total_steps(train_loader, config), callback)
+    with UtilizationSampler(device) as sampler, progress_bar(total=run.total_steps, desc="training", unit="step",
+                                                             enabled=config.progress) as bar:
+        synchronize(device)
+        wall_start_s = time.perf_counter()
+        start_mark = clock.mark()
+        for i, (epoch, batch) in enumerate(_batches(train_loader, config)):
+            phases = stepper.step(i, batch)
+            run.pending.append(PendingStep(i, epoch, start_mark, phases["marks"], phases["loss"], phases["samples"]))
+            start_mark = phases["marks"][-1]
+            bar.update(1)
+            if run.due(i):
+                if run.read_back():
+                    break
+                start_mark = clock.mark()       # the read-back and callback count nowhere
+        run.read_back(final=True)
+        synchronize(device)
+        wall_s = time.perf_counter() - wall_start_s
+    if not run.records:
+        raise ValueError("no training steps ran")
+    return _finish(model, stepper, run.records, config, device, val_loader, sampler.summary(),
+                   run.stopped, device_label(device), wall_s)
+
+
+class _Run:
+    """The records of one run, read back window by window, and the callback's turn."""
+
+    def __init__(self, stepper, clock: PhaseClock, config: TrainConfig, total_steps: int, callback) -> None:
+        self.stepper, self.clock, self.config, self.total_steps = stepper, clock, config, total_steps
+        self.callback, self.pending, self.records, self.stopped = callback, [], [], False
+        self.read_every = 1 if config.sync_every_step else config.read_every   # the classic loop reads each loss
+
+    def due(self, i: int) -> bool:
+        n = i + 1
+        return n % self.read_every == 0 or (self.callback is not None and n % self.config.log_every == 0)
+
+    def read_back(self, final: bool = False) -> bool:
+        """Turn pending marks into StepRecords; run the callback when due. True = stop asked."""
+        self.records.extend(StepRecord(**row) for row in settle(self.pending, self.clock))
+        self.pending = []
+        if final or self.callback is None or not self.records or len(self.records) % self.config.log_every:
+            return False
+        self.stopped = bool(self.callback(self.records[-1], self.progress()))
+        return self.stopped
+
+    def progress(self) -> TrainProgress:
+        st, cfg = self.stepper, self.config
+        return TrainProgress(records=tuple(self.records), steps_done=len(self.records), total_steps=self.total_steps,
+                             model=st.model, last_inputs=st.last_inputs, optimizer=cfg.optimizer,
+                             lr=float(st.optimizer.param_groups[0]["lr"]), momentum=cfg.momentum,
+                             weight_decay=cfg.weight_decay, amp_dtype=cfg.amp_dtype, device=str(st.device))
+
+
+def _finish(model, stepper, records, config, device, val_loader, util, stopped, label, wall_s) -> RunResult:
+    """Read memory, FLOPs, MFU and accuracy once the timed steps are over."""
+    from labkit.training.flops import active_math_mode, checked_mfu, peak_flops_per_s
+
+    stats = _summarise(records, config)
+    flops, breakdown = stepper.probe() if config.profile_model else (None, None)
+    achieved = flops * stats["samples_per_s_median"] if flops is not None else None
+    mode = active_math_mode(device, config.amp_dtype)
+    peak, note = peak_flops_per_s(device, mode)
+    if device.type == "cuda":
+        peak_mem = int(torch.cuda.max_memory_allocated(device))
+        reserved = int(torch.cuda.max_memory_reserved(device))
+    else:
+        peak_mem, reserved = (breakdown.total_bytes if breakdown is not None else None), None
+    acc = evaluate_accuracy(model, val_loader, device) if (config.evaluate and val_loader is not None) else None
+    wall_rate = sum(r.samples for r in records) / wall_s if wall_s > 0 else math.nan
+    return RunResult(records, **stats, peak_mem_bytes=peak_mem, val_accuracy=acc, flops_per_sample=flops,
+                     achieved_flops_per_s=achieved, mfu=checked_mfu(achieved, peak, note), mfu_note=note,
+                     device=label, stopped_early=stopped, peak_reserved_bytes=reserved,
+                     peak_rss_bytes=util.peak_rss_bytes, utilization_percent=util.mean_percent,
+                     utilization_note=util.note, memory=breakdown, final_loss=records[-1].loss,
+                     math_mode=mode, peak_flops_per_s=peak,
+                     extra={"wall_s": wall_s, "wall_samples_per_s": wall_rate, "timing": stepper.clock.mode})

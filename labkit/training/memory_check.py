@@ -1,0 +1,184 @@
+"""Is the memory model right? Checks against measurements it was not built from.
+
+- On a GPU: :func:`measure_step_memory` runs two real steps and reports the SECOND step's peak minus
+  what other code had allocated (earlier cells' tensors do not count), plus the allocator's reserve.
+- On a CPU: :func:`graph_saved_bytes` counts the activations autograd keeps by walking the graph's
+  ``_saved_*`` attributes (not the saved-tensor hook the model is built with), at a batch the model
+  never saw; the optimizer state is counted from ``optimizer.state`` after a real step.
+- Recorded: :func:`compare_with_reference` holds the model against peaks measured on an H100.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+from torch import nn
+
+
+def _storages(value) -> list:
+    if isinstance(value, torch.Tensor):
+        return [value.untyped_storage()]
+    if isinstance(value, (tuple, list)):
+        return [s for v in value for s in _storages(v)]
+    return []
+
+
+def graph_saved_bytes(output: torch.Tensor, exclude: list[torch.Tensor] = ()) -> int:
+    """Bytes of distinct storages saved for backward, found by walking the autograd graph from ``output``."""
+    skip = {t.untyped_storage().data_ptr() for t in exclude}
+    seen_nodes, stack, storages = set(), [output.grad_fn], {}
+    while stack:
+        node = stack.pop()
+        if node is None or node in seen_nodes:
+            continue
+        seen_nodes.add(node)
+        for attr in dir(node):
+            if not attr.startswith("_saved_"):
+                continue
+            try:
+                value = getattr(node, attr)
+            except RuntimeError:            # already freed by a backward pass
+                continue
+            for storage in _storages(value):
+                ptr = storage.data_ptr()
+                if ptr and ptr not in skip:
+                    storages[ptr] = storage.nbytes()
+        stack.extend(fn for fn, _ in node.next_functions)
+    return int(sum(storages.values()))
+
+
+def optimizer_state_bytes(optimizer: torch.optim.Optimizer) -> int:
+    """Bytes of the tensors an optimizer keeps between steps (momentum, Adam's moments)."""
+    return int(sum(v.numel() * v.element_size() for state in optimizer.state.values()
+                   for v in state.values() if isinstance(v, torch.Tensor) and v.dim() > 0))
+
+
+@dataclass(frozen=True)
+class CpuCheck:
+    """The model's activations and optimizer state against independent counts at one batch size."""
+
+    batch_size: int
+    predicted_activation_bytes: int
+    counted_activation_bytes: int
+    predicted_optimizer_bytes: int
+    counted_optimizer_bytes: int
+
+    @property
+    def activation_error_pct(self) -> float:
+        return 100.0 * (self.predicted_activation_bytes - self.counted_activation_bytes) / self.counted_activation_bytes
+
+    @property
+    def optimizer_error_pct(self) -> float:
+        if self.counted_optimizer_bytes == 0:
+            return 0.0 if self.predicted_optimizer_bytes == 0 else float("inf")
+        return 100.0 * (self.predicted_optimizer_bytes - self.counted_optimizer_bytes) / self.counted_optimizer_bytes
+
+
+def check_on_cpu(model: nn.Module, memory_model, optimizer: torch.optim.Optimizer, sample_shape: tuple[int, ...],
+                 batch_size: int, num_classes: int = 10) -> CpuCheck:
+    """Run one real training step at ``batch_size`` and count what it kept, without the model's hook."""
+    from labkit.training.memory import preserved_state
+
+    x = torch.randn(batch_size, *sample_shape)
+    y = torch.randint(0, num_classes, (batch_size,))
+    with preserved_state(model):
+        model.train()
+        loss = nn.functional.cross_entropy(model(x), y)
+        counted = graph_saved_bytes(loss, exclude=list(model.parameters()))
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+    pred = memory_model.predict(batch_size)
+    return CpuCheck(batch_size, pred.activations_bytes, counted, pred.optimizer_bytes, optimizer_state_bytes(optimizer))
+
+
+@dataclass(frozen=True)
+class StepMemory:
+    """One training step's memory on a GPU, in bytes."""
+
+    baseline_bytes: int          # allocated by other code before the step (not this model's state)
+    step_peak_bytes: int         # peak allocated during the second step minus the baseline
+    peak_allocated_bytes: int    # process-wide peak allocated during the second step
+    peak_reserved_bytes: int     # process-wide peak reserved: what the caching allocator held
+
+    @property
+    def reserve_bytes(self) -> int:
+        """Held by the allocator's cache on top of the allocated peak (not free for other processes)."""
+        return self.peak_reserved_bytes - self.peak_allocated_bytes
+
+
+def _model_state_bytes(model: nn.Module, optimizer: torch.optim.Optimizer) -> int:
+    params = list(model.parameters())
+    return (sum(p.numel() * p.element_size() for p in params) + optimizer_state_bytes(optimizer)
+            + sum(p.grad.numel() * p.grad.element_size() for p in params if p.grad is not None))
+
+
+def measure_step_memory(model: nn.Module, optimizer: torch.optim.Optimizer, inputs: torch.Tensor,
+                        targets: torch.Tensor, amp_dtype: str | None = None) -> StepMemory:
+    """Second-step peak of a real training step on CUDA, with everything other code holds subtracted."""
+    from labkit.training.memory import _autocast_for
+
+    if inputs.device.type != "cuda":
+        raise ValueError("measure_step_memory needs CUDA tensors; on a CPU use check_on_cpu")
+    dev = inputs.device
+
+    def step() -> None:
+        with _autocast_for(dev, amp_dtype):
+            loss = nn.functional.cross_entropy(model(inputs), targets)
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    torch.cuda.synchronize(dev)
+    step()                                            # creates optimizer state and the cuBLAS/cuDNN workspaces
+    torch.cuda.synchronize(dev)
+    baseline = torch.cuda.memory_allocated(dev) - _model_state_bytes(model, optimizer) - _nbytes(inputs, targets)
+    torch.cuda.reset_peak_memory_stats(dev)
+    step()
+    torch.cuda.synchronize(dev)
+    peak, reserved = int(torch.cuda.max_memory_allocated(dev)), int(torch.cuda.max_memory_reserved(dev))
+    return StepMemory(int(baseline), peak - int(baseline), peak, reserved)
+
+
+def _nbytes(*tensors: torch.Tensor) -> int:
+    return sum(t.numel() * t.element_size() for t in tensors)
+
+
+RECORDED_H100 = Path(__file__).resolve().parents[2] / "tests" / "fixtures" / "gpu_reference_h100.json"
+
+
+def recorded_reference(path: str | Path | None = None) -> dict:
+    """The H100 reference run (device, torch, memory rows) kept with the repository's tests."""
+    path = Path(path) if path is not None else RECORDED_H100
+    if not path.is_file():
+        raise FileNotFoundError(f"no recorded GPU reference at {path}; it ships in the repository's "
+                                "tests/fixtures/ (a source checkout), or pass path=")
+    return json.loads(path.read_text())
+
+
+def compare_with_reference(rows: list[dict], sample_shape: tuple[int, ...] = (3, 32, 32)) -> list[dict]:
+    """The model's prediction for each recorded GPU row (gpu_reference.json's memory section)."""
+    from labkit.training.memory import build_memory_model
+    from labkit.core.models import build_model
+
+    models, out = {}, []
+    for row in rows:
+        key = (row["model"], row["optimizer"], bool(row["amp_bf16"]))
+        if key not in models:
+            torch.manual_seed(0)
+            models[key] = build_memory_model(build_model(row["model"]), sample_shape, row["optimizer"], 0.9,
+                                             "bf16" if key[2] else None)
+        predicted = models[key].predict(row["batch"]).total_bytes
+        measured = row["peak_allocated_step2"]
+        out.append(dict(model=row["model"], batch_size=row["batch"], dtype="bf16" if key[2] else "fp32",
+                        optimizer=row["optimizer"], predicted_bytes=int(predicted), measured_bytes=int(measured),
+                        reserved_bytes=int(row["peak_reserved"]),
+                        error_pct=round(100.0 * (predicted - measured) / measured, 2)))
+    return out
+
+
+def as_rows(checks: list) -> list[dict]:
+    """Dataclasses as dicts, for JSON and tables."""
+    return [asdict(c) for c in checks]

@@ -1,0 +1,2 @@
+"""ipywidgets dashboards over functions that also run without them.
+"""
