@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from browser_support import CHROMIUM_FLAGS, FALLBACK_TEXTS, WIDGET_MIME, LabServer, parse_numbers
+from tests.browser_support import CHROMIUM_FLAGS, FALLBACK_TEXTS, WIDGET_MIME, LabServer, parse_numbers
 
 # Reads the state of the notebook in the main area: kernel status, cells still running, error outputs.
 NOTEBOOK_STATE_JS = """() => {

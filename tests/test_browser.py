@@ -19,7 +19,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from browser_support import (WIDGETS_EXTENSION, active_extensions, cells_to_run, find_chromium, leftover_processes,
+from tests.browser_support import (WIDGETS_EXTENSION, active_extensions, cells_to_run, find_chromium, leftover_processes,
                              parse_numbers, port_is_free, stage_notebooks, start_lab, stop_lab)
 
 CHROMIUM = find_chromium()
@@ -28,7 +28,7 @@ if CHROMIUM is None:
                 allow_module_level=True)
 sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed (pip install playwright)")
 
-from browser_page import (ConsoleWatch, LabPage, click_button, control_value, launch_chromium,  # noqa: E402
+from tests.browser_page import (ConsoleWatch, LabPage, click_button, control_value, launch_chromium,  # noqa: E402
                           set_control)
 
 REPO = Path(__file__).resolve().parents[1]

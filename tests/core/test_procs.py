@@ -7,7 +7,7 @@ import pytest
 
 from labkit.core.procs import run_in_fresh_process
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_result_comes_back_and_torch_stays_out():
@@ -57,9 +57,9 @@ def without_tensorflow(tmp_path, code_or_args: list[str], timeout_s: float = 300
 
 def test_tensorflow_tests_skip_with_one_reason_where_tensorflow_is_absent(tmp_path):
     """`make test` on a GPU box without TF: the TF tests skip, each with the install hint, and the run is green."""
-    tf_tests = ["tests/test_tf_profiling.py", "tests/test_tf_distribute.py",
-                "tests/test_threads.py::test_tf_sweep_in_children",
-                "tests/test_mixed_precision.py::test_keras_mixed_bfloat16_policy_child"]
+    tf_tests = ["tests/tf/test_profiler.py", "tests/tf/test_distribute.py",
+                "tests/input/test_threads.py::test_tf_sweep_in_children",
+                "tests/training/test_precision.py::test_keras_mixed_bfloat16_policy_child"]
     proc = without_tensorflow(tmp_path, ["-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", *tf_tests])
     assert proc.returncode == 0, proc.stdout[-3000:]
     skipped = [line for line in proc.stdout.splitlines() if line.startswith("SKIPPED")]

@@ -18,7 +18,7 @@ import torch.distributed as dist
 import labkit.comm.launch as ld
 from labkit.comm.launch import LaunchTimeout, RankFailedError, init_from_env, launch, target_name
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 WORKER_MARK = "_worker_main"
 
 
@@ -132,8 +132,8 @@ def test_workers_exit_when_the_launching_process_is_killed(tmp_path):
     script.write_text(textwrap.dedent(f"""
         import sys; sys.path.insert(0, {str(Path(__file__).parent)!r})
         from labkit.comm.launch import launch
-        import test_distributed
-        launch(test_distributed.sleep_forever, 2, timeout_s=300)
+        import test_launch
+        launch(test_launch.sleep_forever, 2, timeout_s=300)
     """))
     parent = subprocess.Popen([sys.executable, str(script)], cwd=REPO)
     try:
@@ -321,8 +321,8 @@ def test_sigterm_to_the_launcher_kills_workers_and_removes_the_temp_dir(tmp_path
     script.write_text(textwrap.dedent(f"""
         import sys; sys.path.insert(0, {str(Path(__file__).parent)!r})
         from labkit.comm.launch import launch
-        import test_distributed
-        launch(test_distributed.sleep_forever, 2, timeout_s=300)
+        import test_launch
+        launch(test_launch.sleep_forever, 2, timeout_s=300)
     """))
     parent = subprocess.Popen([sys.executable, str(script)], cwd=REPO, env={**os.environ, "TMPDIR": str(tmp)},
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

@@ -30,7 +30,7 @@ def data(n=40):
 _PROGRAMMATIC = """
 import sys, json
 sys.path.insert(0, {tests!r})
-from test_tf_profiling import data, tiny_model
+from test_profiler import data, tiny_model
 from labkit.tf.profiler import TFProfileResult, profile_keras_fit, xplane_files
 x, y = data()
 res = profile_keras_fit(tiny_model(), x, y, run_dir={run!r}, batch_size=8, profile_batch=(2, 3))

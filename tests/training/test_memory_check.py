@@ -11,7 +11,7 @@ from labkit.training.memory_check import (StepMemory, check_on_cpu, compare_with
                                  measure_step_memory)
 from labkit.core.models import build_model
 
-FIXTURE = Path(__file__).parent / "fixtures" / "gpu_reference_h100.json"
+FIXTURE = Path(__file__).parents[1] / "fixtures" / "gpu_reference_h100.json"
 
 
 def _rows():

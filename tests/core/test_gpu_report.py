@@ -12,7 +12,7 @@ import pytest
 
 from labkit.core.gpu_report import Outcome, ReportInputs, junit_file_of, load_inputs, parse_junit, render_report
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 FIXTURES = REPO / "tests" / "fixtures" / "gpu_check"
 
 
@@ -44,7 +44,7 @@ def test_parse_junit_from_a_real_pytest_run(tmp_path):
 def test_file_names_for_tests_and_notebooks():
     case = lambda **attrs: ET.Element("testcase", attrs)  # noqa: E731
     assert junit_file_of(case(classname="tests.test_ladder", name="x")) == "tests/test_ladder.py"
-    assert junit_file_of(case(classname="tests.test_loop.TestTiming", name="x")) == "tests/test_loop.py"
+    assert junit_file_of(case(classname="tests.training.test_loop.TestTiming", name="x")) == "tests/training/test_loop.py"
     assert junit_file_of(case(classname="notebooks.10_tuning_ladder.ipynb", name="Cell 6")) == \
         "notebooks/10_tuning_ladder.ipynb"
     assert junit_file_of(case(file="tests/test_x.py", classname="whatever")) == "tests/test_x.py"
@@ -57,7 +57,7 @@ def test_report_from_the_recorded_h100_fixtures():
     assert text.startswith("# GPU check report") and "DRY RUN from recorded fixtures, not a live GPU run" in text
     assert "| driver | 580.159.04 |" in text and "| tensorflow | absent" in text
     assert "| `notebooks/10_tuning_ladder.ipynb` | FAIL | 7 | 1 |" in text
-    assert "| `tests/test_ladder.py` | FAIL | 0 | 2 | 5 |" in text
+    assert "| `tests/test_ladder.py` | FAIL | 0 | 2 | 5 |" in text          # recorded before tests had folders
     assert "| resnet18 | 128 | 8.50 | 10.86 | 1.278 | +27.8% | NO |" in text          # the +27.8% of issue 13
     assert "Largest error 3.7% (target within 5%: met)" in text
     assert "Ceiling: 59815.2 samples/s" in text and "target 90%: NOT met" in text     # rung 1 was at chance
