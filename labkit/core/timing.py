@@ -2,18 +2,19 @@
 
 d2l's timer forgets to synchronise the GPU, so it times kernel *launches*; this one does not. On CUDA
 the marks are CUDA events read back after the last repeat (one sync in all), so timing does not stall
-the queue between repeats; on a CPU they are perf_counter readings.
+the queue between repeats; on a CPU they are host readings of :mod:`labkit.core.clock`, the kit's one clock.
 """
 from __future__ import annotations
 
 import statistics
-import time
 from dataclasses import dataclass, field
-from typing import Callable, Mapping, TypeVar
+from typing import Callable
 
 import torch
 
-T = TypeVar("T")
+from labkit.core.clock import now_s, percentile
+from labkit.core.env import device_label
+from labkit.core.validation import checked_int, positive_int
 
 
 def synchronize(device: str | torch.device | None = None) -> None:
@@ -25,16 +26,6 @@ def synchronize(device: str | torch.device | None = None) -> None:
     dev = torch.device(device)
     if dev.type == "cuda":
         torch.cuda.synchronize(dev)
-
-
-def percentile(values: list[float], q: float) -> float:
-    """The q-th percentile (0..100) by linear interpolation, as numpy does."""
-    if not values:
-        raise ValueError("percentile of an empty list")
-    xs = sorted(values)
-    pos = (len(xs) - 1) * q / 100.0
-    lo, hi = int(pos), min(int(pos) + 1, len(xs) - 1)
-    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
 
 
 @dataclass(frozen=True)
@@ -66,10 +57,8 @@ class TimingResult:
 def time_fn(fn: Callable[[], object], *, warmup: int = 2, repeats: int = 5,
             device: str | torch.device | None = None) -> TimingResult:
     """Time ``fn()`` honestly: ``warmup`` untimed calls, then ``repeats`` calls between device-time marks."""
-    if warmup < 0 or repeats < 1:
-        raise ValueError(f"need warmup >= 0 and repeats >= 1, got warmup={warmup}, repeats={repeats}")
-    from labkit.core.env import device_label
-
+    checked_int(warmup, "warmup", minimum=0)
+    positive_int(repeats, "repeats")
     dev = torch.device(device) if device is not None else torch.device("cuda" if torch.cuda.is_available() else "cpu")
     clock = PhaseClock(dev)
     for _ in range(warmup):
@@ -84,24 +73,6 @@ def time_fn(fn: Callable[[], object], *, warmup: int = 2, repeats: int = 5,
     return TimingResult(times, device_label(device), clock.mode)
 
 
-def interleaved(runs: Mapping[str, Callable[[], T]], rounds: int = 3) -> dict[str, list[T]]:
-    """Call every run once per round, in turn, for ``rounds`` rounds -> each run's results in round order.
-
-    Load on a shared machine drifts over seconds (the same CPU step reads 750 or 1,200 samples/s a few
-    seconds apart on the CI box); back-to-back blocks then compare spells, not runs. Interleaved, a slow
-    spell hits every run alike, so the best (or median) of each is a fair comparison.
-    """
-    if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
-        raise ValueError(f"rounds must be an integer >= 1, got {rounds!r}")
-    if not runs:
-        raise ValueError("interleaved needs at least one run, e.g. {'ceiling': lambda: measure_ceiling(...)}")
-    results: dict[str, list[T]] = {name: [] for name in runs}
-    for _ in range(rounds):
-        for name, run in runs.items():
-            results[name].append(run())
-    return results
-
-
 class Stopwatch:
     """``with Stopwatch(device) as sw: ...`` then ``sw.elapsed_s`` (synchronised at both ends)."""
 
@@ -111,12 +82,12 @@ class Stopwatch:
 
     def __enter__(self) -> "Stopwatch":
         synchronize(self.device)
-        self._start = time.perf_counter()
+        self._start = now_s()
         return self
 
     def __exit__(self, *exc: object) -> None:
         synchronize(self.device)
-        self.elapsed_s = time.perf_counter() - self._start
+        self.elapsed_s = now_s() - self._start
 
 
 class PhaseClock:
@@ -145,7 +116,7 @@ class PhaseClock:
             return event
         if self.mode == "sync":
             synchronize(self.device)
-        return time.perf_counter()
+        return now_s()
 
     def settle(self) -> None:
         """Wait once for every recorded mark (the only sync of a window in 'events' mode)."""

@@ -31,3 +31,20 @@ def checked_int(value: object, name: str, *, minimum: int = 1, maximum: int | No
 def positive_int(value: object, name: str, *, maximum: int | None = None, hint: str = "") -> int:
     """``checked_int`` with minimum 1: the common case (batch size, steps, world size)."""
     return checked_int(value, name, minimum=1, maximum=maximum, hint=hint)  # type: ignore[return-value]
+
+
+def positive_ints(values: object, name: str, *, hint: str = "") -> tuple[int, ...]:
+    """A non-empty sequence of ints >= 1 (batch sizes, world sizes) as a tuple, or one clear ValueError."""
+    if isinstance(values, (str, bytes)) or not hasattr(values, "__iter__"):
+        raise ValueError(f"{name} must be a list of integers >= 1, got {values!r}" + (f"; {hint}" if hint else ""))
+    items = tuple(values)  # type: ignore[arg-type]
+    if not items:
+        raise ValueError(f"{name} is empty; give integers >= 1, e.g. [1, 2, 4]" + (f"; {hint}" if hint else ""))
+    return tuple(positive_int(v, f"each value in {name}", hint=hint) for v in items)
+
+
+def positive_number(value: object, name: str, *, hint: str = "") -> float:
+    """A real number > 0 (seconds, a learning rate, bytes per second) as a float, or one clear ValueError."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not value > 0:
+        raise ValueError(f"{name} must be a number > 0, got {value!r}" + (f"; {hint}" if hint else ""))
+    return float(value)

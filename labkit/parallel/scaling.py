@@ -83,7 +83,7 @@ QUIET_NOISE_MAX = 1.5   # p90/p10 of repeated timings above this: the machine is
 
 def timing_noise(times_s) -> float:
     """p90/p10 of repeated timings of the same work: 1.0 is perfectly steady."""
-    from labkit.core.timing import percentile
+    from labkit.core.clock import percentile
 
     values = [float(t) for t in times_s]
     return percentile(values, 90) / max(percentile(values, 10), 1e-12)

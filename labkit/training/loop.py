@@ -19,7 +19,8 @@ from torch import nn
 
 from labkit.training.window import PendingStep, TrainProgress, settle
 from labkit.core.progress import progress_bar
-from labkit.core.timing import PhaseClock, percentile, synchronize
+from labkit.core.clock import percentile
+from labkit.core.timing import PhaseClock, synchronize
 
 AMP_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 

@@ -3,16 +3,6 @@ import pytest
 from labkit.core import timing
 
 
-def test_percentile_matches_numpy():
-    import numpy as np
-
-    xs = [5.0, 1.0, 3.0, 2.0, 4.0, 10.0]
-    for q in (0, 10, 50, 90, 100):
-        assert timing.percentile(xs, q) == pytest.approx(np.percentile(xs, q))
-    with pytest.raises(ValueError):
-        timing.percentile([], 50)
-
-
 def test_time_fn_counts_warmup_and_repeats():
     calls = []
     result = timing.time_fn(lambda: calls.append(1), warmup=3, repeats=4, device="cpu")
@@ -55,17 +45,3 @@ def test_time_fn_measures_sleep():
     result = timing.time_fn(lambda: time.sleep(0.01), warmup=0, repeats=3, device="cpu")
     assert min(result.times_s) >= 0.01
 
-
-def test_interleaved_calls_each_run_once_per_round_in_turn():
-    from labkit.core.timing import interleaved
-
-    calls = []
-    out = interleaved({"a": lambda: calls.append("a") or len(calls), "b": lambda: calls.append("b") or len(calls)},
-                      rounds=3)
-    assert calls == ["a", "b"] * 3                       # a b a b a b: never a block of a's then b's
-    assert out == {"a": [1, 3, 5], "b": [2, 4, 6]}
-    for bad in (0, -1, 1.5, True):
-        with pytest.raises(ValueError, match="rounds must be an integer >= 1"):
-            interleaved({"a": lambda: 1}, rounds=bad)
-    with pytest.raises(ValueError, match="at least one run"):
-        interleaved({}, rounds=2)

@@ -1,0 +1,69 @@
+"""The kit's one clock: every read of time outside the device's own timeline happens here.
+
+Torch-free, so TensorFlow-only child processes and the launcher use the same clock as the training loop.
+Host elapsed time (:func:`now_s`), wall-clock stamps that other processes can compare (:func:`timestamp_s`),
+timeouts (:class:`Deadline`) and fair comparisons under drifting load (:func:`interleaved`) all come from
+here; device-aware timing (CUDA events, synchronisation) builds on it in :mod:`labkit.core.timing`.
+"""
+from __future__ import annotations
+
+import time
+from typing import Callable, Mapping, TypeVar
+
+from labkit.core.validation import positive_int, positive_number
+
+T = TypeVar("T")
+
+
+def now_s() -> float:
+    """Host time in seconds for elapsed-time arithmetic (monotonic, high resolution; not a date)."""
+    return time.perf_counter()
+
+
+def timestamp_s() -> float:
+    """Wall-clock seconds since the epoch: comparable across processes (e.g. which rank failed first)."""
+    return time.time()
+
+
+class Deadline:
+    """A timeout that a polling loop checks: ``deadline = Deadline(30); while not deadline.expired: ...``."""
+
+    def __init__(self, timeout_s: float) -> None:
+        self.timeout_s = positive_number(timeout_s, "timeout_s", hint="a number of seconds")
+        self._end = time.monotonic() + self.timeout_s
+
+    @property
+    def remaining_s(self) -> float:
+        """Seconds left (0.0 once expired)."""
+        return max(0.0, self._end - time.monotonic())
+
+    @property
+    def expired(self) -> bool:
+        return time.monotonic() >= self._end
+
+
+def percentile(values: list[float], q: float) -> float:
+    """The q-th percentile (0..100) by linear interpolation, as numpy does."""
+    if not values:
+        raise ValueError("percentile of an empty list")
+    xs = sorted(values)
+    pos = (len(xs) - 1) * q / 100.0
+    lo, hi = int(pos), min(int(pos) + 1, len(xs) - 1)
+    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+
+
+def interleaved(runs: Mapping[str, Callable[[], T]], rounds: int = 3) -> dict[str, list[T]]:
+    """Call every run once per round, in turn, for ``rounds`` rounds -> each run's results in round order.
+
+    Load on a shared machine drifts over seconds (the same CPU step reads 750 or 1,200 samples/s a few
+    seconds apart on the CI box); back-to-back blocks then compare spells, not runs. Interleaved, a slow
+    spell hits every run alike, so the best (or median) of each is a fair comparison.
+    """
+    rounds = positive_int(rounds, "rounds")
+    if not runs:
+        raise ValueError("interleaved needs at least one run, e.g. {'ceiling': lambda: measure_ceiling(...)}")
+    results: dict[str, list[T]] = {name: [] for name in runs}
+    for _ in range(rounds):
+        for name, run in runs.items():
+            results[name].append(run())
+    return results

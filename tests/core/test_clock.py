@@ -1,0 +1,56 @@
+"""The one clock: host time, wall-clock stamps, deadlines, interleaved runs, percentiles."""
+import subprocess
+import sys
+import time
+
+import pytest
+
+from labkit.core.clock import Deadline, interleaved, now_s, percentile, timestamp_s
+
+
+def test_now_s_measures_elapsed_host_time():
+    start = now_s()
+    time.sleep(0.02)
+    assert 0.015 < now_s() - start < 1.0
+
+
+def test_timestamp_s_is_wall_clock_seconds():
+    assert abs(timestamp_s() - time.time()) < 1.0
+
+
+def test_deadline_counts_down_and_expires():
+    deadline = Deadline(0.05)
+    assert not deadline.expired and 0 < deadline.remaining_s <= 0.05
+    time.sleep(0.06)
+    assert deadline.expired and deadline.remaining_s == 0.0
+    for bad in (0, -1, "5", None, True):
+        with pytest.raises(ValueError, match="timeout_s must be a number > 0"):
+            Deadline(bad)
+
+
+def test_percentile_interpolates_like_numpy():
+    np = pytest.importorskip("numpy")
+    values = [3.0, 1.0, 4.0, 1.5, 9.0, 2.6]
+    for q in (0, 10, 50, 90, 100):
+        assert percentile(values, q) == pytest.approx(float(np.percentile(values, q)))
+    with pytest.raises(ValueError, match="empty"):
+        percentile([], 50)
+
+
+def test_interleaved_calls_each_run_once_per_round_in_turn():
+    calls = []
+    out = interleaved({"a": lambda: calls.append("a") or len(calls), "b": lambda: calls.append("b") or len(calls)},
+                      rounds=3)
+    assert calls == ["a", "b"] * 3                       # a b a b a b: never a block of a's then b's
+    assert out == {"a": [1, 3, 5], "b": [2, 4, 6]}
+    for bad in (0, -1, 1.5, True):
+        with pytest.raises(ValueError, match="rounds must be an integer >= 1"):
+            interleaved({"a": lambda: 1}, rounds=bad)
+    with pytest.raises(ValueError, match="at least one run"):
+        interleaved({}, rounds=2)
+
+
+def test_the_clock_is_torch_free():
+    """TensorFlow-only children read the same clock, so importing it must not load torch."""
+    code = "import sys, labkit.core.clock; assert 'torch' not in sys.modules, 'torch loaded'"
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
