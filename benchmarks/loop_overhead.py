@@ -20,7 +20,9 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from labkit.core.env import device_label, get_device, pick
+from labkit.core.env import pick
+
+from labkit.core.device import device_label, get_device
 from labkit.training.loop import TrainConfig, train
 from labkit.core.models import build_model
 from labkit.core.timing import synchronize

@@ -40,8 +40,8 @@ __version__ = "0.1.0"
 
 # public name -> the module that defines it
 _EXPORTS: dict[str, tuple[str, ...]] = {
-    "core.env": ("MODE_ENV_VAR", "Mode", "cpu_count", "device_label", "get_device", "get_mode", "gpu_info",
-            "nccl_available", "pick", "seed_everything"),
+    "core.env": ("MODE_ENV_VAR", "Mode", "cpu_count", "get_mode", "pick", "seed_everything"),
+    "core.device": ("device_label", "get_device", "gpu_info", "nccl_available"),
     "core.data": ("DATASETS", "DataUnavailableError", "ImageData", "load_data", "make_device_loader", "make_loader",
              "max_num_workers", "synthetic_data",
              "validate_batch_size", "validate_num_workers", "verify_data_file"),

@@ -89,7 +89,7 @@ def device_name(text: str) -> str:
     """argparse type: 'cpu', 'cuda' or 'cuda:N' that exists on this machine."""
     import torch
 
-    from labkit.core.env import get_device
+    from labkit.core.device import get_device
 
     try:
         dev = get_device(text)

@@ -74,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
 
 def on_gpu(summary) -> bool:
     """Whether the profiled steps ran on a CUDA device (so the trace has GPU kernel times)."""
-    return "(cuda:" in str(summary.device)   # labkit.core.env.device_label writes 'NAME (cuda:N)' for a GPU
+    return "(cuda:" in str(summary.device)   # labkit.core.device.device_label writes 'NAME (cuda:N)' for a GPU
 
 
 def format_summary(summary, args: argparse.Namespace, dataset: str) -> str:

@@ -41,7 +41,8 @@ def cpu_budget_bytes() -> int:
 def run_finder(args: argparse.Namespace, data, model) -> dict:
     """find_max_batch on the chosen device; returns its result and the budget it used, for printing."""
     from labkit.training.batch_size import find_max_batch
-    from labkit.core.env import get_device, pick
+    from labkit.core.env import pick
+    from labkit.core.device import get_device
 
     dev = get_device(args.device)
     budget = args.memory_budget

@@ -129,7 +129,7 @@ def bench_worker(sizes: list[int], iters: int, warmup: int, dtype: str, repeats:
     import torch
     import torch.distributed as dist
 
-    from labkit.core.env import device_label
+    from labkit.core.device import device_label
     from labkit.core.timing import Stopwatch
 
     world, backend = dist.get_world_size(), dist.get_backend()

@@ -7,7 +7,7 @@ import sys
 from dataclasses import asdict, dataclass, field
 
 from labkit.core import data
-from labkit.core import env
+from labkit.core import device, env
 
 FIX = "run `make lab` (or `pip install -r requirements.txt -e .`) in the repository root"
 # (distribution name, import name, why the kit needs it)
@@ -75,7 +75,7 @@ def collect(check_network: bool = True) -> Report:
         extras={"MPI": str(mpi_info())},
         python=sys.version.split()[0], platform=platform.platform(), packages=packages, missing_required=missing,
         cpu_cores=env.cpu_count(), ram_bytes=env.total_ram_bytes(),
-        gpus=[asdict(g) for g in env.gpu_info()], nccl=env.nccl_available(),
+        gpus=[asdict(g) for g in device.gpu_info()], nccl=device.nccl_available(),
         mode=mode.name, mode_reason=mode.reason, dataset=dataset, dataset_reason=reason,
         cifar10_cached=data.cifar10_cached(),
     )

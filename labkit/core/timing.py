@@ -13,7 +13,7 @@ from typing import Callable
 import torch
 
 from labkit.core.clock import now_s, percentile
-from labkit.core.env import device_label
+from labkit.core.device import device_label
 from labkit.core.validation import checked_int, positive_int
 
 

@@ -125,7 +125,8 @@ def run_ladder(config: LadderConfig | None = None, model_fn: Callable | None = N
     ``trainer`` replaces labkit.training.loop.train and ``ceiling_fn`` labkit.training.ceiling.measure_ceiling (tests inject fakes).
     """
     from labkit.core.data import load_data, make_loader
-    from labkit.core.env import device_label, get_device, get_mode
+    from labkit.core.env import get_mode
+    from labkit.core.device import device_label, get_device
     from labkit.core.models import build_model, check_model_accepts
 
     config = config or LadderConfig.for_mode()

@@ -150,7 +150,7 @@ def _allreduce_probe(sizes_bytes: list[int], repeats: int, group) -> list[float]
 
 def _time_steps(replicas: int, group, cfg: dict) -> StepTimes:
     """Time ``cfg['steps']`` real sync-SGD steps of the MLP among the first ``replicas`` ranks."""
-    from labkit.core.env import device_label
+    from labkit.core.device import device_label
     from labkit.parallel.sync_sgd import sync_gradients
 
     torch.manual_seed(cfg["seed"] + dist.get_rank())

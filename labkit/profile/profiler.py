@@ -19,7 +19,7 @@ import torch
 from torch import nn
 from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
-from labkit.core.env import device_label, get_device
+from labkit.core.device import device_label, get_device
 from labkit.core.rundirs import check_writable_dir
 from labkit.profile.traces import CATEGORIES, LABEL_PREFIX, changed_ops, compare_runs, summarize_trace  # noqa: F401
 

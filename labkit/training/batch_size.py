@@ -177,7 +177,7 @@ def find_max_batch(model: nn.Module, sample_shape: tuple[int, ...], *, num_class
     on CUDA it starts from the memory model's prediction and confirms it. ``dataset_size`` caps the
     search: a batch larger than the data is never claimed.
     """
-    from labkit.core.env import device_label, get_device
+    from labkit.core.device import device_label, get_device
     from labkit.training.memory import optimizer_settings
 
     if not 0 <= safety_margin < 1:
@@ -333,7 +333,7 @@ def batch_size_sweep(model_fn: Callable[[], nn.Module], data, batch_sizes: list[
                      progress: bool = True) -> SweepResult:
     """Train a fresh model per batch size; throughput, step time, peak memory, val accuracy per row."""
     from labkit.core.data import make_loader, validate_batch_size
-    from labkit.core.env import device_label
+    from labkit.core.device import device_label
     from labkit.training.loop import TrainConfig, train
     from labkit.training.memory import build_memory_model, release_cpu_memory
 

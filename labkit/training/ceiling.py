@@ -74,7 +74,7 @@ def measure_ceiling(model: nn.Module, batch_size: int, config, *, image_shape: t
     """
     from dataclasses import replace
 
-    from labkit.core.env import get_device
+    from labkit.core.device import get_device
     from labkit.training.loop import train
 
     batch_size = positive_int(batch_size, "batch_size")

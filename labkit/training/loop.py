@@ -135,7 +135,7 @@ class RunResult:
 
 def evaluate_accuracy(model: nn.Module, loader, device: str | torch.device | None = None) -> float:
     """Top-1 accuracy of ``model`` over ``loader`` (eval mode, no grad; train mode restored)."""
-    from labkit.core.env import get_device
+    from labkit.core.device import get_device
 
     dev = get_device(device) if device is not None else next(model.parameters()).device
     was_training, correct, total = model.training, 0, 0
@@ -214,7 +214,8 @@ def train(model: nn.Module, train_loader, config: TrainConfig, val_loader=None,
     the optimizer settings, the device); returning True stops cleanly. A callback reads the timing
     marks back, so it costs one device sync: use ``log_every`` >= 10 on a GPU. Its time counts nowhere.
     """
-    from labkit.core.env import device_label, get_device, seed_everything
+    from labkit.core.env import seed_everything
+    from labkit.core.device import device_label, get_device
     from labkit.training.sampling import UtilizationSampler
     from labkit.training.stepper import Stepper
 

@@ -72,7 +72,7 @@ def autocast_step(model, batch_size: int, dtype: str = "bf16", *, image_shape=(3
     """Time one SGD training step under autocast ``dtype`` on the model's device (fp16 on CUDA uses a GradScaler)."""
     import torch
 
-    from labkit.core.env import device_label
+    from labkit.core.device import device_label
     from labkit.training.memory import saved_activation_bytes
     from labkit.core.timing import time_fn
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 import torch
 
-from labkit.core.env import device_label
+from labkit.core.device import device_label
 
 from labkit.parallel.scaling import ScalingPoint, epoch_time_s, pays_off, predicted_speedup, sync_time_s
 from labkit.core.timing import time_fn

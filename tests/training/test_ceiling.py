@@ -2,7 +2,7 @@
 import pytest
 
 from labkit.training.ceiling import ResidentBatches, measure_ceiling
-from labkit.core.env import get_device
+from labkit.core.device import get_device
 from labkit.training.loop import RunResult, TrainConfig
 from labkit.core.models import MLP
 

@@ -7,7 +7,7 @@ import torch
 
 from labkit.core.data import make_loader, synthetic_data
 from labkit.training.loop import RunResult, StepRecord, TrainConfig, evaluate_accuracy, train
-from labkit.core.env import device_label, get_device
+from labkit.core.device import device_label, get_device
 from labkit.core.models import MLP, SmallCNN
 
 SHAPE = (3, 8, 8)
