@@ -40,7 +40,8 @@ __version__ = "0.1.0"
 
 # public name -> the module that defines it
 _EXPORTS: dict[str, tuple[str, ...]] = {
-    "core.env": ("MODE_ENV_VAR", "Mode", "cpu_count", "get_mode", "pick", "seed_everything"),
+    "core.env": ("MODE_ENV_VAR", "Mode", "get_mode", "pick", "seed_everything"),
+    "core.machine": ("cpu_count",),
     "core.device": ("device_label", "get_device", "gpu_info", "nccl_available"),
     "core.data": ("DATASETS", "DataUnavailableError", "ImageData", "load_data", "make_device_loader", "make_loader",
              "max_num_workers", "synthetic_data",

@@ -33,7 +33,7 @@ def machine_versions() -> dict:
     """Device, torch, CUDA, driver and TensorFlow ('absent: why') of this machine."""
     import torch
 
-    from labkit.core.env import package_version
+    from labkit.core.machine import package_version
 
     from labkit.core.device import device_label
     from labkit.core.procs import tensorflow_missing_reason

@@ -36,7 +36,7 @@ def max_ddp_world_size(device: str | None) -> tuple[int, str]:
     import torch
 
     from labkit.comm.launch import GLOO_RANKS_PER_CORE
-    from labkit.core.env import cpu_count
+    from labkit.core.machine import cpu_count
     from labkit.core.device import get_device
 
     if get_device(device).type == "cuda":

@@ -172,7 +172,7 @@ def fit_latency_bandwidth(rows: Sequence[BenchRow]) -> tuple[float, float]:
 
 
 def _cores() -> int:
-    from labkit.core.env import cpu_count
+    from labkit.core.machine import cpu_count
 
     return cpu_count()
 

@@ -32,7 +32,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
-from labkit.core.env import cpu_count
+from labkit.core.machine import cpu_count
 from labkit.core.validation import checked_int
 
 BACKENDS = ("auto", "gloo", "nccl")

@@ -23,7 +23,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from labkit.comm import mpi_demos
-from labkit.core.env import cpu_count
+from labkit.core.machine import cpu_count
 
 INSTALL_HINT = 'pip install -e ".[mpi]"  (mpi4py plus the MPICH runtime wheel, from PyPI)'
 LAUNCHERS = ("mpiexec", "torchrun")

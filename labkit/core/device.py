@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import torch
 
-from labkit.core.env import cpu_count
+from labkit.core.machine import cpu_count
 
 
 def get_device(device: str | torch.device | None = None) -> torch.device:

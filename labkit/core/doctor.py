@@ -7,7 +7,7 @@ import sys
 from dataclasses import asdict, dataclass, field
 
 from labkit.core import data
-from labkit.core import device, env
+from labkit.core import device, env, machine
 
 FIX = "run `make lab` (or `pip install -r requirements.txt -e .`) in the repository root"
 # (distribution name, import name, why the kit needs it)
@@ -49,11 +49,11 @@ class Report:
 
 
 def _version(dist: str, module: str) -> str | None:
-    version = env.package_version(dist)
+    version = machine.package_version(dist)
     if version is None and dist == "tensorflow-cpu":
-        version = env.package_version("tensorflow")
+        version = machine.package_version("tensorflow")
     # torch/torchvision are imported for real (a mismatched pair fails only on import); the rest by spec
-    if version is not None and module in ("torch", "torchvision") and not env.module_importable(module):
+    if version is not None and module in ("torch", "torchvision") and not machine.module_importable(module):
         return None
     if version is not None and importlib.util.find_spec(module) is None:
         return None
@@ -74,7 +74,7 @@ def collect(check_network: bool = True) -> Report:
     return Report(
         extras={"MPI": str(mpi_info())},
         python=sys.version.split()[0], platform=platform.platform(), packages=packages, missing_required=missing,
-        cpu_cores=env.cpu_count(), ram_bytes=env.total_ram_bytes(),
+        cpu_cores=machine.cpu_count(), ram_bytes=machine.total_ram_bytes(),
         gpus=[asdict(g) for g in device.gpu_info()], nccl=device.nccl_available(),
         mode=mode.name, mode_reason=mode.reason, dataset=dataset, dataset_reason=reason,
         cifar10_cached=data.cifar10_cached(),

@@ -1,11 +1,10 @@
-"""Where the kit runs: the fast/full mode, seeds, cores, memory and package versions (devices: core.device).
+"""Where the kit runs: the fast/full mode and seeds (devices: core.device; cores and versions: core.machine).
 
 Every notebook asks this module which mode it is in, so that the same code path does
 smaller work on a CPU laptop or Binder (fast) and the real work on a GPU box (full).
 """
 from __future__ import annotations
 
-import importlib
 import os
 import random
 from dataclasses import dataclass
@@ -64,39 +63,3 @@ def seed_everything(seed: int = 0) -> None:
     torch.manual_seed(seed)
     if torch.cuda.is_available():
         torch.cuda.manual_seed_all(seed)
-
-
-def cpu_count() -> int:
-    """Cores this process may use (respects affinity masks, unlike os.cpu_count)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # macOS
-        return os.cpu_count() or 1
-
-
-def total_ram_bytes() -> int:
-    """Physical memory of the machine."""
-    import psutil
-
-    return int(psutil.virtual_memory().total)
-
-
-def package_version(name: str) -> str | None:
-    """Installed version of a package, or None when it is missing."""
-    from importlib import metadata
-
-    try:
-        return metadata.version(name)
-    except metadata.PackageNotFoundError:
-        return None
-
-
-def module_importable(module: str) -> bool:
-    """True when ``import module`` works."""
-    try:
-        importlib.import_module(module)
-        return True
-    except Exception:  # noqa: BLE001 - any import failure means "not usable"
-        return False
-
-

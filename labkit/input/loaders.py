@@ -15,7 +15,7 @@ import torch
 from torch.utils.data import Dataset
 
 from labkit.core.data import make_loader, validate_num_workers
-from labkit.core.env import cpu_count
+from labkit.core.machine import cpu_count
 from labkit.core.device import device_label
 from labkit.core.progress import progress_bar
 

@@ -158,7 +158,7 @@ def ddp_plan(device: torch.device, requested: int | None, cores: int) -> tuple[i
 def detect_capabilities(device: torch.device, ddp_world_size: int | None = None,
                         num_workers: int | None = None) -> Capabilities:
     """Probe the device for bf16, TF32, a compiler, and how many processes DDP gets."""
-    from labkit.core.env import cpu_count
+    from labkit.core.machine import cpu_count
 
     cores = cpu_count()
     amp = ("bf16" if torch.cuda.is_bf16_supported() else "fp16") if device.type == "cuda" else "bf16"

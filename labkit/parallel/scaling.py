@@ -265,7 +265,7 @@ def compare_with_model(runs: list[StepTimes], cores: int, algorithm: str = "ring
 def machine_is_quiet(runs: list[StepTimes], cores: int | None = None) -> bool:
     """True when nothing else competed for the cores: the R=1 baseline was steady (p90/p10 <= QUIET_NOISE_MAX)
     and every run's ranks got at least 75% of the CPU the hardware allows them (min(1, cores/R))."""
-    from labkit.core.env import cpu_count
+    from labkit.core.machine import cpu_count
 
     cores = cores or cpu_count()
     alone = next(r for r in runs if r.replicas == 1)
@@ -354,7 +354,7 @@ def pays_verdicts(replicas: int = 2, cases: dict | None = None, *, rounds: int =
                   cores: int | None = None, backend: str = "auto", timeout_s: float = 120.0) -> list[Verdict]:
     """Measure R=1 vs R=``replicas`` for each sized case (interleaved rounds, fastest round) and compare."""
     from labkit.comm.launch import choose_backend, launch
-    from labkit.core.env import cpu_count
+    from labkit.core.machine import cpu_count
 
     cases = cases or SIZED_CASES
     by_case = launch(verdict_worker, replicas, kwargs=dict(cases=cases, replicas=replicas, rounds=rounds, steps=steps),

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from labkit.core.env import cpu_count
+from labkit.core.machine import cpu_count
 from labkit.core.timing import time_fn
 
 

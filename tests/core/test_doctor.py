@@ -17,8 +17,8 @@ def test_report_has_every_piece(monkeypatch):
 
 
 def test_missing_required_package_gives_one_line_fix(monkeypatch):
-    real = doctor.env.package_version
-    monkeypatch.setattr(doctor.env, "package_version", lambda n: None if n == "torchvision" else real(n))
+    real = doctor.machine.package_version
+    monkeypatch.setattr(doctor.machine, "package_version", lambda n: None if n == "torchvision" else real(n))
     report = doctor.collect(check_network=False)
     assert not report.ok and "torchvision" in report.missing_required[0]
     assert "Fix: run `make lab`" in doctor.format_report(report)

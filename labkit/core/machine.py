@@ -1,0 +1,41 @@
+"""Facts about this machine: cores, memory, installed packages. Torch-free, so TensorFlow-only child
+processes size their thread pools with the same core count as the rest of the kit.
+"""
+from __future__ import annotations
+
+import importlib
+import os
+
+
+def cpu_count() -> int:
+    """Cores this process may use (respects affinity masks, unlike os.cpu_count)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # macOS
+        return os.cpu_count() or 1
+
+
+def total_ram_bytes() -> int:
+    """Physical memory of the machine."""
+    import psutil
+
+    return int(psutil.virtual_memory().total)
+
+
+def package_version(name: str) -> str | None:
+    """Installed version of a package, or None when it is missing."""
+    from importlib import metadata
+
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def module_importable(module: str) -> bool:
+    """True when ``import module`` works."""
+    try:
+        importlib.import_module(module)
+        return True
+    except Exception:  # noqa: BLE001 - any import failure means "not usable"
+        return False
