@@ -99,7 +99,7 @@ def write_report(text: str, out: Path) -> Path:
 
 def dry_run(out: Path) -> int:
     """Render the report from the recorded H100 fixtures and check that every section came out."""
-    from labkit.core.gpu_report import load_inputs, render_report
+    from labkit.cli.gpu_report import load_inputs, render_report
 
     versions = json.loads((FIXTURES / "versions.json").read_text())
     text = render_report(load_inputs(FIXTURES, versions, dry_run=True, notes=DRY_RUN_NOTES))
@@ -124,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
         if not args.dry_run:
             print("no CUDA GPU on this machine: nothing to check live; dry run of the report writer instead")
         return dry_run(args.out or run_path("gpu-check", "gpu-report-dry-run.md"))
-    from labkit.core.gpu_report import load_inputs, render_report
+    from labkit.cli.gpu_report import load_inputs, render_report
 
     work = run_path("gpu-check")
     work.mkdir(parents=True, exist_ok=True)

@@ -26,7 +26,7 @@ EXAMPLES = """examples (`labkit ...` is the same command, installed into .venv/b
 
 def cmd_doctor(args: argparse.Namespace) -> int:
     """Print the doctor report (or JSON); exit 1 when a required package is missing."""
-    from labkit.core import doctor
+    from labkit.cli import doctor
 
     report = doctor.collect(check_network=not args.no_network)
     if args.json:

@@ -2,7 +2,7 @@ import json
 import subprocess
 import sys
 
-from labkit.core import doctor
+from labkit.cli import doctor
 
 
 def test_report_has_every_piece(monkeypatch):

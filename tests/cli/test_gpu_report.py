@@ -1,4 +1,4 @@
-"""`make gpu-check`'s report writer (labkit.core.gpu_report) and its script: JUnit parsing on a real pytest run,
+"""`make gpu-check`'s report writer (labkit.cli.gpu_report) and its script: JUnit parsing on a real pytest run,
 every section rendered from the recorded H100 fixtures, missing steps reported, and the no-GPU dry run."""
 import importlib.util
 import json
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from labkit.core.gpu_report import Outcome, ReportInputs, junit_file_of, load_inputs, parse_junit, render_report
+from labkit.cli.gpu_report import Outcome, ReportInputs, junit_file_of, load_inputs, parse_junit, render_report
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURES = REPO / "tests" / "fixtures" / "gpu_check"
