@@ -1,13 +1,21 @@
-"""`python -m labkit doctor`: the headless first look at this machine, and what the kit will do on it."""
+"""`python -m labkit doctor`: the headless first look at this machine, and what the kit will do on it.
+
+The torch-using parts of the kit (mode, devices, dataset, MPI) are imported inside :func:`collect`: every
+subcommand module is imported to build the parser, and `labkit --help` must not load torch.
+"""
 from __future__ import annotations
 
+import argparse
 import importlib.util
+import json
 import platform
 import sys
 from dataclasses import asdict, dataclass, field
 
-from labkit.core import data
-from labkit.core import device, env, machine
+from labkit.cli.common import subparser
+from labkit.core import machine
+
+MODE_ENV_VAR = "LABKIT_MODE"    # labkit.core.env.MODE_ENV_VAR, named here without importing torch
 
 FIX = "run `make lab` (or `pip install -r requirements.txt -e .`) in the repository root"
 # (distribution name, import name, why the kit needs it)
@@ -62,6 +70,9 @@ def _version(dist: str, module: str) -> str | None:
 
 def collect(check_network: bool = True) -> Report:
     """Gather the report; ``check_network=False`` skips the dataset download probe."""
+    from labkit.comm.mpi import mpi_info
+    from labkit.core import data, device, env
+
     packages = {dist: _version(dist, mod) for dist, mod, _ in REQUIRED + OPTIONAL}
     missing = [f"{dist} (needed for {why})" for dist, _, why in REQUIRED if packages[dist] is None]
     mode = env.get_mode()
@@ -69,8 +80,6 @@ def collect(check_network: bool = True) -> Report:
         dataset, reason = data.resolve_dataset()
     else:
         dataset, reason = ("cifar10", "cached") if data.cifar10_cached() else ("digits", "network not checked")
-    from labkit.comm.mpi import mpi_info
-
     return Report(
         extras={"MPI": str(mpi_info())},
         python=sys.version.split()[0], platform=platform.platform(), packages=packages, missing_required=missing,
@@ -96,7 +105,7 @@ def format_report(report: Report) -> str:
     for name, value in report.extras.items():
         lines.append(f"{name:<12} {value}")
     lines += ["", f"Mode         {report.mode} — {report.mode_reason}",
-              f"             (set {env.MODE_ENV_VAR}=fast or {env.MODE_ENV_VAR}=full to force)",
+              f"             (set {MODE_ENV_VAR}=fast or {MODE_ENV_VAR}=full to force)",
               f"Dataset      {report.dataset} — {report.dataset_reason}",
               f"CIFAR-10     {'cached in data/' if report.cifar10_cached else 'not cached'}", ""]
     if report.ok:
@@ -105,3 +114,23 @@ def format_report(report: Report) -> str:
         lines.append("MISSING: " + "; ".join(report.missing_required))
         lines.append(f"Fix: {FIX}")
     return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Print the doctor report (or JSON); exit 1 when a required package is missing."""
+    report = collect(check_network=not args.no_network)
+    if args.json:
+        print(json.dumps({**asdict(report), "ok": report.ok}, indent=2))
+    else:
+        print(format_report(report))
+    return 0 if report.ok else 1
+
+
+def add_parser(sub) -> None:
+    """Register `doctor`."""
+    p = subparser(sub, "doctor", help="report versions, devices, mode and dataset",
+                  description="Report versions, devices, the kit's mode and the dataset it will use.",
+                  examples=["python -m labkit doctor", "python -m labkit doctor --json"])
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.add_argument("--no-network", action="store_true", help="do not probe whether CIFAR-10 can be downloaded")
+    p.set_defaults(func=run)

@@ -7,14 +7,12 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import json
 import sys
-from dataclasses import asdict
 from typing import Sequence
 
 # Subcommands that live in their own modules; each has `add_parser(subparsers)`.
-SUBCOMMAND_MODULES = ("labkit.cli.sweep", "labkit.cli.profile", "labkit.cli.memory", "labkit.cli.bench",
-                      "labkit.cli.simulate", "labkit.cli.ladder")
+SUBCOMMAND_MODULES = ("labkit.cli.doctor", "labkit.cli.sweep", "labkit.cli.profile", "labkit.cli.memory",
+                      "labkit.cli.bench", "labkit.cli.simulate", "labkit.cli.ladder")
 EXAMPLES = """examples (`labkit ...` is the same command, installed into .venv/bin):
   python -m labkit doctor
   python -m labkit sweep --model small_cnn --batch-sizes 16,32,64
@@ -24,30 +22,11 @@ EXAMPLES = """examples (`labkit ...` is the same command, installed into .venv/b
   python -m labkit ladder --budget-epochs 1 --skip compile ddp"""
 
 
-def cmd_doctor(args: argparse.Namespace) -> int:
-    """Print the doctor report (or JSON); exit 1 when a required package is missing."""
-    from labkit.cli import doctor
-
-    report = doctor.collect(check_network=not args.no_network)
-    if args.json:
-        print(json.dumps({**asdict(report), "ok": report.ok}, indent=2))
-    else:
-        print(doctor.format_report(report))
-    return 0 if report.ok else 1
-
-
 def build_parser() -> argparse.ArgumentParser:
     """The `python -m labkit` parser with every available subcommand."""
     parser = argparse.ArgumentParser(prog="python -m labkit", description=__doc__, epilog=EXAMPLES,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    p = sub.add_parser("doctor", help="report versions, devices, mode and dataset",
-                       description="Report versions, devices, the kit's mode and the dataset it will use.",
-                       epilog="examples:\n  python -m labkit doctor\n  python -m labkit doctor --json",
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--json", action="store_true", help="print the report as JSON")
-    p.add_argument("--no-network", action="store_true", help="do not probe whether CIFAR-10 can be downloaded")
-    p.set_defaults(func=cmd_doctor)
     for name in SUBCOMMAND_MODULES:
         importlib.import_module(name).add_parser(sub)
     return parser

@@ -303,3 +303,4 @@ def test_ladder_usage_errors_exit_2(capsys):
     proc = labkit("ladder", "--skip", "warp_drive")
     assert proc.returncode == 2 and "--skip" in proc.stderr
     assert "budget_epochs" in usage_error(["ladder", "--budget-epochs", "0"], capsys)
+
