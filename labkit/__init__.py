@@ -108,7 +108,8 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     "training.precision": ("AutocastResult", "autocast_step", "compare_autocast", "fp16_underflow",
                         "keras_mixed_precision"),
     # the capstone
-    "ladder.config": ("LadderConfig", "run_ladder"),
+    "ladder.config": ("LadderConfig",),
+    "ladder.climb": ("run_ladder",),
 }
 _MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}
 assert len(_MODULE_OF) == sum(map(len, _EXPORTS.values())), "a public name is exported twice"

@@ -73,7 +73,7 @@ def check_args(args: argparse.Namespace):
 
 def run(args: argparse.Namespace) -> int:
     """Check the options, climb the ladder, save it, print the Markdown table or the JSON."""
-    from labkit.ladder.config import run_ladder
+    from labkit.ladder.climb import run_ladder
 
     out, config = check_args(args)
     result = run_ladder(config)

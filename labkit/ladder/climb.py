@@ -6,13 +6,17 @@ one every speedup is quoted against); every other rung is still reported with th
 """
 from __future__ import annotations
 
+import dataclasses
+import functools
 from dataclasses import asdict, dataclass, replace
 from typing import Callable
 
 from labkit.training.batch_size import scaled_lr
-from labkit.ladder.measure import Measurement, measure_model, mfu_of, steps_for_budget, train_loader
-from labkit.ladder.report import LadderRow
-from labkit.ladder.rungs import RUNGS, Capabilities, Recipe, RungSpec, propose
+from labkit.ladder.config import LadderConfig, budget_samples
+from labkit.ladder.measure import (Measurement, fp32_math, measure_model, mfu_of, steps_for_budget, train_config,
+                                   train_loader)
+from labkit.ladder.report import LadderResult, LadderRow
+from labkit.ladder.rungs import RUNGS, Capabilities, Recipe, RungSpec, detect_capabilities, propose
 from labkit.core.progress import progress_bar
 
 HARDWARE_RUNGS = ("tf32", "mixed_precision", "channels_last", "compile", "ddp")   # may fail where unsupported
@@ -173,3 +177,57 @@ def climb(job: LadderJob) -> tuple[list[LadderRow], dict[int, float], list[str]]
         if kept:
             base, base_rung, base_sps = recipe, spec.index, m.samples_per_s
     return rows, probe, notes
+
+
+def run_ladder(config: LadderConfig | None = None, model_fn: Callable | None = None, data=None, *,
+               trainer: Callable | None = None, ceiling_fn: Callable | None = None) -> LadderResult:
+    """Climb the ladder on one job: measure every rung, carry forward the ones that help, return the table.
+
+    ``model_fn()`` builds a fresh model (default: ``config.model`` via labkit.build_model; must be picklable,
+    e.g. a module-level function, for the DDP rung); ``data`` is an ImageData (default: labkit.load_data);
+    ``trainer`` replaces labkit.training.loop.train and ``ceiling_fn`` labkit.training.ceiling.measure_ceiling (tests inject fakes).
+    """
+    from labkit.core.data import load_data, make_loader
+    from labkit.core.env import get_mode
+    from labkit.core.device import device_label, get_device
+    from labkit.core.models import build_model, check_model_accepts
+
+    config = config or LadderConfig.for_mode()
+    name = config.model if model_fn is None else getattr(model_fn, "__name__", type(model_fn).__name__)
+    device = get_device(config.device)
+    if data is None:
+        data = load_data(config.dataset, train_limit=config.train_limit, val_limit=config.val_limit, seed=config.seed)
+    model_fn = model_fn or functools.partial(build_model, config.model, data.num_classes, tuple(data.image_shape))
+    check_model_accepts(model_fn(), tuple(data.image_shape), data.num_classes)
+    caps = detect_capabilities(device, config.ddp_world_size, config.num_workers)
+    job = LadderJob(config, model_fn, data, str(device), caps, make_loader(data.val, min(256, len(data.val))),
+                    budget_samples(config, len(data.train)), trainer)
+    rows, probe, notes = climb(job)
+    result = LadderResult(rows, device_label(device), str(get_mode()), name, data.name, job.budget_samples,
+                          probe, notes)
+    return with_ceiling(result, job, ceiling_fn) if config.measure_ceiling else result
+
+
+def with_ceiling(result: LadderResult, job: LadderJob, ceiling_fn: Callable | None = None) -> LadderResult:
+    """The result with the hardware ceiling measured for its best single-process recipe, and every rung's
+    fraction of it (per process, so a DDP rung is compared per device)."""
+    single = [r for r in result.rows if r.measured and r.world_size == 1 and r.accuracy_ok is not False]
+    if not single:
+        return result
+    best = max(single, key=lambda r: r.samples_per_s)
+    recipe = Recipe(**best.recipe)
+    if ceiling_fn is None:
+        from labkit.training.ceiling import measure_ceiling as ceiling_fn
+    cfg = job.config
+    steps = steps_for_budget(job.budget_samples, recipe.batch_size, cfg.warmup_steps + MIN_TIMED_STEPS)
+    train_cfg = train_config(recipe, steps=steps, lr=best.lr, warmup_steps=cfg.warmup_steps, seed=cfg.seed,
+                             device=job.device)
+    with fp32_math(recipe.tf32):
+        run = ceiling_fn(job.model_fn(), recipe.batch_size, train_cfg, image_shape=tuple(job.data.image_shape),
+                         num_classes=job.data.num_classes, sample_from=job.data.train)
+    ceiling = float(run.samples_per_s_median)
+    rows = [dataclasses.replace(r, fraction_of_ceiling=r.samples_per_s / r.world_size / ceiling)
+            if r.measured else r for r in result.rows]
+    note = (f"rung {best.rung}'s recipe ({best.math_mode}, batch {recipe.batch_size}) on training batches already "
+            f"on the device, {steps} steps, fastest of its repeats")
+    return dataclasses.replace(result, rows=rows, ceiling_samples_per_s=ceiling, ceiling_note=note)

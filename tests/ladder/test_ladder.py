@@ -18,7 +18,8 @@ import labkit.ladder.rungs as rungs
 from labkit.cli import main as cli
 from labkit.training.batch_size import scaled_lr
 from labkit.core.data import make_loader, synthetic_data
-from labkit.ladder.config import LadderConfig, budget_samples, run_ladder
+from labkit.ladder.climb import run_ladder
+from labkit.ladder.config import LadderConfig, budget_samples
 from labkit.ladder.climb import LadderJob, measure_recipe, verdict
 from labkit.ladder.measure import Measurement, fp32_math, math_mode, steps_for_budget, summarise_run
 from labkit.ladder.report import LadderResult
@@ -329,9 +330,9 @@ def test_best_ignores_rungs_that_lost_accuracy(fake_result):
 # ------------------------------------------------------------------ the command line: every bad input up front
 def cli_error(argv, capsys, monkeypatch) -> tuple[int, str]:
     """Run `python -m labkit ARGV` in-process with the ladder itself forbidden; (exit code, stderr)."""
-    import labkit.ladder.config
+    import labkit.ladder.climb
 
-    monkeypatch.setattr(labkit.ladder.config, "run_ladder", lambda *a, **k: pytest.fail("the ladder ran before the check"))
+    monkeypatch.setattr(labkit.ladder.climb, "run_ladder", lambda *a, **k: pytest.fail("the ladder ran before the check"))
     try:
         code = cli.main(argv)
     except SystemExit as exit_:
