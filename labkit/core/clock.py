@@ -20,6 +20,11 @@ def now_s() -> float:
     return time.perf_counter()
 
 
+def process_time_s() -> float:
+    """CPU seconds this process has used: on a shared machine, robust to other processes' load."""
+    return time.process_time()
+
+
 def timestamp_s() -> float:
     """Wall-clock seconds since the epoch: comparable across processes (e.g. which rank failed first)."""
     return time.time()

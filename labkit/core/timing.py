@@ -12,7 +12,7 @@ from typing import Callable
 
 import torch
 
-from labkit.core.clock import now_s, percentile
+from labkit.core.clock import now_s, percentile, process_time_s
 from labkit.core.device import device_label
 from labkit.core.validation import checked_int, positive_int
 
@@ -74,20 +74,26 @@ def time_fn(fn: Callable[[], object], *, warmup: int = 2, repeats: int = 5,
 
 
 class Stopwatch:
-    """``with Stopwatch(device) as sw: ...`` then ``sw.elapsed_s`` (synchronised at both ends)."""
+    """``with Stopwatch(device) as sw: ...`` then ``sw.elapsed_s`` (synchronised at both ends).
 
-    def __init__(self, device: str | torch.device | None = None) -> None:
+    ``cpu_time=True`` measures this process's CPU time when the device is a CPU (robust to other processes
+    sharing the cores); on a GPU it is always synchronised wall time.
+    """
+
+    def __init__(self, device: str | torch.device | None = None, *, cpu_time: bool = False) -> None:
         self.device = device
+        on_cpu = device is not None and torch.device(device).type == "cpu"
+        self._read = process_time_s if cpu_time and on_cpu else now_s
         self.elapsed_s = float("nan")
 
     def __enter__(self) -> "Stopwatch":
         synchronize(self.device)
-        self._start = now_s()
+        self._start = self._read()
         return self
 
     def __exit__(self, *exc: object) -> None:
         synchronize(self.device)
-        self.elapsed_s = now_s() - self._start
+        self.elapsed_s = self._read() - self._start
 
 
 class PhaseClock:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import copy
 import statistics
-import time
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -21,7 +20,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from labkit.training.memory import preserved_state
-from labkit.core.timing import synchronize
+from labkit.core.timing import Stopwatch, synchronize
 from labkit.core.validation import positive_int
 
 
@@ -129,12 +128,9 @@ def measure_forward_retained_bytes(model: nn.Module, inputs: torch.Tensor) -> in
 
 def _train_step_time_s(model: nn.Module, inputs: torch.Tensor) -> float:
     """One forward+backward: process CPU time on CPU (robust to other processes), synchronised wall on GPU."""
-    clock = time.perf_counter if inputs.device.type == "cuda" else time.process_time
-    synchronize(inputs.device)
-    start = clock()
-    model(inputs).float().square().mean().backward()
-    synchronize(inputs.device)
-    return clock() - start
+    with Stopwatch(inputs.device, cpu_time=True) as watch:
+        model(inputs).float().square().mean().backward()
+    return watch.elapsed_s
 
 
 @dataclass(frozen=True)
@@ -166,12 +162,9 @@ def compare_step_time(plain: nn.Module, checkpointed: nn.Module, inputs: torch.T
         for _ in range(repeats + 1):                  # the first round warms up and is dropped
             plain_s.append(_train_step_time_s(plain, inputs))
             ckpt_s.append(_train_step_time_s(checkpointed, inputs))
-            clock = time.perf_counter if inputs.device.type == "cuda" else time.process_time
-            synchronize(inputs.device)
-            start = clock()
-            out = plain(inputs)                       # with autograd on: what the recompute costs
-            synchronize(inputs.device)
-            fwd_s.append(clock() - start)
+            with Stopwatch(inputs.device, cpu_time=True) as watch:
+                out = plain(inputs)                   # with autograd on: what the recompute costs
+            fwd_s.append(watch.elapsed_s)
             del out
     torch.set_num_threads(threads)
     return StepTimeComparison(statistics.median(plain_s[1:]), statistics.median(ckpt_s[1:]),

@@ -54,3 +54,14 @@ def test_the_clock_is_torch_free():
     """TensorFlow-only children read the same clock, so importing it must not load torch."""
     code = "import sys, labkit.core.clock; assert 'torch' not in sys.modules, 'torch loaded'"
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+def test_process_time_counts_cpu_work_not_sleep():
+    from labkit.core.clock import process_time_s
+
+    start = process_time_s()
+    time.sleep(0.05)
+    slept = process_time_s() - start
+    start = process_time_s()
+    sum(i * i for i in range(300_000))
+    assert slept < 0.03 and process_time_s() - start > 0

@@ -45,3 +45,15 @@ def test_time_fn_measures_sleep():
     result = timing.time_fn(lambda: time.sleep(0.01), warmup=0, repeats=3, device="cpu")
     assert min(result.times_s) >= 0.01
 
+
+
+def test_stopwatch_cpu_time_ignores_sleep_on_a_cpu():
+    """cpu_time=True on a CPU counts this process's CPU seconds: a sleep (other work's time) does not count."""
+    import time
+
+    with timing.Stopwatch("cpu", cpu_time=True) as sw:
+        time.sleep(0.05)
+    assert sw.elapsed_s < 0.03
+    with timing.Stopwatch("cpu", cpu_time=True) as busy:
+        sum(i * i for i in range(300_000))
+    assert busy.elapsed_s > 0
