@@ -11,13 +11,19 @@ import functools
 from dataclasses import asdict, dataclass, replace
 from typing import Callable
 
-from labkit.training.batch_size import scaled_lr
+from labkit.core.data import load_data, make_loader
+from labkit.core.device import device_label, get_device
+from labkit.core.env import get_mode, seed_everything
+from labkit.core.models import build_model, check_model_accepts
+from labkit.core.progress import progress_bar
 from labkit.ladder.config import LadderConfig, budget_samples
+from labkit.ladder.ddp import measure_ddp
 from labkit.ladder.measure import (Measurement, fp32_math, measure_model, mfu_of, steps_for_budget, train_config,
                                    train_loader)
 from labkit.ladder.report import LadderResult, LadderRow
 from labkit.ladder.rungs import RUNGS, Capabilities, Recipe, RungSpec, detect_capabilities, propose
-from labkit.core.progress import progress_bar
+from labkit.training.batch_size import scaled_lr
+from labkit.training.ceiling import measure_ceiling
 
 HARDWARE_RUNGS = ("tf32", "mixed_precision", "channels_last", "compile", "ddp")   # may fail where unsupported
 MIN_TIMED_STEPS = 3
@@ -27,7 +33,7 @@ MIN_TIMED_STEPS = 3
 class LadderJob:
     """Everything a rung needs to measure a recipe (built once per ladder)."""
 
-    config: object                # LadderConfig
+    config: LadderConfig
     model_fn: Callable
     data: object                  # ImageData
     device: str
@@ -44,15 +50,11 @@ def lr_warmup_steps(job: LadderJob, recipe: Recipe, steps: int) -> int:
 
 def measure_recipe(job: LadderJob, recipe: Recipe) -> Measurement:
     """Train a fresh, identically initialised model with ``recipe`` for the fixed budget and measure it."""
-    from labkit.core.env import seed_everything
-
     cfg = job.config
     steps = steps_for_budget(job.budget_samples, recipe.global_batch, cfg.warmup_steps + MIN_TIMED_STEPS)
     lr = scaled_lr(cfg.lr, recipe.global_batch, cfg.lr_ref_batch)
     warm = lr_warmup_steps(job, recipe, steps)
     if recipe.world_size > 1:
-        from labkit.ladder.ddp import measure_ddp
-
         return measure_ddp(recipe, job.model_fn, job.data, steps=steps, lr=lr, warmup_steps=cfg.warmup_steps,
                            seed=cfg.seed, timeout_s=cfg.ddp_timeout_s, lr_warmup_steps=warm,
                            threads_per_rank=max(1, job.caps.cpu_cores // recipe.world_size))
@@ -185,13 +187,9 @@ def run_ladder(config: LadderConfig | None = None, model_fn: Callable | None = N
 
     ``model_fn()`` builds a fresh model (default: ``config.model`` via labkit.build_model; must be picklable,
     e.g. a module-level function, for the DDP rung); ``data`` is an ImageData (default: labkit.load_data);
-    ``trainer`` replaces labkit.training.loop.train and ``ceiling_fn`` labkit.training.ceiling.measure_ceiling (tests inject fakes).
+    ``trainer`` replaces labkit.training.loop.train and ``ceiling_fn`` labkit.training.ceiling.measure_ceiling
+    (tests inject fakes).
     """
-    from labkit.core.data import load_data, make_loader
-    from labkit.core.env import get_mode
-    from labkit.core.device import device_label, get_device
-    from labkit.core.models import build_model, check_model_accepts
-
     config = config or LadderConfig.for_mode()
     name = config.model if model_fn is None else getattr(model_fn, "__name__", type(model_fn).__name__)
     device = get_device(config.device)
@@ -216,8 +214,7 @@ def with_ceiling(result: LadderResult, job: LadderJob, ceiling_fn: Callable | No
         return result
     best = max(single, key=lambda r: r.samples_per_s)
     recipe = Recipe(**best.recipe)
-    if ceiling_fn is None:
-        from labkit.training.ceiling import measure_ceiling as ceiling_fn
+    ceiling_fn = ceiling_fn or measure_ceiling
     cfg = job.config
     steps = steps_for_budget(job.budget_samples, recipe.batch_size, cfg.warmup_steps + MIN_TIMED_STEPS)
     train_cfg = train_config(recipe, steps=steps, lr=best.lr, warmup_steps=cfg.warmup_steps, seed=cfg.seed,

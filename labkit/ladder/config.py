@@ -14,9 +14,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from labkit.ladder.rungs import RUNG_KEYS
+from labkit.core.env import pick
 from labkit.core.models import MODELS
-from labkit.core.validation import checked_int, positive_int
+from labkit.core.validation import checked_int, positive_int, positive_ints, positive_number
+from labkit.ladder.rungs import RUNG_KEYS
 
 
 @dataclass(frozen=True)
@@ -57,20 +58,15 @@ class LadderConfig:
         for name in ("warmup_steps", "seed"):
             checked_int(getattr(self, name), name, minimum=0)
         checked_int(self.num_workers, "num_workers", minimum=0, allow_none=True)
-        if not self.lr > 0:
-            raise ValueError(f"lr must be > 0, got {self.lr!r}")
-        if not self.batch_candidates or any(isinstance(b, bool) or not isinstance(b, int) or b < 1
-                                            for b in self.batch_candidates):
-            raise ValueError(f"batch_candidates must be a non-empty tuple of positive integers, "
-                             f"got {self.batch_candidates!r}")
+        positive_number(self.lr, "lr")
+        positive_ints(self.batch_candidates, "batch_candidates")
         unknown = [k for k in self.skip if k not in RUNG_KEYS]
         if unknown or "naive" in self.skip:
             raise ValueError(f"skip may name rungs {RUNG_KEYS[1:]}, got {self.skip!r} (rung 0 is the baseline)")
         if not 0 <= self.min_gain < 1 or not 0 <= self.accuracy_tolerance <= 1 or not 0 <= self.lr_warmup_fraction < 1:
             raise ValueError(f"min_gain and lr_warmup_fraction must be in [0, 1) and accuracy_tolerance in [0, 1], "
                              f"got {self.min_gain!r}, {self.lr_warmup_fraction!r}, {self.accuracy_tolerance!r}")
-        if not self.ddp_timeout_s > 0:
-            raise ValueError(f"ddp_timeout_s must be > 0 seconds, got {self.ddp_timeout_s!r}")
+        positive_number(self.ddp_timeout_s, "ddp_timeout_s", hint="seconds")
 
     @classmethod
     def fast(cls, **overrides) -> "LadderConfig":
@@ -99,8 +95,6 @@ class LadderConfig:
     @classmethod
     def for_mode(cls, mode=None, **overrides) -> "LadderConfig":
         """``fast()`` in fast mode, ``full()`` in full mode."""
-        from labkit.core.env import pick
-
         return pick(fast=cls.fast, full=cls.full, mode=mode)(**overrides)
 
 

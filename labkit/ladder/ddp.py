@@ -10,11 +10,15 @@ from __future__ import annotations
 import statistics
 
 import torch
-from torch.utils.data import DataLoader, DistributedSampler
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data import DataLoader, DistributedSampler, Subset
 
+from labkit.core.data import make_device_loader, make_loader
+from labkit.core.env import seed_everything
+from labkit.core.timing import Stopwatch
 from labkit.ladder.measure import Measurement, measure_model
 from labkit.ladder.rungs import Recipe
-from labkit.core.timing import Stopwatch
 
 
 class EpochAdvancingSampler(DistributedSampler):
@@ -29,10 +33,6 @@ class EpochAdvancingSampler(DistributedSampler):
 def shard_loader(dataset, recipe: Recipe, rank: int, world_size: int, seed: int, device: str = "cpu"):
     """This rank's training loader: its shard of ``dataset`` at the per-process batch size."""
     if recipe.device_data:               # this rank's fixed shard, held on its own device
-        from torch.utils.data import Subset
-
-        from labkit.core.data import make_device_loader
-
         shard = Subset(dataset, list(range(rank, len(dataset), world_size)))
         return make_device_loader(shard, recipe.batch_size, device=device, shuffle=True, drop_last=True, seed=seed)
     sampler = EpochAdvancingSampler(dataset, num_replicas=world_size, rank=rank, shuffle=True, seed=seed,
@@ -46,12 +46,6 @@ def shard_loader(dataset, recipe: Recipe, rank: int, world_size: int, seed: int,
 
 def ddp_rung_worker(job: dict) -> dict:
     """One rank of the DDP rung (runs inside ``launch``'s process group); returns its measurement."""
-    import torch.distributed as dist
-    from torch.nn.parallel import DistributedDataParallel as DDP
-
-    from labkit.core.data import make_loader
-    from labkit.core.env import seed_everything
-
     rank, world = dist.get_rank(), dist.get_world_size()
     recipe: Recipe = job["recipe"]
     on_gpu = dist.get_backend() == "nccl"

@@ -12,8 +12,13 @@ from dataclasses import dataclass
 from typing import Iterator
 
 import torch
+from torch.utils.data import DataLoader, RandomSampler
 
+from labkit.core.data import make_device_loader, validate_batch_size, validate_num_workers
 from labkit.ladder.rungs import Recipe
+from labkit.training.flops import mfu, peak_flops_per_s
+from labkit.training.loop import TrainConfig, evaluate_accuracy, train
+from labkit.training.memory import build_memory_model
 
 
 @dataclass(frozen=True)
@@ -63,14 +68,8 @@ def train_loader(dataset, recipe: Recipe, seed: int, device: str = "cpu"):
     The DataLoader's shuffle has its own generator, so workers never change the order (a DataLoader draws its
     workers' base seed from ``generator`` whenever an iterator starts).
     """
-    from torch.utils.data import DataLoader, RandomSampler
-
-    from labkit.core.data import validate_batch_size, validate_num_workers
-
     batch = validate_batch_size(recipe.batch_size, len(dataset))
     if recipe.device_data:
-        from labkit.core.data import make_device_loader
-
         return make_device_loader(dataset, batch, device=device, shuffle=True, drop_last=True, seed=seed)
     extra = {"prefetch_factor": recipe.prefetch_factor,
              "persistent_workers": recipe.persistent_workers} if validate_num_workers(recipe.num_workers) else {}
@@ -107,8 +106,6 @@ def summarise_run(result, warmup_steps: int, sync_every_step: bool) -> tuple[flo
 def train_config(recipe: Recipe, *, steps: int, lr: float, warmup_steps: int, seed: int, device: str,
                  lr_warmup_steps: int = 0):
     """The loop's TrainConfig for a recipe (also what the hardware ceiling is measured with)."""
-    from labkit.training.loop import TrainConfig
-
     return TrainConfig(steps=steps, lr=lr, warmup_steps=warmup_steps, device=device, amp_dtype=recipe.amp_dtype,
                        channels_last=recipe.channels_last, compile=recipe.compile,
                        sync_every_step=recipe.sync_every_step, evaluate=False, seed=seed, progress=False,
@@ -123,8 +120,6 @@ def measure_model(model, loader, val_loader, recipe: Recipe, *, steps: int, lr: 
     Accuracy is read from ``eval_model`` (default ``model``): the plain module, never a compiled or DDP
     wrapper, so evaluation neither recompiles nor issues collectives.
     """
-    from labkit.training.loop import evaluate_accuracy, train
-
     cfg = train_config(recipe, steps=steps, lr=lr, warmup_steps=warmup_steps, seed=seed, device=device,
                        lr_warmup_steps=lr_warmup_steps)
     with fp32_math(recipe.tf32):
@@ -141,8 +136,6 @@ def measure_model(model, loader, val_loader, recipe: Recipe, *, steps: int, lr: 
 
 def _memory_model_bytes(model, loader, recipe: Recipe) -> int | None:
     """The memory model's training-memory estimate for the un-compiled module (CPU, compiled rung)."""
-    from labkit.training.memory import build_memory_model
-
     try:
         x, _ = next(iter(loader))
         return int(build_memory_model(model, tuple(x.shape[1:]), "sgd", 0.9, amp_dtype=recipe.amp_dtype)
@@ -153,8 +146,6 @@ def _memory_model_bytes(model, loader, recipe: Recipe) -> int | None:
 
 def mfu_of(flops_per_sample: float | None, samples_per_s: float, device: str, mode: str) -> float | None:
     """Model FLOPs utilisation against the peak of the math mode actually run, or None where it is unknown."""
-    from labkit.training.flops import mfu, peak_flops_per_s
-
     if flops_per_sample is None or not math.isfinite(samples_per_s):
         return None
     peak, _ = peak_flops_per_s(device, mode)

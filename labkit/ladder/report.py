@@ -7,6 +7,9 @@ import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+import matplotlib.pyplot as plt
+import pandas as pd
+
 MEASURED = ("baseline", "faster", "slower", "no clear gain")   # statuses that carry numbers
 
 
@@ -93,7 +96,8 @@ class LadderResult:
     def to_markdown(self, link_base: str = "") -> str:
         """The table as Markdown, hardware and mode above it; notebook links prefixed by ``link_base``."""
         cols = ("rung", "what changed", "batch (global)", "samples/s", "step time (ms)", "peak mem (MB)",
-                "data wait", "math", "MFU", "of ceiling", "val acc", "start-up (s)", "speedup total", "speedup rung", "status")
+                "data wait", "math", "MFU", "of ceiling", "val acc", "start-up (s)", "speedup total", "speedup rung",
+                "status")
         lines = ["\n".join(f"{line}  " for line in self.header().splitlines()), "",
                  "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
         for r in self.rows:
@@ -111,8 +115,6 @@ class LadderResult:
 
     def to_dataframe(self):
         """The rows as a pandas DataFrame (needs pandas)."""
-        import pandas as pd
-
         return pd.DataFrame([asdict(r) for r in self.rows]).set_index("rung")
 
     @classmethod
@@ -121,7 +123,8 @@ class LadderResult:
         rows = [LadderRow(**row) for row in doc["rows"]]
         probe = {int(k): v for k, v in doc.get("batch_probe", {}).items()}
         return cls(rows, doc["device"], doc["mode"], doc["model"], doc["dataset"], doc["budget_samples"], probe,
-                   list(doc.get("notes", [])), doc.get("ceiling_samples_per_s"), doc.get("ceiling_note", "not measured"))
+                   list(doc.get("notes", [])), doc.get("ceiling_samples_per_s"),
+                   doc.get("ceiling_note", "not measured"))
 
     def save(self, out_dir: str | Path) -> tuple[Path, Path]:
         """Write ``ladder.json`` and ``ladder.md`` into ``out_dir``; returns both paths."""
@@ -133,8 +136,6 @@ class LadderResult:
 
     def plot(self):
         """Bar chart of cumulative and per-rung speedup (log scale), with validation accuracy beside it."""
-        import matplotlib.pyplot as plt
-
         labels = [f"{r.rung}. {r.title}" for r in self.rows]
         ys = range(len(self.rows))
         fig, (ax, ax_acc) = plt.subplots(1, 2, figsize=(11, 0.5 * len(self.rows) + 1.5), sharey=True,

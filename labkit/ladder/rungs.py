@@ -12,6 +12,8 @@ from dataclasses import dataclass
 
 import torch
 
+from labkit.core.machine import cpu_count
+
 RUNG_KEYS = ("naive", "batch_size", "input_pipeline", "device_data", "no_sync", "tf32", "mixed_precision",
              "channels_last", "compile", "ddp")
 
@@ -158,8 +160,6 @@ def ddp_plan(device: torch.device, requested: int | None, cores: int) -> tuple[i
 def detect_capabilities(device: torch.device, ddp_world_size: int | None = None,
                         num_workers: int | None = None) -> Capabilities:
     """Probe the device for bf16, TF32, a compiler, and how many processes DDP gets."""
-    from labkit.core.machine import cpu_count
-
     cores = cpu_count()
     amp = ("bf16" if torch.cuda.is_bf16_supported() else "fp16") if device.type == "cuda" else "bf16"
     world, reason = ddp_plan(device, ddp_world_size, cores)
