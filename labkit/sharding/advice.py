@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from labkit.core.validation import positive_int, positive_number
 from labkit.sharding.comm_volume import predicted_bytes_per_step
 from labkit.sharding.memory import zero_paper_bytes
-from labkit.core.validation import positive_int
 
 MIXED_PRECISION_GRAD_BYTES = 2     # fp16/bf16 gradients are what the collectives move
 
@@ -35,8 +35,10 @@ class Scenario:
         positive_int(self.num_params, "num_params")
         positive_int(self.gpu_memory_bytes, "gpu_memory_bytes")
         positive_int(self.world_size, "world_size")
-        if not self.link_bytes_per_s > 0 or self.forward_s < 0 or self.activation_bytes_per_rank < 0:
-            raise ValueError("link_bytes_per_s must be > 0; forward_s and activation bytes >= 0")
+        positive_number(self.link_bytes_per_s, "link_bytes_per_s")
+        for name in ("activation_bytes_per_rank", "forward_s"):      # measured figures: floats are fine
+            if not getattr(self, name) >= 0:
+                raise ValueError(f"{name} must be a number >= 0, got {getattr(self, name)!r}")
         if not 0 < self.checkpointed_activation_fraction <= 1:
             raise ValueError(f"checkpointed_activation_fraction must be in (0, 1], "
                              f"got {self.checkpointed_activation_fraction}")

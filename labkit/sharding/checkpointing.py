@@ -5,8 +5,9 @@ Checkpointing a segment keeps only its input during forward and recomputes its i
 child module wrapped in ``torch.utils.checkpoint.checkpoint(..., use_reentrant=False)``, the form PyTorch
 recommends. The prediction comes from one plain forward in which every tensor autograd saves is billed to
 the segment running at that moment: checkpointed = what is saved outside the checkpointed segments + their
-inputs (distinct storages) + the RNG state each checkpoint keeps. The measurement is independent: the bytes still allocated after the forward
-(CUDA: ``memory_allocated`` minus the baseline before it; CPU: the profiler's net allocations).
+inputs (distinct storages) + the RNG state each checkpoint keeps. The measurement is independent: the bytes
+still allocated after the forward (CUDA: ``memory_allocated`` minus the baseline before it; CPU: the profiler's
+net allocations).
 """
 from __future__ import annotations
 
@@ -17,11 +18,12 @@ from typing import Sequence
 
 import torch
 from torch import nn
+from torch.profiler import ProfilerActivity, profile
 from torch.utils.checkpoint import checkpoint
 
-from labkit.training.memory import preserved_state
 from labkit.core.timing import Stopwatch, synchronize
 from labkit.core.validation import positive_int
+from labkit.training.memory import preserved_state
 
 
 class Checkpointed(nn.Module):
@@ -116,8 +118,6 @@ def measure_forward_retained_bytes(model: nn.Module, inputs: torch.Tensor) -> in
             synchronize(inputs.device)
             retained = torch.cuda.memory_allocated(inputs.device) - before
         else:
-            from torch.profiler import ProfilerActivity, profile
-
             with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
                 out = model(inputs)
             retained = sum(e.self_cpu_memory_usage for e in prof.key_averages())

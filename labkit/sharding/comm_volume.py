@@ -17,9 +17,12 @@ from dataclasses import dataclass, field
 from typing import Iterator
 
 import numpy as np
+import torch.distributed as dist
+from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
 
-from labkit.sharding.memory import check_strategy
+from labkit.comm.collectives import allreduce
 from labkit.core.validation import checked_int, positive_int
+from labkit.sharding.memory import check_strategy
 
 KINDS = ("all_reduce", "reduce_scatter", "all_gather")
 # collectives per step, each over the full parameter (= gradient) bytes; FSDP2's ZeRO-2 gathers once
@@ -45,8 +48,6 @@ def predicted_bytes_per_step(strategy: str, param_bytes: int, world_size: int) -
 
 def _ring_phase_bytes(param_bytes: int, world_size: int) -> dict[str, float]:
     """Max bytes any rank sends in the simulator's reduce-scatter and all-gather phases."""
-    from labkit.comm.collectives import allreduce
-
     if param_bytes * world_size > MAX_SIMULATED_BYTES:
         raise ValueError(f"simulating {param_bytes} B on {world_size} ranks holds {param_bytes * world_size} B in "
                          f"this process (limit {MAX_SIMULATED_BYTES}); simulate a smaller model, bytes scale linearly")
@@ -97,8 +98,6 @@ class CommCounter:
 
         DDP's built-in reducer calls the process group from C++, out of reach of ``counting_collectives``.
         """
-        from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
-
         return allreduce_hook(process_group, bucket)
 
 
@@ -109,8 +108,6 @@ def _nbytes(t) -> int:
 @contextlib.contextmanager
 def counting_collectives(counter: CommCounter) -> Iterator[CommCounter]:
     """Patch ``torch.distributed``'s collectives (the ones FSDP2 and the kit call) to record into ``counter``."""
-    import torch.distributed as dist
-
     def wrap(name: str, kind: str, full_arg: int, full_kwarg: str):
         original = getattr(dist, name)
 

@@ -15,10 +15,15 @@ from dataclasses import asdict, dataclass, replace
 import torch
 import torch.distributed as dist
 from torch import nn
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.fsdp import fully_shard
+from torch.nn.parallel import DistributedDataParallel as DDP
 
-from labkit.sharding.comm_volume import CommCounter, counting_collectives
-from labkit.sharding.memory import STRATEGIES, check_strategy, count_rank_state_bytes
-from labkit.core.validation import positive_int
+from labkit.core.validation import checked_int, positive_int, positive_number
+from labkit.sharding.comm_volume import (CommCounter, counting_collectives, predicted_bytes_per_step,
+                                         simulated_bytes_per_step)
+from labkit.sharding.memory import STRATEGIES, check_strategy, count_rank_state_bytes, predict_per_rank
+from labkit.training.memory import build_memory_model
 
 
 @dataclass(frozen=True)
@@ -34,10 +39,10 @@ class ShardingConfig:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        for name in ("in_features", "hidden", "classes", "steps", "micro_batch", "seed"):
-            positive_int(getattr(self, name) + (1 if name == "seed" else 0), name)
-        if not self.lr > 0:
-            raise ValueError(f"lr must be > 0, got {self.lr}")
+        for name in ("in_features", "hidden", "classes", "steps", "micro_batch"):
+            positive_int(getattr(self, name), name)
+        checked_int(self.seed, "seed", minimum=0)
+        positive_number(self.lr, "lr")
 
 
 def build_mlp(cfg: ShardingConfig) -> nn.Sequential:
@@ -118,15 +123,11 @@ def _wrap(cfg: ShardingConfig, strategy: str):
     model = build_mlp(cfg).to(device)
     rank, world_size = dist.get_rank(), dist.get_world_size()
     if strategy == "ddp":
-        from torch.nn.parallel import DistributedDataParallel as DDP
-
         model = DDP(model, gradient_as_bucket_view=True)   # grads are the buckets: no second gradient copy
         model.register_comm_hook(None, CommCounter.ddp_hook)
         return model, torch.optim.Adam(model.parameters(), lr=cfg.lr)
     if strategy == "zero1":
         return model, Zero1Optimizer(model, cfg.lr, rank, world_size)
-    from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.fsdp import fully_shard
 
     mesh = init_device_mesh(device.type, (world_size,))      # explicit: gloo ranks on a GPU box stay on CPU
     for layer in model:
@@ -194,10 +195,6 @@ def max_weight_difference(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]
 
 def summarize_runs(cfg: ShardingConfig, runs: dict[int, dict[str, list[dict]]]) -> list[dict]:
     """One row per (world_size, strategy): counted vs predicted bytes per rank, comm three ways, answer gap."""
-    from labkit.sharding.comm_volume import predicted_bytes_per_step, simulated_bytes_per_step
-    from labkit.training.memory import build_memory_model
-    from labkit.sharding.memory import predict_per_rank
-
     probe = build_mlp(cfg)
     memory_model = build_memory_model(probe.float(), (cfg.in_features,), optimizer="adam")   # probes are float32
     memory_model = replace(memory_model, param_bytes=memory_model.param_elements * 8)       # the runs are float64

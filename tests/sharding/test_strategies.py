@@ -39,7 +39,7 @@ def test_counted_traffic_matches_closed_form_and_simulator(two_rank_rows):
 def test_config_validated():
     with pytest.raises(ValueError, match="steps must be an integer >= 1"):
         sharding.ShardingConfig(steps=0)
-    with pytest.raises(ValueError, match="lr must be > 0"):
+    with pytest.raises(ValueError, match="lr must be a number > 0, got 0.0"):
         sharding.ShardingConfig(lr=0.0)
 
 
