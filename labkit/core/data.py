@@ -20,9 +20,11 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader, Dataset
+from torchvision.datasets import CIFAR10
 
 from labkit.core.device_loader import DeviceLoader
-from labkit.core.validation import checked_int
+from labkit.core.machine import cpu_count
+from labkit.core.validation import checked_int, positive_int
 
 REPO_DATA_DIR = Path(__file__).resolve().parents[2] / "data"
 DATA_DIR_ENV_VAR = "LABKIT_DATA_DIR"
@@ -41,26 +43,21 @@ class DataUnavailableError(RuntimeError):
 # ---------------------------------------------------------------------------- validation
 def validate_batch_size(batch_size: object, dataset_len: int | None = None, name: str = "batch_size") -> int:
     """Return ``batch_size`` as an int, or raise one clear ValueError naming the allowed values."""
-    if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)):
-        raise ValueError(f"{name} must be a positive integer, got {batch_size!r} ({type(batch_size).__name__})")
-    if batch_size < 1:
-        raise ValueError(f"{name} must be a positive integer (1, 2, 3, ...), got {batch_size}")
-    if dataset_len is not None and batch_size > dataset_len:
-        raise ValueError(f"{name}={batch_size} is larger than the dataset ({dataset_len} samples); "
-                         f"use a {name} between 1 and {dataset_len}")
-    return int(batch_size)
+    if dataset_len is None:
+        return positive_int(batch_size, name)
+    return positive_int(batch_size, name, maximum=dataset_len,
+                        hint=f"it cannot be larger than the dataset ({dataset_len} samples)")
 
 
 def max_num_workers() -> int:
     """The most loader workers that can help: 4x the CPU count (beyond it only start-up time and memory grow)."""
-    return 4 * (os.cpu_count() or 1)
+    return 4 * cpu_count()
 
 
 def validate_num_workers(num_workers: object) -> int:
     """Return ``num_workers`` as an int in [0, 4 x CPUs] or raise one clear ValueError."""
-    cpus = os.cpu_count() or 1
     return checked_int(num_workers, "num_workers", minimum=0, maximum=max_num_workers(),
-                       hint=f"0 loads in the main process; this machine has {cpus} CPUs, and more workers than "
+                       hint=f"0 loads in the main process; this machine has {cpu_count()} CPUs, and more workers than "
                             f"4x that only add start-up time and memory")
 
 
@@ -217,9 +214,10 @@ def _load_digits(data_dir: Path) -> tuple[torch.Tensor, torch.Tensor]:
     return images, torch.tensor(raw[:, -1], dtype=torch.long)
 
 
-def _load_cifar10(root: Path, download: bool) -> tuple[tuple[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]:
-    from torchvision.datasets import CIFAR10
+Split = tuple[torch.Tensor, torch.Tensor]            # (uint8 images (N, C, H, W), int64 labels (N,))
 
+
+def _load_cifar10(root: Path, download: bool) -> tuple[Split, Split]:
     try:
         parts = [CIFAR10(str(root), train=t, download=download) for t in (True, False)]
     except Exception as err:  # noqa: BLE001 - network and file errors alike
@@ -290,8 +288,7 @@ def make_loader(dataset: Dataset, batch_size: int, *, shuffle: bool = False, num
     if num_workers == 0 and (prefetch_factor is not None or persistent_workers):
         raise ValueError("prefetch_factor and persistent_workers need num_workers >= 1 "
                          "(they configure worker processes); set num_workers or drop them")
-    if prefetch_factor is not None and (not isinstance(prefetch_factor, int) or prefetch_factor < 1):
-        raise ValueError(f"prefetch_factor must be a positive integer, got {prefetch_factor!r}")
+    checked_int(prefetch_factor, "prefetch_factor", allow_none=True)
     extra = {"prefetch_factor": prefetch_factor} if prefetch_factor is not None else {}
     return DataLoader(dataset, batch_size=batch_size, shuffle=shuffle, num_workers=num_workers,
                       pin_memory=pin_memory and torch.cuda.is_available(), drop_last=drop_last,

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+import torch.distributed as dist
 
 from labkit.core.machine import cpu_count
 
@@ -42,8 +43,6 @@ def gpu_info() -> list[GpuInfo]:
 
 def nccl_available() -> bool:
     """True when torch.distributed can use NCCL (needs a CUDA build and a GPU)."""
-    import torch.distributed as dist
-
     return bool(dist.is_available() and dist.is_nccl_available() and torch.cuda.is_available())
 
 

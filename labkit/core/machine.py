@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import importlib
 import os
+from importlib import metadata
+
+import psutil
 
 
 def cpu_count() -> int:
@@ -17,15 +20,11 @@ def cpu_count() -> int:
 
 def total_ram_bytes() -> int:
     """Physical memory of the machine."""
-    import psutil
-
     return int(psutil.virtual_memory().total)
 
 
 def package_version(name: str) -> str | None:
     """Installed version of a package, or None when it is missing."""
-    from importlib import metadata
-
     try:
         return metadata.version(name)
     except metadata.PackageNotFoundError:

@@ -12,9 +12,10 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
+
+from labkit.core.clock import now_s
 
 _RESULT_TAG = "@@LABKIT_RESULT@@"
 _CHILD_CODE = (
@@ -64,7 +65,7 @@ def run_in_fresh_process(target: str, kwargs: dict | None = None, *, timeout_s: 
         raise ValueError(f"target must read 'labkit.module:function', got {target!r}")
     known = {"ValueError": ValueError, "TypeError": TypeError, **(errors or {})}
     child_env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONUNBUFFERED": "1", **(env or {})}
-    start = time.perf_counter()
+    start = now_s()
     try:
         proc = subprocess.run([sys.executable, "-c", _CHILD_CODE, str(Path(__file__).resolve().parents[1]), target,
                                json.dumps(kwargs or {})], capture_output=True, text=True, timeout=timeout_s,
@@ -80,7 +81,7 @@ def run_in_fresh_process(target: str, kwargs: dict | None = None, *, timeout_s: 
     if isinstance(result, dict) and "__error__" in result:
         raise known.get(result["__error__"], RuntimeError)(result["message"])
     if isinstance(result, dict):
-        result.setdefault("child_wall_s", time.perf_counter() - start)
+        result.setdefault("child_wall_s", now_s() - start)
     return result
 
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 import sys
 from typing import Any, Iterable
 
+from tqdm.auto import tqdm
+
 
 def progress_enabled(requested: bool = True) -> bool:
     """Show a bar only if asked and someone can watch it: a Jupyter kernel or an interactive terminal."""
@@ -22,8 +24,6 @@ def progress_enabled(requested: bool = True) -> bool:
 def progress_bar(iterable: Iterable | None = None, *, total: int | None = None, desc: str = "", unit: str = "it",
                  enabled: bool = True, **kwargs: Any):
     """A ``tqdm.auto`` bar (``leave=False``) that is disabled where nobody can watch it."""
-    from tqdm.auto import tqdm
-
     kwargs.setdefault("leave", False)
     return tqdm(iterable, total=total, desc=desc, unit=unit, disable=not progress_enabled(enabled),
                 file=sys.stderr, **kwargs)

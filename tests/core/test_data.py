@@ -78,13 +78,14 @@ def test_synthetic_is_labelled():
 
 @pytest.mark.parametrize("bad", [0, -1, 2.5, "32", True, None])
 def test_bad_batch_size_is_clear(bad):
-    with pytest.raises(ValueError, match="batch_size must be a positive integer"):
+    with pytest.raises(ValueError, match=r"^batch_size must be an integer >= 1, got "):
         data.validate_batch_size(bad)
 
 
 def test_batch_larger_than_dataset_and_bad_workers(offline):
     d = data.load_data("digits", train_limit=50)
-    with pytest.raises(ValueError, match="larger than the dataset"):
+    with pytest.raises(ValueError, match=r"^batch_size must be an integer between 1 and 50, got 64; it cannot be "
+                                         r"larger than the dataset \(50 samples\)$"):
         data.make_loader(d.train, 64)
     with pytest.raises(ValueError, match=r"num_workers must be an integer between 0 and \d+, got -1"):
         data.make_loader(d.train, 8, num_workers=-1)
