@@ -15,7 +15,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from labkit.core.models import MODELS
+from labkit.core.choices import DATASETS, MODELS
 
 BYTE_UNITS = {"": 1, "B": 1, "K": 2**10, "KB": 2**10, "KIB": 2**10, "M": 2**20, "MB": 2**20, "MIB": 2**20,
               "G": 2**30, "GB": 2**30, "GIB": 2**30}
@@ -168,7 +168,7 @@ def add_model_flags(parser: argparse.ArgumentParser, default_model: str = "small
     """--model, --dataset, --device, --seed: what to train and where."""
     parser.add_argument("--model", choices=MODELS, default=default_model,
                         help=f"model to train (default {default_model})")
-    parser.add_argument("--dataset", choices=("auto", "cifar10", "digits", "synthetic"), default="auto",
+    parser.add_argument("--dataset", choices=DATASETS, default="auto",
                         help="dataset: auto = CIFAR-10 if cached or downloadable, else the offline digits")
     parser.add_argument("--device", type=device_name, default=None,
                         help="cpu, cuda or cuda:N (default: first GPU, else CPU)")

@@ -12,6 +12,7 @@ import tempfile
 from pathlib import Path
 
 from labkit.cli.common import add_output_flags, device_name, int_list, positive_int, subparser
+from labkit.core.choices import MODELS
 from labkit.core.rundirs import run_path
 
 
@@ -89,7 +90,6 @@ def run(args: argparse.Namespace) -> int:
 def add_parser(sub) -> None:
     """Register `ladder`."""
     from labkit.ladder.rungs import RUNG_KEYS
-    from labkit.core.models import MODELS
 
     p = subparser(sub, "ladder", help="climb the tuning ladder: every speed-up rung measured on one job",
                   description="Train one job with the kit's speed-ups switched on rung by rung (batch size, data "

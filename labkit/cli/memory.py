@@ -9,9 +9,8 @@ from __future__ import annotations
 import argparse
 
 from labkit.cli.common import format_bytes, format_table, positive_int, print_json, subparser
+from labkit.core.choices import MODELS, OPTIMIZERS
 
-MODELS = ("resnet18", "small_cnn", "mlp")
-OPTIMIZERS = ("adam", "sgd", "sgd_momentum")
 MAX_WORLD_SIZE = 1 << 16
 MAX_BATCH = 1 << 20
 

@@ -23,6 +23,7 @@ from torch.utils.data import DataLoader, Dataset
 from torchvision.datasets import CIFAR10
 
 from labkit.core.device_loader import DeviceLoader
+from labkit.core.choices import DATASETS
 from labkit.core.machine import cpu_count
 from labkit.core.validation import checked_int, positive_int
 
@@ -31,7 +32,6 @@ DATA_DIR_ENV_VAR = "LABKIT_DATA_DIR"
 DATA_DIR = Path(os.environ.get(DATA_DIR_ENV_VAR, REPO_DATA_DIR))
 DATASET_ENV_VAR = "LABKIT_DATASET"
 OFFLINE_ENV_VAR = "LABKIT_OFFLINE"
-DATASETS = ("auto", "cifar10", "digits", "synthetic")
 CIFAR10_HOST = "www.cs.toronto.edu"
 CIFAR10_CLASSES = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck")
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from labkit.core.choices import MODELS
 from labkit.tf.keras_models import keras_small_cnn  # noqa: F401  (re-exported: the Keras twin of SmallCNN)
 
-MODELS = ("resnet18", "small_cnn", "mlp")
 
 
 def resnet18_cifar(num_classes: int = 10, weights: str | None = None) -> nn.Module:

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from labkit.core.env import pick
-from labkit.core.models import MODELS
+from labkit.core.choices import MODELS
 from labkit.core.validation import checked_int, positive_int, positive_ints, positive_number
 from labkit.ladder.rungs import RUNG_KEYS
 

@@ -2,9 +2,10 @@ import pytest
 import torch
 
 from labkit.core import models
+from labkit.core.choices import MODELS
 
 
-@pytest.mark.parametrize("name", models.MODELS)
+@pytest.mark.parametrize("name", MODELS)
 def test_models_map_images_to_logits(name):
     model = models.build_model(name, num_classes=10)
     out = model(torch.zeros(2, 3, 32, 32))
