@@ -21,7 +21,8 @@ from labkit.ladder.ddp import measure_ddp
 from labkit.ladder.measure import (Measurement, fp32_math, measure_model, mfu_of, steps_for_budget, train_config,
                                    train_loader)
 from labkit.ladder.report import LadderResult, LadderRow
-from labkit.ladder.rungs import RUNGS, Capabilities, Recipe, RungSpec, detect_capabilities, propose
+from labkit.ladder.capabilities import detect_capabilities
+from labkit.ladder.rungs import RUNGS, Capabilities, Recipe, RungSpec, propose
 from labkit.training.batch_size import scaled_lr
 from labkit.training.ceiling import measure_ceiling
 

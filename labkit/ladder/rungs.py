@@ -2,17 +2,14 @@
 
 Rungs are cumulative recipes (:class:`Recipe`). :func:`propose` switches one rung on top of the best recipe so
 far, or says why it does not apply here (TF32 on a CPU, DDP with one device, torch.compile without a compiler),
-so no rung is ever dropped silently. How a recipe is trained and measured lives in :mod:`labkit.ladder.measure`.
+so no rung is ever dropped silently. What this machine offers is probed in :mod:`labkit.ladder.capabilities`;
+how a recipe is trained and measured lives in :mod:`labkit.ladder.measure`. Torch-free: the CLI's parser offers
+the rung names without loading torch.
 """
 from __future__ import annotations
 
 import dataclasses
-import shutil
 from dataclasses import dataclass
-
-import torch
-
-from labkit.core.machine import cpu_count
 
 RUNG_KEYS = ("naive", "batch_size", "input_pipeline", "device_data", "no_sync", "tf32", "mixed_precision",
              "channels_last", "compile", "ddp")
@@ -109,64 +106,6 @@ class Capabilities:
     num_workers: int
     tf32_ok: bool = False
     tf32_reason: str = "TF32 is a tensor-core format of NVIDIA GPUs (Ampere and later); a CPU computes fp32 exactly"
-
-
-def compiler_status(device_type: str) -> tuple[bool, str]:
-    """Whether torch.compile's default backend can generate code here, and why not."""
-    try:
-        import torch._dynamo as dynamo
-
-        if not dynamo.is_dynamo_supported():
-            return False, "TorchDynamo does not support this Python/platform"
-    except Exception as err:  # noqa: BLE001 - any import failure means "no compiler"
-        return False, f"torch._dynamo unavailable ({type(err).__name__})"
-    if device_type == "cuda":
-        from torch.utils._triton import has_triton
-
-        return (True, "Triton found") if has_triton() else (False, "Triton is not installed (Inductor needs it on GPU)")
-    cxx = next((c for c in ("c++", "g++", "clang++") if shutil.which(c)), None)
-    return (True, f"C++ compiler {cxx}") if cxx else (False, "no C++ compiler found (Inductor needs one on CPU)")
-
-
-def tf32_status(device: torch.device) -> tuple[bool, str]:
-    """Whether TF32 tensor-core math exists on ``device`` (CUDA compute capability >= 8.0), and why not."""
-    if device.type != "cuda":
-        return False, Capabilities.tf32_reason
-    major, minor = torch.cuda.get_device_capability(device)
-    if major < 8:
-        return False, f"TF32 needs an Ampere or later GPU (compute capability >= 8.0); this one is {major}.{minor}"
-    return True, f"compute capability {major}.{minor}"
-
-
-def ddp_plan(device: torch.device, requested: int | None, cores: int) -> tuple[int, str]:
-    """(processes for the DDP rung, why). On a GPU box the kit's one backend rule decides (NCCL, one GPU per
-    rank); a world size it would run as gloo CPU ranks is refused here, since those would not time these GPUs."""
-    from labkit.comm.launch import choose_backend
-
-    if device.type == "cuda":
-        gpus = torch.cuda.device_count()
-        world, what = (gpus if requested is None else requested), f"{gpus} GPU(s)"
-        if world >= 2:
-            choice = choose_backend(world)
-            if not choice.uses_gpus:
-                return 1, f"not run on these GPUs: {choice.reason}"
-    else:
-        world, what = (min(2, cores) if requested is None else requested), f"{cores} CPU core(s) for gloo processes"
-    if world < 2:
-        return world, f"only {what} here; data parallelism needs at least 2 processes"
-    return world, f"{world} processes"
-
-
-def detect_capabilities(device: torch.device, ddp_world_size: int | None = None,
-                        num_workers: int | None = None) -> Capabilities:
-    """Probe the device for bf16, TF32, a compiler, and how many processes DDP gets."""
-    cores = cpu_count()
-    amp = ("bf16" if torch.cuda.is_bf16_supported() else "fp16") if device.type == "cuda" else "bf16"
-    world, reason = ddp_plan(device, ddp_world_size, cores)
-    ok, why = compiler_status(device.type)
-    tf32_ok, tf32_why = tf32_status(device)
-    workers = num_workers if num_workers is not None else max(1, min(4, cores // 2))
-    return Capabilities(device.type, cores, amp, ok, why, world, reason, workers, tf32_ok, tf32_why)
 
 
 def propose(key: str, recipe: Recipe, caps: Capabilities, batch_size: int) -> tuple[Recipe | None, str]:

@@ -14,7 +14,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
-import labkit.ladder.rungs as rungs
+import labkit.ladder.capabilities as capabilities
 from labkit.cli import main as cli
 from labkit.training.batch_size import scaled_lr
 from labkit.core.data import make_loader, synthetic_data
@@ -23,7 +23,8 @@ from labkit.ladder.config import LadderConfig, budget_samples
 from labkit.ladder.climb import LadderJob, measure_recipe, verdict
 from labkit.ladder.measure import Measurement, fp32_math, math_mode, steps_for_budget, summarise_run
 from labkit.ladder.report import LadderResult
-from labkit.ladder.rungs import RUNG_KEYS, RUNGS, Capabilities, Recipe, ddp_plan, detect_capabilities, propose
+from labkit.ladder.capabilities import ddp_plan, detect_capabilities
+from labkit.ladder.rungs import RUNG_KEYS, RUNGS, Capabilities, Recipe, propose
 from labkit.core.models import MLP
 
 SHAPE = (3, 8, 8)
@@ -150,8 +151,8 @@ def test_lr_warm_up_only_when_the_lr_was_scaled_up(data):
 
 
 def test_not_applicable_and_failing_rungs_are_reported(data, monkeypatch):
-    monkeypatch.setattr(rungs.shutil, "which", lambda name: None)
-    monkeypatch.setattr(rungs, "compiler_status", lambda device_type: (False, "no C++ compiler found"))
+    monkeypatch.setattr(capabilities.shutil, "which", lambda name: None)
+    monkeypatch.setattr(capabilities, "compiler_status", lambda device_type: (False, "no C++ compiler found"))
     res = run_ladder(smoke(skip=("ddp",), device="cpu"), model_fn=tiny_mlp, data=data, trainer=fake_trainer)
     assert res.rung(8).status == "not applicable here" and "C++ compiler" in res.rung(8).reason
     monkeypatch.undo()
@@ -161,7 +162,7 @@ def test_not_applicable_and_failing_rungs_are_reported(data, monkeypatch):
             raise RuntimeError("inductor exploded\nlong traceback")
         return fake_trainer(model, loader, cfg)
 
-    monkeypatch.setattr(rungs, "compiler_status", lambda device_type: (True, "mocked"))
+    monkeypatch.setattr(capabilities, "compiler_status", lambda device_type: (True, "mocked"))
     res = run_ladder(smoke(skip=("ddp",)), model_fn=tiny_mlp, data=data, trainer=broken_compile)
     row = res.rung(8)
     assert row.status == "unsupported here" and row.reason == "RuntimeError: inductor exploded"
@@ -186,11 +187,11 @@ def test_ddp_plan_one_rank_per_gpu_with_mocked_devices(monkeypatch):
 
 
 def test_tf32_status_with_mocked_gpus(monkeypatch):
-    assert rungs.tf32_status(torch.device("cpu"))[0] is False
+    assert capabilities.tf32_status(torch.device("cpu"))[0] is False
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
-    assert rungs.tf32_status(torch.device("cuda")) == (True, "compute capability 9.0")
+    assert capabilities.tf32_status(torch.device("cuda")) == (True, "compute capability 9.0")
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (7, 0))
-    ok, why = rungs.tf32_status(torch.device("cuda"))
+    ok, why = capabilities.tf32_status(torch.device("cuda"))
     assert not ok and "Ampere" in why and "7.0" in why
     caps = Capabilities("cuda", 16, "bf16", True, "", 1, "", 4, True, "")
     assert propose("tf32", Recipe(batch_size=8), caps, 8)[0].tf32 is True
