@@ -130,7 +130,7 @@ def _memory_section(doc: dict | None) -> list[str]:
 
 
 def _ladder_section(doc: dict | None) -> list[str]:
-    from labkit.ladder.report import LadderResult     # torch-free
+    from labkit.ladder.report import LadderResult  # torch-free
 
     lines = ["### Tuning ladder, MFU and the hardware ceiling", ""]
     if not doc:

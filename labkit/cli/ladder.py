@@ -14,6 +14,7 @@ from pathlib import Path
 from labkit.cli.common import add_output_flags, device_name, int_list, positive_int, subparser
 from labkit.core.choices import MODELS
 from labkit.core.rundirs import run_path
+from labkit.ladder.rungs import RUNG_KEYS
 
 
 def checked_out_dir(text: str) -> Path:
@@ -37,8 +38,8 @@ def max_ddp_world_size(device: str | None) -> tuple[int, str]:
     import torch
 
     from labkit.comm.launch import GLOO_RANKS_PER_CORE
-    from labkit.core.machine import cpu_count
     from labkit.core.device import get_device
+    from labkit.core.machine import cpu_count
 
     if get_device(device).type == "cuda":
         gpus = torch.cuda.device_count()
@@ -89,8 +90,6 @@ def run(args: argparse.Namespace) -> int:
 
 def add_parser(sub) -> None:
     """Register `ladder`."""
-    from labkit.ladder.rungs import RUNG_KEYS
-
     p = subparser(sub, "ladder", help="climb the tuning ladder: every speed-up rung measured on one job",
                   description="Train one job with the kit's speed-ups switched on rung by rung (batch size, data "
                               "loading, data on the device, TF32, mixed precision, channels-last, compile, DDP), "

@@ -34,8 +34,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _failure_types() -> tuple[type[BaseException], ...]:
     """Errors that mean 'the measurement could not run here' (exit 1, one line), not a bug in the kit."""
-    from labkit.core.data import DataUnavailableError
     from labkit.comm.launch import LaunchError
+    from labkit.core.data import DataUnavailableError
 
     return DataUnavailableError, LaunchError, PermissionError, TimeoutError
 

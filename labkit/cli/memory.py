@@ -17,10 +17,10 @@ MAX_BATCH = 1 << 20
 
 def per_rank_report(model_name: str, world_size: int, strategy: str, batch_size: int, optimizer: str) -> dict:
     """The breakdown for one rank as plain data (what --json prints)."""
-    from labkit.sharding.comm_volume import predicted_bytes_per_step
-    from labkit.training.memory import build_memory_model
     from labkit.core.models import build_model, count_parameters
+    from labkit.sharding.comm_volume import predicted_bytes_per_step
     from labkit.sharding.memory import STRATEGIES, predict_per_rank, zero_paper_bytes
+    from labkit.training.memory import build_memory_model
 
     model = build_model(model_name)
     memory_model = build_memory_model(model, (3, 32, 32), optimizer="sgd" if optimizer == "sgd_momentum" else optimizer,

@@ -304,3 +304,10 @@ def test_ladder_usage_errors_exit_2(capsys):
     assert proc.returncode == 2 and "--skip" in proc.stderr
     assert "budget_epochs" in usage_error(["ladder", "--budget-epochs", "0"], capsys)
 
+
+def test_building_the_parser_loads_neither_torch_nor_tensorflow():
+    """`labkit --help` imports every subcommand module to build the parser: none may load a framework."""
+    code = ("import sys; from labkit.cli.main import build_parser; build_parser(); "
+            "heavy = [m for m in ('torch', 'tensorflow') if m in sys.modules]; assert not heavy, heavy")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
