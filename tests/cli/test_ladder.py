@@ -1,0 +1,73 @@
+"""`labkit ladder`: arguments checked before the run, commas for lists, JSON and Markdown written."""
+import json
+
+import pytest
+import torch
+
+from labkit.cli import main as cli
+
+from tests.ladder.fakes import MEASURED
+
+
+def cli_error(argv, capsys, monkeypatch) -> tuple[int, str]:
+    """Run `python -m labkit ARGV` in-process with the ladder itself forbidden; (exit code, stderr)."""
+    import labkit.ladder.climb
+
+    monkeypatch.setattr(labkit.ladder.climb, "run_ladder",
+                        lambda *a, **k: pytest.fail("the ladder ran before the check"))
+    try:
+        code = cli.main(argv)
+    except SystemExit as exit_:
+        code = exit_.code
+    return code, capsys.readouterr().err
+
+
+def test_cli_out_is_checked_before_the_run(tmp_path, capsys, monkeypatch):
+    a_file = tmp_path / "ladder.json"
+    a_file.write_text("{}")
+    assert cli_error(["ladder", "--out", str(a_file)], capsys, monkeypatch) == (
+        2, f"error: --out {a_file} is a file, not a directory; give a directory for ladder.json and ladder.md, "
+           "e.g. --out runs/ladder\n")
+    bad = a_file / "sub"
+    assert cli_error(["ladder", "--out", str(bad)], capsys, monkeypatch) == (
+        2, f"error: --out {bad} is not a writable directory (Not a directory); give a directory you can write to, "
+           "e.g. --out runs/ladder\n")
+
+
+def test_cli_ddp_world_size_is_checked_before_the_run(capsys, monkeypatch, tmp_path):
+    import labkit.core.device
+    import labkit.core.machine
+
+    monkeypatch.setattr(labkit.core.machine, "cpu_count", lambda: 2)
+    assert cli_error(["ladder", "--device", "cpu", "--ddp-world-size", "100000", "--out", str(tmp_path)],
+                     capsys, monkeypatch) == (
+        2, "error: --ddp-world-size must be an integer between 1 and 8, got 100000; gloo runs at most 4 processes "
+           "per CPU core and this machine has 2 core(s)\n")
+    monkeypatch.setattr(labkit.core.device, "get_device", lambda device=None: torch.device("cuda"))
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    code, err = cli_error(["ladder", "--ddp-world-size", "2", "--out", str(tmp_path)], capsys, monkeypatch)
+    assert (code, err) == (2, "error: --ddp-world-size must be an integer between 1 and 1, got 2; NCCL runs one "
+                              "process per GPU and this machine has 1\n")
+
+
+def test_cli_batch_sizes_take_commas_like_sweep(capsys, monkeypatch):
+    code, err = cli_error(["ladder", "--batch-sizes", "16 32"], capsys, monkeypatch)
+    assert code == 2 and err.strip().endswith("argument --batch-sizes: expected a positive integer (1, 2, 3, ...), "
+                                              "got '16 32'")
+    from labkit.cli.ladder import config_from_args
+
+    args = cli.build_parser().parse_args(["ladder", "--model", "mlp", "--batch-sizes", "4,8", "--skip", "compile",
+                                          "ddp", "--budget-epochs", "2"])
+    cfg = config_from_args(args)
+    assert (cfg.model, cfg.batch_candidates, cfg.skip, cfg.budget_epochs) == ("mlp", (4, 8), ("compile", "ddp"), 2)
+
+
+def test_cli_writes_json_and_markdown(tmp_path, capsys):
+    code = cli.main(["ladder", "--out", str(tmp_path), "--model", "mlp", "--dataset", "digits", "--train-limit", "32",
+                     "--budget-epochs", "1", "--batch-sizes", "4,8", "--device", "cpu", "--no-progress", "--skip",
+                     "input_pipeline", "device_data", "no_sync", "mixed_precision", "channels_last", "compile", "ddp"])
+    assert code == 0
+    doc = json.loads((tmp_path / "ladder.json").read_text())
+    assert doc["rows"][1]["status"] in MEASURED and doc["dataset"] == "digits"
+    assert (tmp_path / "ladder.md").read_text().startswith("Device:")
+    assert "wrote" in capsys.readouterr().out

@@ -1,0 +1,39 @@
+"""How one rung is measured: strict fp32 vs TF32 math, MFU against the peak of the math that ran, the budget.
+"""
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from labkit.ladder.measure import fp32_math, math_mode, steps_for_budget, summarise_run
+from labkit.ladder.rungs import Recipe
+
+
+def test_fp32_math_sets_strict_or_tf32_and_restores():
+    before = (torch.backends.cuda.matmul.fp32_precision, torch.backends.cudnn.conv.fp32_precision)
+    with fp32_math(False):
+        assert torch.backends.cudnn.conv.fp32_precision == "ieee" == torch.backends.cuda.matmul.fp32_precision
+    with fp32_math(True):
+        assert torch.backends.cudnn.conv.fp32_precision == "tf32" == torch.backends.cuda.matmul.fp32_precision
+    assert (torch.backends.cuda.matmul.fp32_precision, torch.backends.cudnn.conv.fp32_precision) == before
+    assert math_mode(Recipe(tf32=True), "cuda") == "tf32" and math_mode(Recipe(tf32=True), "cpu") == "fp32"
+    assert math_mode(Recipe(tf32=True, amp_dtype="bf16"), "cuda") == "bf16"
+
+def test_mfu_uses_the_peak_of_the_math_mode_run(monkeypatch):
+    """The H100 showed 93% 'MFU' on fp32 rungs: the fp32 peak against TF32 math. Each mode has its own peak."""
+    from labkit.ladder.measure import mfu_of
+
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA H100 80GB HBM3")
+    flops = 1e9
+    assert mfu_of(flops, 67_000, "cuda", "fp32") == pytest.approx(1e9 * 67_000 / 67e12)
+    assert mfu_of(flops, 67_000, "cuda", "tf32") == pytest.approx(1e9 * 67_000 / 494.5e12)
+    assert mfu_of(flops, 67_000, "cpu", "fp32") is None
+
+def test_budget_arithmetic_and_summary():
+    assert steps_for_budget(1000, 32, 4) == 31 and steps_for_budget(10, 32, 4) == 4
+    recs = [SimpleNamespace(samples=4, step_time_s=t) for t in (1.0, 0.1, 0.2, 0.1)]
+    res = SimpleNamespace(steps=recs, samples_per_s_median=99.0)
+    sps, step_s, startup_s = summarise_run(res, warmup_steps=1, sync_every_step=True)
+    assert sps == pytest.approx(12 / 0.4) and step_s == pytest.approx(0.4 / 3)
+    assert startup_s == pytest.approx(1.0 - 0.4 / 3)
+    assert summarise_run(res, 1, sync_every_step=False)[0] == 99.0                 # the loop's window rate
