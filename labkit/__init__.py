@@ -87,8 +87,9 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     # data parallelism, scaling, model parallelism
     "parallel.sync_sgd": ("gradient_of_sum_error", "run_sync_sgd_comparison", "sync_gradients", "sync_initial_weights",
                  "train_replica", "train_single_process"),
-    "parallel.scaling": ("ScalingPoint", "StepTimes", "compare_with_model", "epoch_time_s", "load_published_scaling",
-                "measure_scaling", "pays_off", "plot_published_scaling", "predicted_speedup", "sync_time_s"),
+    "parallel.costmodel": ("epoch_time_s", "pays_off", "predicted_speedup", "sync_time_s"),
+    "parallel.scaling": ("ScalingPoint", "StepTimes", "compare_with_model", "measure_scaling"),
+    "parallel.published": ("load_published_scaling", "plot_published_scaling"),
     "ui.explorer": ("ExplorerResult", "ExplorerSettings", "SpeedupExplorer", "explore", "speedup_curve"),
     "parallel.model_parallel": ("SplitConfig", "SplitModel", "bubble_fraction", "measure_pipeline", "memory_per_stage",
                        "predicted_bubble", "recommend_parallelism", "simulate_gpipe"),

@@ -310,7 +310,7 @@ class Recommendation:
 def recommend_parallelism(model_state_bytes: int, device_memory_bytes: int, t_comp_s: float, t_sync_s: float,
                           replicas: int, max_bubble: float = 0.2) -> Recommendation:
     """The rule: split the model only when it does not fit; otherwise replicate it when T_sync < (R-1) T_comp."""
-    from labkit.parallel.scaling import pays_off, predicted_speedup
+    from labkit.parallel.costmodel import pays_off, predicted_speedup
 
     if model_state_bytes > device_memory_bytes:
         p = -(-model_state_bytes // device_memory_bytes)            # ceil: stages needed to fit

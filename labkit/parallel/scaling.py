@@ -1,12 +1,9 @@
-"""When does data parallelism pay? The performance model, real gloo measurements, published points.
+"""When does data parallelism pay? Real gloo (or NCCL) measurements compared with the performance model.
 
-One epoch of N samples at per-replica batch B takes ``(N/B) * T_comp`` on one worker and
-``(N/(R*B)) * (T_comp + T_sync)`` on R replicas, so replicas pay when ``T_sync < (R-1) * T_comp``;
-hence "the per-worker workload must be large" (Goyal et al. 2017, "Accurate, Large Minibatch SGD",
-abstract). ``T_sync`` comes from the alpha-beta cost of an all-reduce of the
-gradient bytes (``labkit.comm.collectives.allreduce_cost``; Patarasuk & Yuan 2009 for the ring).
-On a CPU box with fewer cores than replicas the replicas share cores, so ``T_comp`` grows by
-``R * threads / cores``: the model says so rather than hiding it.
+Each replica count R runs real synchronous-SGD steps on real processes and times compute (T_comp), the
+gradient all-reduce (T_sync) and the whole step; a micro-benchmark in the same group fits the all-reduce's
+latency and bandwidth. ``compare_with_model`` then predicts each R's speedup from the R=1 compute time,
+core sharing and the fitted all-reduce cost (``labkit.parallel.costmodel``) and sets it beside the clock.
 """
 from __future__ import annotations
 
@@ -20,62 +17,7 @@ import torch.distributed as dist
 from torch import nn
 
 from labkit.comm.collectives import allreduce_cost
-from labkit.core.data import verify_data_file
-
-PUBLISHED_FILE = "published_scaling.csv"
-
-
-# ---------------------------------------------------------------------------- the model
-def epoch_time_s(n_samples: int, batch: int, t_comp_s: float, t_sync_s: float = 0.0, replicas: int = 1) -> float:
-    """Epoch time: (N/B)*T_comp alone, (N/(R*B))*(T_comp + T_sync) with R replicas."""
-    _check_positive(n_samples=n_samples, batch=batch, replicas=replicas)
-    if t_comp_s <= 0 or t_sync_s < 0:
-        raise ValueError(f"need t_comp_s > 0 and t_sync_s >= 0, got {t_comp_s}, {t_sync_s}")
-    if replicas == 1:
-        return n_samples / batch * t_comp_s
-    return n_samples / (replicas * batch) * (t_comp_s + t_sync_s)
-
-
-def predicted_speedup(t_comp_s: float, t_sync_s: float, replicas: int, compute_slowdown: float = 1.0) -> float:
-    """Epoch-time ratio alone / with R replicas: R*T_comp / (slowdown*T_comp + T_sync)."""
-    _check_positive(replicas=replicas)
-    if replicas == 1:
-        return 1.0
-    return replicas * t_comp_s / (compute_slowdown * t_comp_s + t_sync_s)
-
-
-def pays_off(t_comp_s: float, t_sync_s: float, replicas: int) -> bool:
-    """True when R replicas beat one: T_sync < (R-1) * T_comp."""
-    return t_sync_s < (replicas - 1) * t_comp_s
-
-
-def sync_time_s(nbytes: int, replicas: int, latency_s: float, bandwidth_bytes_per_s: float,
-                algorithm: str = "ring") -> float:
-    """T_sync of an all-reduce of ``nbytes`` gradients: the alpha-beta model with beta = 1/bandwidth."""
-    if bandwidth_bytes_per_s <= 0:
-        raise ValueError(f"bandwidth_bytes_per_s must be > 0, got {bandwidth_bytes_per_s}")
-    return allreduce_cost(algorithm, replicas, int(nbytes), latency_s, 1.0 / bandwidth_bytes_per_s)
-
-
-def core_sharing_slowdown(replicas: int, cores: int, threads_per_rank: int = 1) -> float:
-    """How much slower each replica computes when R*threads exceed the cores (1.0 when they fit)."""
-    _check_positive(replicas=replicas, cores=cores, threads_per_rank=threads_per_rank)
-    return max(1.0, replicas * threads_per_rank / cores)
-
-
-def fit_alpha_beta(sizes_bytes, times_s, workers: int, algorithm: str = "ring") -> tuple[float, float]:
-    """Least-squares latency alpha (s) and inverse bandwidth beta (s/byte) from all-reduce timings."""
-    sizes = np.asarray(sizes_bytes, dtype=float)
-    times = np.asarray(times_s, dtype=float)
-    if len(sizes) < 2 or len(sizes) != len(times):
-        raise ValueError("need at least two (size, time) pairs of equal length to fit alpha and beta")
-    if workers < 2:
-        return 0.0, 0.0
-    # the model is linear in (alpha, beta): cost = a_coef*alpha + b_coef(n)*beta
-    a_coef = np.array([allreduce_cost(algorithm, workers, int(n), 1.0, 0.0) for n in sizes])
-    b_coef = np.array([allreduce_cost(algorithm, workers, int(n), 0.0, 1.0) for n in sizes])
-    (alpha, beta), *_ = np.linalg.lstsq(np.stack([a_coef, b_coef], 1), times, rcond=None)
-    return max(float(alpha), 0.0), max(float(beta), 0.0)
+from labkit.parallel.costmodel import core_sharing_slowdown, fit_alpha_beta, predicted_speedup
 
 
 QUIET_NOISE_MAX = 1.5   # p90/p10 of repeated timings above this: the machine is busy, timings not trustworthy
@@ -87,12 +29,6 @@ def timing_noise(times_s) -> float:
 
     values = [float(t) for t in times_s]
     return percentile(values, 90) / max(percentile(values, 10), 1e-12)
-
-
-def _check_positive(**values: int) -> None:
-    for name, v in values.items():
-        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
-            raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
 
 
 # ---------------------------------------------------------------------------- measuring on real gloo
@@ -278,31 +214,6 @@ def points_to_dataframe(points: list[ScalingPoint]):
     import pandas as pd
 
     return pd.DataFrame([{**asdict(p), "relative_error": p.relative_error} for p in points])
-
-
-# ---------------------------------------------------------------------------- published points
-def load_published_scaling():
-    """The cited published scaling points (``data/published_scaling.csv``, checksum verified)."""
-    import pandas as pd
-
-    return pd.read_csv(verify_data_file(PUBLISHED_FILE), comment="#")
-
-
-def plot_published_scaling(df=None, ax=None):
-    """Published speedups over each paper's baseline against ideal linear scaling (log-log)."""
-    import matplotlib.pyplot as plt
-
-    df = load_published_scaling() if df is None else df
-    ax = ax or plt.subplots(figsize=(5, 4))[1]
-    scale = df["workers"] / df["baseline_workers"]
-    top = float(scale.max())
-    ax.plot([1, top], [1, top], "k--", lw=1, label="ideal (linear)")
-    for (source, setup), group in df.assign(scale=scale).groupby(["source", "setup"]):
-        ax.plot(group["scale"], group["speedup_vs_baseline"], "o-", label=f"{setup}\n({source})")
-    ax.set(xlabel="workers / baseline workers", ylabel="speedup over baseline", xscale="log", yscale="log",
-           title="Published data-parallel scaling")
-    ax.legend(fontsize=7)
-    return ax
 
 
 def plot_predicted_vs_measured(points: list[ScalingPoint], ax=None):

@@ -4,7 +4,7 @@ epoch time, speedup and efficiency of synchronous data parallelism, with measure
 The logic (``ExplorerSettings`` -> ``explore()``) is plain Python and tested without a browser; the
 ipywidgets panel only decorates it. Compute per step uses the 6*N FLOPs-per-sample rule of thumb for
 dense layers (Kaplan et al. 2020, "Scaling Laws for Neural Language Models", section 2.1); T_sync is
-the ring all-reduce of the fp32 gradients (``labkit.parallel.scaling.sync_time_s``).
+the ring all-reduce of the fp32 gradients (``labkit.parallel.costmodel.sync_time_s``).
 
 Browser hooks: the top box has CSS class ``labkit-explorer``; the readout (class ``labkit-readout``)
 shows the speedup and efficiency numbers; slider descriptions are in ``SLIDER_DESCRIPTIONS``.
@@ -18,7 +18,8 @@ import torch
 
 from labkit.core.device import device_label
 
-from labkit.parallel.scaling import ScalingPoint, epoch_time_s, pays_off, predicted_speedup, sync_time_s
+from labkit.parallel.costmodel import epoch_time_s, pays_off, predicted_speedup, sync_time_s
+from labkit.parallel.scaling import ScalingPoint
 from labkit.core.timing import time_fn
 
 SLIDER_DESCRIPTIONS = {"replicas": "Replicas", "batch": "Batch", "model_params_m": "Params (M)",

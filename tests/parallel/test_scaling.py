@@ -1,53 +1,7 @@
-"""The data-parallel performance model, its fit to measurements, and the published points."""
-import math
-
+"""Data-parallel scaling measured on real processes and compared with the performance model."""
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from labkit.parallel import scaling as sc
-from labkit.comm.collectives import allreduce_cost
-
-
-def test_epoch_time_hand_numbers():
-    assert sc.epoch_time_s(1000, 10, 0.5) == pytest.approx(50.0)                      # (N/B) T_comp
-    assert sc.epoch_time_s(1000, 10, 0.5, 0.1, replicas=4) == pytest.approx(15.0)      # N/(RB) (T_comp+T_sync)
-
-
-def test_break_even_is_exactly_one():
-    assert sc.predicted_speedup(1.0, 3.0, 4) == pytest.approx(1.0)
-    assert not sc.pays_off(1.0, 3.0, 4)
-    assert sc.pays_off(1.0, 2.9, 4)
-
-
-@settings(max_examples=50, deadline=None)
-@given(t_comp=st.floats(1e-4, 1.0), t_sync=st.floats(0, 2.0), r=st.integers(2, 64))
-def test_pays_off_iff_speedup_above_one(t_comp, t_sync, r):
-    speedup = sc.predicted_speedup(t_comp, t_sync, r)
-    if not math.isclose(speedup, 1.0, rel_tol=1e-9):
-        assert sc.pays_off(t_comp, t_sync, r) == (speedup > 1.0)
-    assert sc.epoch_time_s(10_000, 8, t_comp) / sc.epoch_time_s(10_000, 8, t_comp, t_sync, r) == pytest.approx(speedup)
-
-
-def test_sync_time_is_the_ring_cost():
-    assert sc.sync_time_s(4_000_000, 8, 5e-6, 1e10) == pytest.approx(allreduce_cost("ring", 8, 4_000_000, 5e-6, 1e-10))
-    with pytest.raises(ValueError, match="bandwidth"):
-        sc.sync_time_s(10, 2, 0.0, 0.0)
-
-
-def test_core_sharing():
-    assert sc.core_sharing_slowdown(2, 2) == 1.0
-    assert sc.core_sharing_slowdown(4, 2) == 2.0
-    with pytest.raises(ValueError, match="cores"):
-        sc.core_sharing_slowdown(2, 0)
-
-
-@pytest.mark.parametrize("workers", [2, 3, 4, 8])
-def test_fit_alpha_beta_recovers_the_model(workers):
-    sizes = [4, 4096, 1 << 20, 1 << 22]
-    times = [allreduce_cost("ring", workers, n, 3e-5, 2e-9) for n in sizes]
-    alpha, beta = sc.fit_alpha_beta(sizes, times, workers)
-    assert alpha == pytest.approx(3e-5, rel=1e-6) and beta == pytest.approx(2e-9, rel=1e-6)
 
 
 def test_compare_with_model_hand_numbers():
@@ -61,15 +15,6 @@ def test_compare_with_model_hand_numbers():
     assert two.relative_error == pytest.approx((20 / 12 - 1.6) / 1.6)
     with pytest.raises(ValueError, match="replicas=1"):
         sc.compare_with_model(runs[1:], cores=2)
-
-
-def test_published_points_load_and_are_sublinear():
-    df = sc.load_published_scaling()
-    assert {"source", "reference", "workers", "baseline_workers", "speedup_vs_baseline", "efficiency"} <= set(df.columns)
-    assert (df["speedup_vs_baseline"] <= df["workers"] / df["baseline_workers"] + 1e-9).all()
-    assert df["source"].str.len().gt(0).all() and df["reference"].str.len().gt(0).all()
-    eff = df["speedup_vs_baseline"] / (df["workers"] / df["baseline_workers"])
-    assert (abs(eff - df["efficiency"]) < 1e-6).all()
 
 
 def test_real_measurement_structure():

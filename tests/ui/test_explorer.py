@@ -3,7 +3,8 @@ import matplotlib
 import pytest
 
 from labkit.ui import explorer as ex
-from labkit.parallel.scaling import ScalingPoint, predicted_speedup, sync_time_s
+from labkit.parallel.costmodel import predicted_speedup, sync_time_s
+from labkit.parallel.scaling import ScalingPoint
 
 matplotlib.use("Agg")
 

@@ -1,0 +1,74 @@
+"""The data-parallel performance model: when do R replicas beat one?
+
+One epoch of N samples at per-replica batch B takes ``(N/B) * T_comp`` on one worker and
+``(N/(R*B)) * (T_comp + T_sync)`` on R replicas, so replicas pay when ``T_sync < (R-1) * T_comp``;
+hence "the per-worker workload must be large" (Goyal et al. 2017, "Accurate, Large Minibatch SGD",
+abstract). ``T_sync`` comes from the alpha-beta cost of an all-reduce of the
+gradient bytes (``labkit.comm.collectives.allreduce_cost``; Patarasuk & Yuan 2009 for the ring).
+On a CPU box with fewer cores than replicas the replicas share cores, so ``T_comp`` grows by
+``R * threads / cores``: the model says so rather than hiding it.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from labkit.comm.collectives import allreduce_cost
+
+
+def epoch_time_s(n_samples: int, batch: int, t_comp_s: float, t_sync_s: float = 0.0, replicas: int = 1) -> float:
+    """Epoch time: (N/B)*T_comp alone, (N/(R*B))*(T_comp + T_sync) with R replicas."""
+    _check_positive(n_samples=n_samples, batch=batch, replicas=replicas)
+    if t_comp_s <= 0 or t_sync_s < 0:
+        raise ValueError(f"need t_comp_s > 0 and t_sync_s >= 0, got {t_comp_s}, {t_sync_s}")
+    if replicas == 1:
+        return n_samples / batch * t_comp_s
+    return n_samples / (replicas * batch) * (t_comp_s + t_sync_s)
+
+
+def predicted_speedup(t_comp_s: float, t_sync_s: float, replicas: int, compute_slowdown: float = 1.0) -> float:
+    """Epoch-time ratio alone / with R replicas: R*T_comp / (slowdown*T_comp + T_sync)."""
+    _check_positive(replicas=replicas)
+    if replicas == 1:
+        return 1.0
+    return replicas * t_comp_s / (compute_slowdown * t_comp_s + t_sync_s)
+
+
+def pays_off(t_comp_s: float, t_sync_s: float, replicas: int) -> bool:
+    """True when R replicas beat one: T_sync < (R-1) * T_comp."""
+    return t_sync_s < (replicas - 1) * t_comp_s
+
+
+def sync_time_s(nbytes: int, replicas: int, latency_s: float, bandwidth_bytes_per_s: float,
+                algorithm: str = "ring") -> float:
+    """T_sync of an all-reduce of ``nbytes`` gradients: the alpha-beta model with beta = 1/bandwidth."""
+    if bandwidth_bytes_per_s <= 0:
+        raise ValueError(f"bandwidth_bytes_per_s must be > 0, got {bandwidth_bytes_per_s}")
+    return allreduce_cost(algorithm, replicas, int(nbytes), latency_s, 1.0 / bandwidth_bytes_per_s)
+
+
+def core_sharing_slowdown(replicas: int, cores: int, threads_per_rank: int = 1) -> float:
+    """How much slower each replica computes when R*threads exceed the cores (1.0 when they fit)."""
+    _check_positive(replicas=replicas, cores=cores, threads_per_rank=threads_per_rank)
+    return max(1.0, replicas * threads_per_rank / cores)
+
+
+def fit_alpha_beta(sizes_bytes, times_s, workers: int, algorithm: str = "ring") -> tuple[float, float]:
+    """Least-squares latency alpha (s) and inverse bandwidth beta (s/byte) from all-reduce timings."""
+    sizes = np.asarray(sizes_bytes, dtype=float)
+    times = np.asarray(times_s, dtype=float)
+    if len(sizes) < 2 or len(sizes) != len(times):
+        raise ValueError("need at least two (size, time) pairs of equal length to fit alpha and beta")
+    if workers < 2:
+        return 0.0, 0.0
+    # the model is linear in (alpha, beta): cost = a_coef*alpha + b_coef(n)*beta
+    a_coef = np.array([allreduce_cost(algorithm, workers, int(n), 1.0, 0.0) for n in sizes])
+    b_coef = np.array([allreduce_cost(algorithm, workers, int(n), 0.0, 1.0) for n in sizes])
+    (alpha, beta), *_ = np.linalg.lstsq(np.stack([a_coef, b_coef], 1), times, rcond=None)
+    return max(float(alpha), 0.0), max(float(beta), 0.0)
+
+
+def _check_positive(**values: int) -> None:
+    for name, v in values.items():
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
+            raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
+
