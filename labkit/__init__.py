@@ -87,12 +87,12 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     # data parallelism, scaling, model parallelism
     "parallel.sync_sgd": ("gradient_of_sum_error", "run_sync_sgd_comparison", "sync_gradients", "sync_initial_weights",
                  "train_replica", "train_single_process"),
-    "parallel.costmodel": ("epoch_time_s", "pays_off", "predicted_speedup", "sync_time_s"),
+    "parallel.costmodel": ("epoch_time_s", "pays_off", "predicted_bubble", "predicted_speedup", "sync_time_s"),
     "parallel.scaling": ("ScalingPoint", "StepTimes", "compare_with_model", "measure_scaling"),
     "parallel.published": ("load_published_scaling", "plot_published_scaling"),
     "ui.explorer": ("ExplorerResult", "ExplorerSettings", "SpeedupExplorer", "explore", "speedup_curve"),
-    "parallel.model_parallel": ("SplitConfig", "SplitModel", "bubble_fraction", "measure_pipeline", "memory_per_stage",
-                       "predicted_bubble", "recommend_parallelism", "simulate_gpipe"),
+    "parallel.model_parallel": ("SplitConfig", "SplitModel", "memory_per_stage", "recommend_parallelism"),
+    "parallel.pipeline": ("bubble_fraction", "measure_pipeline", "simulate_gpipe"),
     # TensorFlow, mixed precision, pitfalls
     "core.procs": ("run_in_fresh_process", "tensorflow_lessons_can_run", "tensorflow_missing_reason"),
     "tf.keras_models": ("keras_small_cnn",),

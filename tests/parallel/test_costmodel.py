@@ -48,3 +48,10 @@ def test_fit_alpha_beta_recovers_the_model(workers):
     times = [allreduce_cost("ring", workers, n, 3e-5, 2e-9) for n in sizes]
     alpha, beta = cm.fit_alpha_beta(sizes, times, workers)
     assert alpha == pytest.approx(3e-5, rel=1e-6) and beta == pytest.approx(2e-9, rel=1e-6)
+
+
+def test_micro_batches_for_bubble():
+    assert cm.micro_batches_for_bubble(2, 0.2) == 4            # 1/(4+1) = 0.2
+    assert cm.micro_batches_for_bubble(4, 0.1) == 27           # 3/(27+3) = 0.1
+    with pytest.raises(ValueError):
+        cm.micro_batches_for_bubble(2, 1.0)
