@@ -90,7 +90,8 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     "parallel.costmodel": ("epoch_time_s", "pays_off", "predicted_bubble", "predicted_speedup", "sync_time_s"),
     "parallel.scaling": ("ScalingPoint", "StepTimes", "compare_with_model", "measure_scaling"),
     "parallel.published": ("load_published_scaling", "plot_published_scaling"),
-    "ui.explorer": ("ExplorerResult", "ExplorerSettings", "SpeedupExplorer", "explore", "speedup_curve"),
+    "parallel.speedup": ("ExplorerResult", "ExplorerSettings", "explore", "speedup_curve"),
+    "ui.explorer": ("SpeedupExplorer",),
     "parallel.model_parallel": ("SplitConfig", "SplitModel", "memory_per_stage", "recommend_parallelism"),
     "parallel.pipeline": ("bubble_fraction", "measure_pipeline", "simulate_gpipe"),
     # TensorFlow, mixed precision, pitfalls
