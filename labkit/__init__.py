@@ -105,8 +105,8 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     "tf.distribute": ("DevicesAlreadyInitializedError", "configure_logical_cpus", "cross_device_ops", "make_strategy",
                       "per_replica_batch_size"),
     "tf.pitfalls": ("BatchNormNanEvidence", "device_counting_side_effects", "uneven_last_batch_bn"),
-    "parallel.pitfalls": ("lr_scaling_run", "padded_eval_accuracy", "rank0_extra_work", "save_wrapped_model",
-                       "shard_coverage", "torch_uneven_last_batch"),
+    "parallel.data_pitfalls": ("lr_scaling_run", "padded_eval_accuracy", "shard_coverage", "torch_uneven_last_batch"),
+    "parallel.rank_pitfalls": ("rank0_extra_work", "save_wrapped_model"),
     "training.precision": ("AutocastResult", "autocast_step", "compare_autocast", "fp16_underflow",
                         "keras_mixed_precision"),
     # the capstone

@@ -1,20 +1,17 @@
-"""Multi-GPU pitfalls on the PyTorch side, each run broken and then fixed, returning evidence to assert on.
+"""Multi-GPU pitfalls in the data each rank sees (PyTorch side), each run broken and then fixed, returning evidence.
 
 1. Uneven last batch: DistributedSampler pads ranks to equal length (duplicating samples); a last
    batch of one sample makes BatchNorm1d raise (PyTorch skips an *empty* batch); ``drop_last`` fixes it.
 2. Per-replica batches that are too small: samples/s measured by batch size.
 3. DistributedSampler padding double-counts samples in a distributed evaluation (real processes).
-4. Saving a wrapped model: the ``module.`` prefix; save the inner model, load with ``weights_only=True``.
-6. Rank 0 doing extra work while the others wait in a collective: a real timeout, then two fixes.
 7. Each rank needs its own shard; learning-rate scaling with the number of workers (Goyal et al. 2017,
    "Accurate, Large Minibatch SGD", arXiv:1706.02677) — a starting point that is then tuned.
+
+Pitfalls 4-6 (what one rank does differently) are in ``labkit.parallel.rank_pitfalls``.
 """
 from __future__ import annotations
 
-import io
-import time
 from dataclasses import dataclass
-from datetime import timedelta
 
 import numpy as np
 import torch
@@ -155,101 +152,6 @@ def padded_eval_accuracy(correct: list[int], world_size: int = 3, timeout_s: flo
                                fix["correct"] / fix["seen"], int(fix["seen"]))
 
 
-# ---------------------------------------------------------------------------------------------- pitfall 4
-@dataclass(frozen=True)
-class WrappedSaveEvidence:
-    wrapped_keys_sample: tuple[str, ...]
-    broken_error: str                    # loading the wrapper's state_dict into a plain model
-    fixed_max_abs_diff: float            # plain model loaded from the inner model's state_dict
-    pickled_model_error: str             # torch.load(weights_only=True) refusing a whole pickled module
-
-
-def save_wrapped_model(model: nn.Module, sample: torch.Tensor, fresh: nn.Module) -> WrappedSaveEvidence:
-    """Pitfall 4: save a DataParallel-wrapped model's state_dict (broken) and its ``.module``'s (fixed)."""
-    wrapped = nn.DataParallel(model)                                  # DDP adds the same 'module.' prefix
-    device = next(model.parameters()).device                          # DataParallel moves it to cuda:0 on a GPU box
-    fresh, sample = fresh.to(device), sample.to(device)
-    buf = io.BytesIO()
-    torch.save(wrapped.state_dict(), buf)
-    buf.seek(0)
-    try:
-        fresh.load_state_dict(torch.load(buf, weights_only=True))
-        broken = "loaded without error"
-    except RuntimeError as err:
-        broken = str(err).splitlines()[0] + " " + " ".join(str(err).split()[1:12])
-    buf = io.BytesIO()
-    torch.save(wrapped.module.state_dict(), buf)                       # the fix: save the inner model
-    buf.seek(0)
-    fresh.load_state_dict(torch.load(buf, weights_only=True))
-    model.eval(), fresh.eval()
-    with torch.no_grad():
-        diff = float((model(sample) - fresh(sample)).abs().max())
-    buf = io.BytesIO()
-    torch.save(model, buf)                                            # pickles code, not just tensors
-    buf.seek(0)
-    try:
-        torch.load(buf, weights_only=True)
-        pickled = "loaded without error"
-    except Exception as err:  # noqa: BLE001 - torch raises UnpicklingError here
-        pickled = f"{type(err).__name__}: {str(err).splitlines()[0][:160]}"
-    keys = tuple(list(wrapped.state_dict())[:3])
-    return WrappedSaveEvidence(keys, broken, diff, pickled)
-
-
-# ---------------------------------------------------------------------------------------------- pitfall 6
-def _busy_work(seconds: float) -> int:
-    """Real CPU work (matmuls standing for evaluation/checkpointing) for at least ``seconds``."""
-    a, n, end = torch.randn(256, 256), 0, time.perf_counter() + seconds
-    while time.perf_counter() < end:
-        a = torch.tanh(a @ a)
-        n += 1
-    return n
-
-
-def rank0_extra_work_worker(extra_work_s: float, variant: str, barrier_timeout_s: float) -> dict:
-    """One rank of pitfall 6: rank 0 evaluates, then every rank all-reduces (variant picks broken or a fix)."""
-    import torch.distributed as dist
-
-    rank, start = dist.get_rank(), time.perf_counter()
-    # a group with its own, deliberately long timeout, for the one place where waiting is expected
-    patient = dist.new_group(backend="gloo", timeout=timedelta(seconds=barrier_timeout_s)) if variant == "barrier" else None
-    if variant == "all_ranks":
-        _busy_work(extra_work_s)                        # every rank evaluates its shard: equal work
-    elif rank == 0:
-        _busy_work(extra_work_s)                        # evaluation/checkpoint on rank 0 only
-    if variant == "barrier":                            # a barrier whose timeout covers the known extra work
-        dist.barrier(group=patient)
-    grad = torch.ones(4, device=_rank_device()) * (rank + 1)
-    dist.all_reduce(grad)                               # the next step's gradient all-reduce
-    return {"rank": rank, "sum": grad.tolist(), "elapsed_s": time.perf_counter() - start}
-
-
-@dataclass(frozen=True)
-class StragglerEvidence:
-    variant: str
-    ok: bool
-    failed_rank: int | None
-    error: str | None
-    wall_s: float
-    all_reduce_result: list | None
-
-
-def rank0_extra_work(variant: str = "broken", *, extra_work_s: float = 4.0, pg_timeout_s: float = 2.0,
-                     barrier_timeout_s: float = 30.0, world_size: int = 2, timeout_s: float = 120.0) -> StragglerEvidence:
-    """Pitfall 6 with real processes and a short collective timeout (``pg_timeout_s`` < ``extra_work_s``)."""
-    from labkit.comm.launch import RankFailedError, launch
-
-    if variant not in ("broken", "all_ranks", "barrier"):
-        raise ValueError(f"variant must be 'broken', 'all_ranks' or 'barrier', got {variant!r}")
-    start = time.perf_counter()
-    try:
-        res = launch(rank0_extra_work_worker, world_size, args=(extra_work_s, variant, barrier_timeout_s),
-                     timeout_s=timeout_s, pg_timeout_s=pg_timeout_s, show_output=False)
-    except RankFailedError as err:
-        return StragglerEvidence(variant, False, err.rank, err.summary, time.perf_counter() - start, None)
-    return StragglerEvidence(variant, True, None, None, time.perf_counter() - start, res[0]["sum"])
-
-
 # ---------------------------------------------------------------------------------------------- pitfall 7
 def shard_coverage(num_examples: int, world_size: int, use_sampler: bool) -> dict[str, int]:
     """Samples read per epoch by all ranks together, and how many of them are distinct."""
@@ -295,23 +197,3 @@ def dataset_arrays(dataset) -> tuple[np.ndarray, np.ndarray]:
 
     x, y = next(iter(DataLoader(dataset, batch_size=len(dataset), shuffle=False)))
     return x.numpy(), y.numpy()
-
-
-def torch_visible_gpus(cuda_visible_devices: str | None, timeout_s: float = 120.0) -> dict:
-    """Pitfall 5: in a fresh process with this CUDA_VISIBLE_DEVICES, how many GPUs torch counts (and whether
-    counting initialised CUDA). The variable only works if set before CUDA starts, hence a new process."""
-    import json
-    import os
-    import subprocess
-    import sys
-
-    env = dict(os.environ)
-    env.pop("CUDA_VISIBLE_DEVICES", None)
-    if cuda_visible_devices is not None:
-        env["CUDA_VISIBLE_DEVICES"] = cuda_visible_devices
-    code = ("import json, torch; n = torch.cuda.device_count(); "
-            "print(json.dumps({'gpus': n, 'cuda_initialized': torch.cuda.is_initialized()}))")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=timeout_s)
-    if proc.returncode:
-        raise RuntimeError(f"device-count child failed: {proc.stderr.strip().splitlines()[-1:]}")
-    return {"CUDA_VISIBLE_DEVICES": cuda_visible_devices, **json.loads(proc.stdout.strip().splitlines()[-1])}
