@@ -20,9 +20,6 @@ from labkit.comm.collectives import allreduce_cost
 from labkit.parallel.costmodel import core_sharing_slowdown, fit_alpha_beta, predicted_speedup
 
 
-QUIET_NOISE_MAX = 1.5   # p90/p10 of repeated timings above this: the machine is busy, timings not trustworthy
-
-
 def timing_noise(times_s) -> float:
     """p90/p10 of repeated timings of the same work: 1.0 is perfectly steady."""
     from labkit.core.clock import percentile
@@ -196,17 +193,6 @@ def compare_with_model(runs: list[StepTimes], cores: int, algorithm: str = "ring
         predicted = predicted_speedup(alone.t_comp_s, t_sync, run.replicas, slowdown)
         points.append(ScalingPoint(run.replicas, alone.t_comp_s, t_sync, run.t_sync_s, slowdown, predicted, measured))
     return points
-
-
-def machine_is_quiet(runs: list[StepTimes], cores: int | None = None) -> bool:
-    """True when nothing else competed for the cores: the R=1 baseline was steady (p90/p10 <= QUIET_NOISE_MAX)
-    and every run's ranks got at least 75% of the CPU the hardware allows them (min(1, cores/R))."""
-    from labkit.core.machine import cpu_count
-
-    cores = cores or cpu_count()
-    alone = next(r for r in runs if r.replicas == 1)
-    starved = [r for r in runs if r.cpu_share < 0.75 * min(1.0, cores / r.replicas)]
-    return alone.step_noise <= QUIET_NOISE_MAX and not starved
 
 
 def points_to_dataframe(points: list[ScalingPoint]):

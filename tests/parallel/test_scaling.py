@@ -28,16 +28,9 @@ def test_real_measurement_structure():
     assert points[0].measured_speedup == 1.0 and points[1].predicted_speedup > 0
 
 
-def test_timing_noise_and_quiet_gate():
+def test_timing_noise():
     assert sc.timing_noise([1.0] * 5) == pytest.approx(1.0)
-    assert sc.timing_noise([1.0, 1.0, 1.0, 1.0, 10.0]) > sc.QUIET_NOISE_MAX
-    steady = sc.StepTimes(1, 8, 4, 0.01, 0.0, 0.01, 0.0, 0.0, "t", step_noise=1.1)
-    busy = sc.StepTimes(1, 8, 4, 0.01, 0.0, 0.01, 0.0, 0.0, "t", step_noise=3.0)
-    assert sc.machine_is_quiet([steady], cores=2) and not sc.machine_is_quiet([busy], cores=2)
-    shared = sc.StepTimes(4, 8, 4, 0.01, 0.0, 0.01, 0.0, 0.0, "t", cpu_share=0.5)     # 4 ranks on 2 cores: expected
-    starved = sc.StepTimes(2, 8, 4, 0.01, 0.0, 0.01, 0.0, 0.0, "t", cpu_share=0.4)    # 2 ranks on 2 cores: others ran
-    assert sc.machine_is_quiet([steady, shared], cores=2)
-    assert not sc.machine_is_quiet([steady, starved], cores=2)
+    assert sc.timing_noise([1.0, 1.0, 1.0, 1.0, 10.0]) > 1.5     # one slow repeat of five: a busy machine
 
 
 def test_verdict_agrees_only_when_both_sides_of_one():
