@@ -20,6 +20,7 @@ from torch.utils.data.distributed import DistributedSampler
 
 from labkit.comm.launch import check_data_size
 from labkit.core.timing import time_fn
+from labkit.parallel.ranks import rank_device
 
 
 # ---------------------------------------------------------------------------------------------- pitfall 1
@@ -103,18 +104,11 @@ def _throughputs(model, opt, batch_sizes, image_shape, repeats, device) -> dict[
 
 
 # ---------------------------------------------------------------------------------------------- pitfall 3
-def _rank_device() -> torch.device:
-    """This rank's device under the one backend rule: its own GPU with NCCL, else the CPU (gloo)."""
-    import torch.distributed as dist
-
-    return torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else torch.device("cpu")
-
-
 def _shard_totals(correct: list[int], indices: list[int]) -> dict:
     import torch.distributed as dist
 
     totals = torch.tensor([sum(correct[i] for i in indices), len(indices)], dtype=torch.float64,
-                          device=_rank_device())
+                          device=rank_device())
     dist.all_reduce(totals)                                    # sum (correct, seen) over all ranks
     return {"indices": indices, "correct": float(totals[0]), "seen": float(totals[1])}
 

@@ -19,6 +19,7 @@ from torch import nn
 
 from labkit.parallel.costmodel import predicted_bubble
 from labkit.parallel.model_parallel import SplitConfig, build_stages
+from labkit.parallel.ranks import rank_device
 
 
 # ---------------------------------------------------------------------------- the schedule, simulated
@@ -64,12 +65,6 @@ def bubble_fraction(events: list[Event], stages: int) -> float:
 
 
 # ---------------------------------------------------------------------------- the schedule, for real
-def _stage_device() -> torch.device:
-    if dist.get_backend() == "nccl":
-        return torch.device("cuda", torch.cuda.current_device())
-    return torch.device("cpu")
-
-
 def _now(device: torch.device) -> float:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
@@ -120,7 +115,7 @@ def pipeline_worker(micro_batch_counts: list[int], batch: int = 64, repeats: int
     """Run inside launch(world_size=stages): per micro-batch count, the least-disturbed repeat's events."""
     torch.set_num_threads(1)
     cfg = cfg or SplitConfig(stages=dist.get_world_size())
-    device = _stage_device()
+    device = rank_device()
     stage = build_stages(cfg)[dist.get_rank()].to(device)
     best: dict[int, list[Event]] = {}
     for m in micro_batch_counts:

@@ -16,7 +16,7 @@ from datetime import timedelta
 import torch
 from torch import nn
 
-from labkit.parallel.data_pitfalls import _rank_device
+from labkit.parallel.ranks import rank_device
 
 
 # ---------------------------------------------------------------------------------------------- pitfall 4
@@ -104,7 +104,7 @@ def rank0_extra_work_worker(extra_work_s: float, variant: str, barrier_timeout_s
         _busy_work(extra_work_s)                        # evaluation/checkpoint on rank 0 only
     if variant == "barrier":                            # a barrier whose timeout covers the known extra work
         dist.barrier(group=patient)
-    grad = torch.ones(4, device=_rank_device()) * (rank + 1)
+    grad = torch.ones(4, device=rank_device()) * (rank + 1)
     dist.all_reduce(grad)                               # the next step's gradient all-reduce
     return {"rank": rank, "sum": grad.tolist(), "elapsed_s": time.perf_counter() - start}
 

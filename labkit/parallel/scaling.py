@@ -18,6 +18,7 @@ from torch import nn
 
 from labkit.comm.collectives import allreduce_cost
 from labkit.parallel.costmodel import core_sharing_slowdown, fit_alpha_beta, predicted_speedup
+from labkit.parallel.ranks import rank_device
 
 
 def timing_noise(times_s) -> float:
@@ -53,11 +54,6 @@ def _mlp(in_features: int, hidden: int, depth: int) -> nn.Module:
     return nn.Sequential(*layers, nn.Linear(hidden, 10))
 
 
-def _rank_device() -> torch.device:
-    """This rank's GPU under NCCL (one GPU per rank), else the CPU: the one backend rule decides."""
-    return torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else torch.device("cpu")
-
-
 def _sync(device: torch.device) -> None:
     """Wait for the GPU before reading the clock (a no-op on CPU): only at step/phase edges we report."""
     if device.type == "cuda":
@@ -66,7 +62,7 @@ def _sync(device: torch.device) -> None:
 
 def _allreduce_probe(sizes_bytes: list[int], repeats: int, group) -> list[float]:
     """Median time of a float32 all-reduce for each size (barrier first, so skew is not timed)."""
-    medians, device = [], _rank_device()
+    medians, device = [], rank_device()
     for n in sizes_bytes:
         buf = torch.ones(max(1, n // 4), device=device)
         times = []
@@ -87,7 +83,7 @@ def _time_steps(replicas: int, group, cfg: dict) -> StepTimes:
     from labkit.parallel.sync_sgd import sync_gradients
 
     torch.manual_seed(cfg["seed"] + dist.get_rank())
-    device = _rank_device()
+    device = rank_device()
     model = _mlp(cfg["in_features"], cfg["hidden"], cfg["depth"]).to(device)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     x = torch.randn(cfg["batch"], cfg["in_features"], device=device)
