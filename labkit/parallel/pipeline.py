@@ -193,18 +193,3 @@ def measure_pipeline(micro_batch_counts: tuple[int, ...] = (1, 2, 4, 8), *, batc
     cfg = cfg or SplitConfig()
     runs = launch_pipeline(micro_batch_counts, batch=batch, repeats=repeats, cfg=cfg, timeout_s=timeout_s)
     return analyse_pipeline(runs, cfg.stages)
-
-
-def plot_timeline(events: list[Event], ax=None, title: str = ""):
-    """Gantt chart of one pipeline step: a row per stage, forward blue, backward orange."""
-    import matplotlib.pyplot as plt
-
-    ax = ax or plt.subplots(figsize=(8, 1.8))[1]
-    t0 = min(e.start_s for e in events)
-    for e in events:
-        ax.barh(e.stage, 1e3 * (e.end_s - e.start_s), left=1e3 * (e.start_s - t0), color="C0" if e.phase == "F" else "C1",
-                edgecolor="k", lw=0.3)
-        ax.text(1e3 * ((e.start_s + e.end_s) / 2 - t0), e.stage, str(e.micro_batch), ha="center", va="center", fontsize=6)
-    ax.set(yticks=sorted({e.stage for e in events}), xlabel="time (ms)", ylabel="stage", title=title)
-    ax.invert_yaxis()
-    return ax

@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import statistics
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
-import numpy as np
 import torch
 import torch.distributed as dist
 from torch import nn
@@ -189,28 +188,6 @@ def compare_with_model(runs: list[StepTimes], cores: int, algorithm: str = "ring
         predicted = predicted_speedup(alone.t_comp_s, t_sync, run.replicas, slowdown)
         points.append(ScalingPoint(run.replicas, alone.t_comp_s, t_sync, run.t_sync_s, slowdown, predicted, measured))
     return points
-
-
-def points_to_dataframe(points: list[ScalingPoint]):
-    """A table of ScalingPoints (with relative_error) as a pandas DataFrame."""
-    import pandas as pd
-
-    return pd.DataFrame([{**asdict(p), "relative_error": p.relative_error} for p in points])
-
-
-def plot_predicted_vs_measured(points: list[ScalingPoint], ax=None):
-    """Bar chart of predicted and measured speedup per replica count, with ideal R marked."""
-    import matplotlib.pyplot as plt
-
-    ax = ax or plt.subplots(figsize=(5, 3.5))[1]
-    xs = np.arange(len(points))
-    ax.bar(xs - 0.2, [p.predicted_speedup for p in points], 0.4, label="predicted")
-    ax.bar(xs + 0.2, [p.measured_speedup for p in points], 0.4, label="measured")
-    ax.plot(xs, [p.replicas for p in points], "k_", ms=30, label="ideal (R)")
-    ax.set_xticks(xs, [f"R={p.replicas}" for p in points])
-    ax.set(ylabel="speedup over R=1", title="Data-parallel speedup: model vs measurement")
-    ax.legend(fontsize=8)
-    return ax
 
 
 # ---------------------------------------------------------------------------- the verdict, sized to be robust

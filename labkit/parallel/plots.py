@@ -1,0 +1,50 @@
+"""Charts and tables of the parallel lessons' measurements: speedup predicted vs measured, a pipeline's timeline.
+
+Kept apart from ``scaling`` and ``pipeline`` because every rank of a measured run imports those modules:
+a rank never draws, so it need not load matplotlib and pandas (about 50 MB and a second per process).
+"""
+from __future__ import annotations
+
+from dataclasses import asdict
+
+import numpy as np
+
+from labkit.parallel.pipeline import Event
+from labkit.parallel.scaling import ScalingPoint
+
+
+def points_to_dataframe(points: list[ScalingPoint]):
+    """A table of ScalingPoints (with relative_error) as a pandas DataFrame."""
+    import pandas as pd
+
+    return pd.DataFrame([{**asdict(p), "relative_error": p.relative_error} for p in points])
+
+
+def plot_predicted_vs_measured(points: list[ScalingPoint], ax=None):
+    """Bar chart of predicted and measured speedup per replica count, with ideal R marked."""
+    import matplotlib.pyplot as plt
+
+    ax = ax or plt.subplots(figsize=(5, 3.5))[1]
+    xs = np.arange(len(points))
+    ax.bar(xs - 0.2, [p.predicted_speedup for p in points], 0.4, label="predicted")
+    ax.bar(xs + 0.2, [p.measured_speedup for p in points], 0.4, label="measured")
+    ax.plot(xs, [p.replicas for p in points], "k_", ms=30, label="ideal (R)")
+    ax.set_xticks(xs, [f"R={p.replicas}" for p in points])
+    ax.set(ylabel="speedup over R=1", title="Data-parallel speedup: model vs measurement")
+    ax.legend(fontsize=8)
+    return ax
+
+
+def plot_timeline(events: list[Event], ax=None, title: str = ""):
+    """Gantt chart of one pipeline step: a row per stage, forward blue, backward orange."""
+    import matplotlib.pyplot as plt
+
+    ax = ax or plt.subplots(figsize=(8, 1.8))[1]
+    t0 = min(e.start_s for e in events)
+    for e in events:
+        ax.barh(e.stage, 1e3 * (e.end_s - e.start_s), left=1e3 * (e.start_s - t0), color="C0" if e.phase == "F" else "C1",
+                edgecolor="k", lw=0.3)
+        ax.text(1e3 * ((e.start_s + e.end_s) / 2 - t0), e.stage, str(e.micro_batch), ha="center", va="center", fontsize=6)
+    ax.set(yticks=sorted({e.stage for e in events}), xlabel="time (ms)", ylabel="stage", title=title)
+    ax.invert_yaxis()
+    return ax
