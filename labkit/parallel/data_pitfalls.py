@@ -15,10 +15,13 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+import torch.distributed as dist
 from torch import nn
+from torch.utils.data import DataLoader
 from torch.utils.data.distributed import DistributedSampler
 
-from labkit.comm.launch import check_data_size
+from labkit.comm.launch import check_data_size, launch
+from labkit.core.models import MLP
 from labkit.core.timing import time_fn
 from labkit.parallel.ranks import rank_device
 
@@ -105,8 +108,6 @@ def _throughputs(model, opt, batch_sizes, image_shape, repeats, device) -> dict[
 
 # ---------------------------------------------------------------------------------------------- pitfall 3
 def _shard_totals(correct: list[int], indices: list[int]) -> dict:
-    import torch.distributed as dist
-
     totals = torch.tensor([sum(correct[i] for i in indices), len(indices)], dtype=torch.float64,
                           device=rank_device())
     dist.all_reduce(totals)                                    # sum (correct, seen) over all ranks
@@ -115,8 +116,6 @@ def _shard_totals(correct: list[int], indices: list[int]) -> dict:
 
 def sharded_eval_worker(correct: list[int]) -> dict:
     """One rank: accuracy counts on DistributedSampler's padded shard, then on an unpadded shard."""
-    import torch.distributed as dist
-
     rank, world, n = dist.get_rank(), dist.get_world_size(), len(correct)
     padded = list(DistributedSampler(range(n), world, rank, shuffle=False))
     return {"padded": _shard_totals(correct, padded),
@@ -134,8 +133,6 @@ class ShardedEvalEvidence:
 
 def padded_eval_accuracy(correct: list[int], world_size: int = 3, timeout_s: float = 120.0) -> ShardedEvalEvidence:
     """Pitfall 3: distributed accuracy with DistributedSampler's padding vs unpadded shards (real processes)."""
-    from labkit.comm.launch import launch
-
     if not correct or any(c not in (0, 1) for c in correct):
         raise ValueError("correct must be a non-empty list of 0/1 flags (1 = prediction was right)")
     check_data_size(world_size, len(correct), "the evaluation set")
@@ -164,8 +161,6 @@ def lr_scaling_run(x: torch.Tensor, y: torch.Tensor, xv: torch.Tensor, yv: torch
 
     One process with batch k*B computes the same averaged gradient as k synchronous workers with B each.
     """
-    from labkit.core.models import MLP
-
     torch.manual_seed(seed)
     model = MLP(int(max(y.max(), yv.max())) + 1, in_features=x[0].numel(), hidden=128)
     opt = torch.optim.SGD(model.parameters(), lr=lr)
@@ -187,7 +182,5 @@ def lr_scaling_run(x: torch.Tensor, y: torch.Tensor, xv: torch.Tensor, yv: torch
 # ---------------------------------------------------------------------------------------------- helpers
 def dataset_arrays(dataset) -> tuple[np.ndarray, np.ndarray]:
     """All of a map-style dataset as numpy arrays (x, y), in order."""
-    from torch.utils.data import DataLoader
-
     x, y = next(iter(DataLoader(dataset, batch_size=len(dataset), shuffle=False)))
     return x.numpy(), y.numpy()

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from labkit.parallel.costmodel import micro_batches_for_bubble
+from labkit.parallel.costmodel import micro_batches_for_bubble, pays_off, predicted_speedup
 
 
 # ---------------------------------------------------------------------------- the model and its split
@@ -97,8 +97,6 @@ class Recommendation:
 def recommend_parallelism(model_state_bytes: int, device_memory_bytes: int, t_comp_s: float, t_sync_s: float,
                           replicas: int, max_bubble: float = 0.2) -> Recommendation:
     """The rule: split the model only when it does not fit; otherwise replicate it when T_sync < (R-1) T_comp."""
-    from labkit.parallel.costmodel import pays_off, predicted_speedup
-
     if model_state_bytes > device_memory_bytes:
         p = -(-model_state_bytes // device_memory_bytes)            # ceil: stages needed to fit
         m = micro_batches_for_bubble(p, max_bubble)

@@ -17,9 +17,11 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from labkit.comm.launch import launch
 from labkit.parallel.costmodel import predicted_bubble
 from labkit.parallel.model_parallel import SplitConfig, build_stages
 from labkit.parallel.ranks import rank_device
+from labkit.parallel.scaling import timing_noise
 
 
 # ---------------------------------------------------------------------------- the schedule, simulated
@@ -140,8 +142,6 @@ def _median_s(events: list[Event], stage: int, phase: str) -> float:
 
 def pipeline_timing_noise(events: list[Event]) -> float:
     """Worst p90/p10 over (stage, phase) of the durations of the same work: ~1.1 quiet, >1.5 busy machine."""
-    from labkit.parallel.scaling import timing_noise
-
     groups = {(e.stage, e.phase) for e in events}
     return max(timing_noise([e.end_s - e.start_s for e in events if (e.stage, e.phase) == g]) for g in groups)
 
@@ -180,8 +180,6 @@ def analyse_pipeline(runs: dict[int, list[Event]], stages: int = 2) -> list[Bubb
 def launch_pipeline(micro_batch_counts: tuple[int, ...] = (1, 2, 4, 8), *, batch: int = 64, repeats: int = 3,
                     cfg: SplitConfig | None = None, timeout_s: float = 120.0) -> dict[int, list[Event]]:
     """Two real processes (gloo, or NCCL on 2 GPUs), one stage each: the measured events per micro-batch count."""
-    from labkit.comm.launch import launch
-
     cfg = cfg or SplitConfig()
     return launch(pipeline_worker, cfg.stages, kwargs=dict(micro_batch_counts=list(micro_batch_counts), batch=batch,
                   repeats=repeats, cfg=cfg), timeout_s=timeout_s, show_output=False)[0]

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 from dataclasses import asdict
 
+import matplotlib.pyplot as plt
 import numpy as np
+import pandas as pd
 
 from labkit.parallel.pipeline import Event
 from labkit.parallel.scaling import ScalingPoint
@@ -15,15 +17,11 @@ from labkit.parallel.scaling import ScalingPoint
 
 def points_to_dataframe(points: list[ScalingPoint]):
     """A table of ScalingPoints (with relative_error) as a pandas DataFrame."""
-    import pandas as pd
-
     return pd.DataFrame([{**asdict(p), "relative_error": p.relative_error} for p in points])
 
 
 def plot_predicted_vs_measured(points: list[ScalingPoint], ax=None):
     """Bar chart of predicted and measured speedup per replica count, with ideal R marked."""
-    import matplotlib.pyplot as plt
-
     ax = ax or plt.subplots(figsize=(5, 3.5))[1]
     xs = np.arange(len(points))
     ax.bar(xs - 0.2, [p.predicted_speedup for p in points], 0.4, label="predicted")
@@ -37,8 +35,6 @@ def plot_predicted_vs_measured(points: list[ScalingPoint], ax=None):
 
 def plot_timeline(events: list[Event], ax=None, title: str = ""):
     """Gantt chart of one pipeline step: a row per stage, forward blue, backward orange."""
-    import matplotlib.pyplot as plt
-
     ax = ax or plt.subplots(figsize=(8, 1.8))[1]
     t0 = min(e.start_s for e in events)
     for e in events:

@@ -6,6 +6,9 @@ how any derived number was derived.
 """
 from __future__ import annotations
 
+import matplotlib.pyplot as plt
+import pandas as pd
+
 from labkit.core.data import verify_data_file
 
 PUBLISHED_FILE = "published_scaling.csv"
@@ -13,15 +16,11 @@ PUBLISHED_FILE = "published_scaling.csv"
 
 def load_published_scaling():
     """The cited published scaling points (``data/published_scaling.csv``, checksum verified)."""
-    import pandas as pd
-
     return pd.read_csv(verify_data_file(PUBLISHED_FILE), comment="#")
 
 
 def plot_published_scaling(df=None, ax=None):
     """Published speedups over each paper's baseline against ideal linear scaling (log-log)."""
-    import matplotlib.pyplot as plt
-
     df = load_published_scaling() if df is None else df
     ax = ax or plt.subplots(figsize=(5, 4))[1]
     scale = df["workers"] / df["baseline_workers"]

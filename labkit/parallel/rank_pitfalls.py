@@ -9,13 +9,19 @@ Pitfalls 1-3 and 7 (the data each rank sees) are in ``labkit.parallel.data_pitfa
 from __future__ import annotations
 
 import io
+import json
+import os
+import subprocess
+import sys
 import time
 from dataclasses import dataclass
 from datetime import timedelta
 
 import torch
+import torch.distributed as dist
 from torch import nn
 
+from labkit.comm.launch import RankFailedError, launch
 from labkit.parallel.ranks import rank_device
 
 
@@ -64,11 +70,6 @@ def save_wrapped_model(model: nn.Module, sample: torch.Tensor, fresh: nn.Module)
 def torch_visible_gpus(cuda_visible_devices: str | None, timeout_s: float = 120.0) -> dict:
     """Pitfall 5: in a fresh process with this CUDA_VISIBLE_DEVICES, how many GPUs torch counts (and whether
     counting initialised CUDA). The variable only works if set before CUDA starts, hence a new process."""
-    import json
-    import os
-    import subprocess
-    import sys
-
     env = dict(os.environ)
     env.pop("CUDA_VISIBLE_DEVICES", None)
     if cuda_visible_devices is not None:
@@ -93,8 +94,6 @@ def _busy_work(seconds: float) -> int:
 
 def rank0_extra_work_worker(extra_work_s: float, variant: str, barrier_timeout_s: float) -> dict:
     """One rank of pitfall 6: rank 0 evaluates, then every rank all-reduces (variant picks broken or a fix)."""
-    import torch.distributed as dist
-
     rank, start = dist.get_rank(), time.perf_counter()
     # a group with its own, deliberately long timeout, for the one place where waiting is expected
     patient = dist.new_group(backend="gloo", timeout=timedelta(seconds=barrier_timeout_s)) if variant == "barrier" else None
@@ -122,8 +121,6 @@ class StragglerEvidence:
 def rank0_extra_work(variant: str = "broken", *, extra_work_s: float = 4.0, pg_timeout_s: float = 2.0,
                      barrier_timeout_s: float = 30.0, world_size: int = 2, timeout_s: float = 120.0) -> StragglerEvidence:
     """Pitfall 6 with real processes and a short collective timeout (``pg_timeout_s`` < ``extra_work_s``)."""
-    from labkit.comm.launch import RankFailedError, launch
-
     if variant not in ("broken", "all_ranks", "barrier"):
         raise ValueError(f"variant must be 'broken', 'all_ranks' or 'barrier', got {variant!r}")
     start = time.perf_counter()

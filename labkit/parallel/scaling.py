@@ -16,14 +16,17 @@ import torch.distributed as dist
 from torch import nn
 
 from labkit.comm.collectives import allreduce_cost
+from labkit.comm.launch import choose_backend, launch
+from labkit.core.clock import percentile
+from labkit.core.device import device_label
+from labkit.core.machine import cpu_count
 from labkit.parallel.costmodel import core_sharing_slowdown, fit_alpha_beta, predicted_speedup
 from labkit.parallel.ranks import rank_device
+from labkit.parallel.sync_sgd import sync_gradients
 
 
 def timing_noise(times_s) -> float:
     """p90/p10 of repeated timings of the same work: 1.0 is perfectly steady."""
-    from labkit.core.clock import percentile
-
     values = [float(t) for t in times_s]
     return percentile(values, 90) / max(percentile(values, 10), 1e-12)
 
@@ -78,9 +81,6 @@ def _allreduce_probe(sizes_bytes: list[int], repeats: int, group) -> list[float]
 
 def _time_steps(replicas: int, group, cfg: dict) -> StepTimes:
     """Time ``cfg['steps']`` real sync-SGD steps of the MLP among the first ``replicas`` ranks."""
-    from labkit.core.device import device_label
-    from labkit.parallel.sync_sgd import sync_gradients
-
     torch.manual_seed(cfg["seed"] + dist.get_rank())
     device = rank_device()
     model = _mlp(cfg["in_features"], cfg["hidden"], cfg["depth"]).to(device)
@@ -148,8 +148,6 @@ def measure_scaling(replica_counts: tuple[int, ...] = (1, 2, 4), *, backend: str
     own, else gloo with every rank a CPU process (print ``choose_backend(max(counts)).reason`` next to the
     numbers so a reader on a 1-GPU box knows they are CPU timings).
     """
-    from labkit.comm.launch import choose_backend, launch
-
     if not replica_counts or any(isinstance(r, bool) or not isinstance(r, int) or r < 1 for r in replica_counts):
         raise ValueError(f"replica_counts must be integers >= 1, got {replica_counts!r}")
     counts = tuple(sorted(set(int(r) for r in replica_counts)))
@@ -223,9 +221,6 @@ def verdict_worker(cases: dict, replicas: int, rounds: int, steps: int) -> dict:
 def pays_verdicts(replicas: int = 2, cases: dict | None = None, *, rounds: int = 3, steps: int = 6,
                   cores: int | None = None, backend: str = "auto", timeout_s: float = 120.0) -> list[Verdict]:
     """Measure R=1 vs R=``replicas`` for each sized case (interleaved rounds, fastest round) and compare."""
-    from labkit.comm.launch import choose_backend, launch
-    from labkit.core.machine import cpu_count
-
     cases = cases or SIZED_CASES
     by_case = launch(verdict_worker, replicas, kwargs=dict(cases=cases, replicas=replicas, rounds=rounds, steps=steps),
                      backend=choose_backend(replicas, backend).backend, timeout_s=timeout_s, show_output=False)[0]

@@ -19,7 +19,9 @@ from typing import Callable
 import torch
 import torch.distributed as dist
 from torch import nn
+from torch.nn.parallel import DistributedDataParallel as DDP
 
+from labkit.comm.launch import launch
 from labkit.core.validation import checked_int
 
 Broadcast = Callable[[torch.Tensor, int], None]
@@ -203,8 +205,6 @@ def sync_sgd_worker(steps: int, seed: int = 0, micro_batch: int = 8, lr: float =
 
 def ddp_worker(steps: int, seed: int = 0, micro_batch: int = 8, lr: float = 0.1) -> dict[str, torch.Tensor]:
     """Run inside launch(): the same training with PyTorch DistributedDataParallel."""
-    from torch.nn.parallel import DistributedDataParallel as DDP
-
     torch.set_num_threads(1)
     rank, world_size = dist.get_rank(), dist.get_world_size()
     problem = ToyProblem(seed=seed, micro_batch=micro_batch, lr=lr)
@@ -244,8 +244,6 @@ def run_sync_sgd_comparison(world_size: int = 2, steps: int = 10, seed: int = 0,
 
     Returns ``{"scratch": [rank0, rank1, ...], "scratch_bucketed": [...], "ddp": [...], "single": state}``.
     """
-    from labkit.comm.launch import launch
-
     # gloo on purpose, GPUs or not: this is a proof to float precision against a CPU reference (CPU tensors,
     # deterministic kernels); the timing lessons are the ones that follow choose_backend onto the GPUs
     per_rank = launch(sync_vs_ddp_worker, world_size, kwargs=dict(steps=steps, seed=seed, micro_batch=micro_batch,

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import ipywidgets as w
+import matplotlib.pyplot as plt
 import numpy as np
 
 from labkit.parallel.scaling import ScalingPoint
@@ -22,8 +24,6 @@ SLIDER_DESCRIPTIONS = {"replicas": "Replicas", "batch": "Batch", "model_params_m
 
 def plot_explorer(settings: ExplorerSettings, measured: list[ScalingPoint] | None = None, max_replicas: int = 64):
     """Speedup and efficiency against R for ``settings``; measured points (and their predictions) overlaid."""
-    import matplotlib.pyplot as plt
-
     rs = list(range(1, max(max_replicas, settings.replicas) + 1))
     curve = speedup_curve(settings, rs)
     fig, (ax_s, ax_e) = plt.subplots(1, 2, figsize=(9, 3.4))
@@ -47,8 +47,6 @@ class SpeedupExplorer:
 
     def __init__(self, settings: ExplorerSettings | None = None, measured: list[ScalingPoint] | None = None,
                  max_replicas: int = 64, draw: bool = True) -> None:
-        import ipywidgets as w
-
         s = settings or ExplorerSettings()
         self.base, self.measured, self.max_replicas, self.draw = s, list(measured or []), max_replicas, draw
         d, style = SLIDER_DESCRIPTIONS, {"description_width": "120px"}
@@ -84,7 +82,6 @@ class SpeedupExplorer:
         result = explore(settings)
         self.readout.value = f"<span>{readout_text(settings, result)}</span>"
         if self.draw:
-            import matplotlib.pyplot as plt
             from IPython.display import clear_output, display
 
             with self.plot:
