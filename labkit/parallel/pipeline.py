@@ -18,6 +18,8 @@ import torch.distributed as dist
 from torch import nn
 
 from labkit.comm.launch import launch
+from labkit.core.clock import now_s
+from labkit.core.timing import synchronize
 from labkit.parallel.costmodel import predicted_bubble
 from labkit.parallel.model_parallel import SplitConfig, build_stages
 from labkit.parallel.ranks import rank_device
@@ -68,9 +70,10 @@ def bubble_fraction(events: list[Event], stages: int) -> float:
 
 # ---------------------------------------------------------------------------- the schedule, for real
 def _now(device: torch.device) -> float:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    return time.perf_counter()     # CLOCK_MONOTONIC: one clock for every process on the machine
+    """The kit's clock once the device's queued work is done. now_s() reads CLOCK_MONOTONIC (Linux), one clock
+    for every process on the machine, so the stages' timestamps line up."""
+    synchronize(device)
+    return now_s()
 
 
 def _run_pipeline(stage: nn.Module, cfg: SplitConfig, m: int, micro_batch: int, device: torch.device) -> list[Event]:

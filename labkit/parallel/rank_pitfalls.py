@@ -13,7 +13,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -22,6 +21,7 @@ import torch.distributed as dist
 from torch import nn
 
 from labkit.comm.launch import RankFailedError, launch
+from labkit.core.clock import Deadline, now_s
 from labkit.parallel.ranks import rank_device
 
 
@@ -85,8 +85,8 @@ def torch_visible_gpus(cuda_visible_devices: str | None, timeout_s: float = 120.
 # ---------------------------------------------------------------------------------------------- pitfall 6
 def _busy_work(seconds: float) -> int:
     """Real CPU work (matmuls standing for evaluation/checkpointing) for at least ``seconds``."""
-    a, n, end = torch.randn(256, 256), 0, time.perf_counter() + seconds
-    while time.perf_counter() < end:
+    a, n, deadline = torch.randn(256, 256), 0, Deadline(seconds)
+    while not deadline.expired:
         a = torch.tanh(a @ a)
         n += 1
     return n
@@ -94,7 +94,7 @@ def _busy_work(seconds: float) -> int:
 
 def rank0_extra_work_worker(extra_work_s: float, variant: str, barrier_timeout_s: float) -> dict:
     """One rank of pitfall 6: rank 0 evaluates, then every rank all-reduces (variant picks broken or a fix)."""
-    rank, start = dist.get_rank(), time.perf_counter()
+    rank, start = dist.get_rank(), now_s()
     # a group with its own, deliberately long timeout, for the one place where waiting is expected
     patient = dist.new_group(backend="gloo", timeout=timedelta(seconds=barrier_timeout_s)) if variant == "barrier" else None
     if variant == "all_ranks":
@@ -105,7 +105,7 @@ def rank0_extra_work_worker(extra_work_s: float, variant: str, barrier_timeout_s
         dist.barrier(group=patient)
     grad = torch.ones(4, device=rank_device()) * (rank + 1)
     dist.all_reduce(grad)                               # the next step's gradient all-reduce
-    return {"rank": rank, "sum": grad.tolist(), "elapsed_s": time.perf_counter() - start}
+    return {"rank": rank, "sum": grad.tolist(), "elapsed_s": now_s() - start}
 
 
 @dataclass(frozen=True)
@@ -123,10 +123,10 @@ def rank0_extra_work(variant: str = "broken", *, extra_work_s: float = 4.0, pg_t
     """Pitfall 6 with real processes and a short collective timeout (``pg_timeout_s`` < ``extra_work_s``)."""
     if variant not in ("broken", "all_ranks", "barrier"):
         raise ValueError(f"variant must be 'broken', 'all_ranks' or 'barrier', got {variant!r}")
-    start = time.perf_counter()
+    start = now_s()
     try:
         res = launch(rank0_extra_work_worker, world_size, args=(extra_work_s, variant, barrier_timeout_s),
                      timeout_s=timeout_s, pg_timeout_s=pg_timeout_s, show_output=False)
     except RankFailedError as err:
-        return StragglerEvidence(variant, False, err.rank, err.summary, time.perf_counter() - start, None)
-    return StragglerEvidence(variant, True, None, None, time.perf_counter() - start, res[0]["sum"])
+        return StragglerEvidence(variant, False, err.rank, err.summary, now_s() - start, None)
+    return StragglerEvidence(variant, True, None, None, now_s() - start, res[0]["sum"])

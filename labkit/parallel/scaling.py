@@ -17,9 +17,10 @@ from torch import nn
 
 from labkit.comm.collectives import allreduce_cost
 from labkit.comm.launch import choose_backend, launch
-from labkit.core.clock import percentile
+from labkit.core.clock import now_s, percentile
 from labkit.core.device import device_label
 from labkit.core.machine import cpu_count
+from labkit.core.timing import Stopwatch, synchronize
 from labkit.parallel.costmodel import core_sharing_slowdown, fit_alpha_beta, predicted_speedup
 from labkit.parallel.ranks import rank_device
 from labkit.parallel.sync_sgd import sync_gradients
@@ -56,12 +57,6 @@ def _mlp(in_features: int, hidden: int, depth: int) -> nn.Module:
     return nn.Sequential(*layers, nn.Linear(hidden, 10))
 
 
-def _sync(device: torch.device) -> None:
-    """Wait for the GPU before reading the clock (a no-op on CPU): only at step/phase edges we report."""
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 def _allreduce_probe(sizes_bytes: list[int], repeats: int, group) -> list[float]:
     """Median time of a float32 all-reduce for each size (barrier first, so skew is not timed)."""
     medians, device = [], rank_device()
@@ -70,11 +65,9 @@ def _allreduce_probe(sizes_bytes: list[int], repeats: int, group) -> list[float]
         times = []
         for _ in range(repeats + 1):
             dist.barrier(group=group)
-            _sync(device)
-            t0 = time.perf_counter()
-            dist.all_reduce(buf, group=group)
-            _sync(device)
-            times.append(time.perf_counter() - t0)
+            with Stopwatch(device) as watch:
+                dist.all_reduce(buf, group=group)
+            times.append(watch.elapsed_s)
         medians.append(statistics.median(times[1:]))
     return medians
 
@@ -90,18 +83,18 @@ def _time_steps(replicas: int, group, cfg: dict) -> StepTimes:
     grad_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
     comp, sync, step, cpu_s = [], [], [], 0.0
     for i in range(cfg["warmup"] + cfg["steps"]):
-        c0, t0 = time.thread_time(), time.perf_counter()
+        c0, t0 = time.thread_time(), now_s()
         opt.zero_grad()
         nn.functional.cross_entropy(model(x), y).backward()
-        _sync(device)
-        c1, t1 = time.thread_time(), time.perf_counter()
+        synchronize(device)
+        c1, t1 = time.thread_time(), now_s()
         if replicas > 1:
             sync_gradients(model, lambda t: dist.all_reduce(t, group=group), replicas, bucket=True)
-            _sync(device)
-        c2, t2 = time.thread_time(), time.perf_counter()
+            synchronize(device)
+        c2, t2 = time.thread_time(), now_s()
         opt.step()
-        _sync(device)
-        c3, t3 = time.thread_time(), time.perf_counter()
+        synchronize(device)
+        c3, t3 = time.thread_time(), now_s()
         if i >= cfg["warmup"]:
             cpu_s += (c1 - c0) + (c3 - c2)
             comp.append((t1 - t0) + (t3 - t2))
