@@ -19,54 +19,54 @@ import numpy as np
 from labkit.comm.collectives import allreduce_cost
 
 
-def epoch_time_s(n_samples: int, batch: int, t_comp_s: float, t_sync_s: float = 0.0, replicas: int = 1) -> float:
+def epoch_time_s(n_samples: int, batch: int, t_comp_s: float, t_sync_s: float = 0.0, world_size: int = 1) -> float:
     """Epoch time: (N/B)*T_comp alone, (N/(R*B))*(T_comp + T_sync) with R replicas."""
-    _check_positive(n_samples=n_samples, batch=batch, replicas=replicas)
+    _check_positive(n_samples=n_samples, batch=batch, world_size=world_size)
     if t_comp_s <= 0 or t_sync_s < 0:
         raise ValueError(f"need t_comp_s > 0 and t_sync_s >= 0, got {t_comp_s}, {t_sync_s}")
-    if replicas == 1:
+    if world_size == 1:
         return n_samples / batch * t_comp_s
-    return n_samples / (replicas * batch) * (t_comp_s + t_sync_s)
+    return n_samples / (world_size * batch) * (t_comp_s + t_sync_s)
 
 
-def predicted_speedup(t_comp_s: float, t_sync_s: float, replicas: int, compute_slowdown: float = 1.0) -> float:
+def predicted_speedup(t_comp_s: float, t_sync_s: float, world_size: int, compute_slowdown: float = 1.0) -> float:
     """Epoch-time ratio alone / with R replicas: R*T_comp / (slowdown*T_comp + T_sync)."""
-    _check_positive(replicas=replicas)
-    if replicas == 1:
+    _check_positive(world_size=world_size)
+    if world_size == 1:
         return 1.0
-    return replicas * t_comp_s / (compute_slowdown * t_comp_s + t_sync_s)
+    return world_size * t_comp_s / (compute_slowdown * t_comp_s + t_sync_s)
 
 
-def pays_off(t_comp_s: float, t_sync_s: float, replicas: int) -> bool:
+def pays_off(t_comp_s: float, t_sync_s: float, world_size: int) -> bool:
     """True when R replicas beat one: T_sync < (R-1) * T_comp."""
-    return t_sync_s < (replicas - 1) * t_comp_s
+    return t_sync_s < (world_size - 1) * t_comp_s
 
 
-def sync_time_s(nbytes: int, replicas: int, latency_s: float, bandwidth_bytes_per_s: float,
+def sync_time_s(nbytes: int, world_size: int, latency_s: float, bandwidth_bytes_per_s: float,
                 algorithm: str = "ring") -> float:
     """T_sync of an all-reduce of ``nbytes`` gradients: the alpha-beta model with beta = 1/bandwidth."""
     if bandwidth_bytes_per_s <= 0:
         raise ValueError(f"bandwidth_bytes_per_s must be > 0, got {bandwidth_bytes_per_s}")
-    return allreduce_cost(algorithm, replicas, int(nbytes), latency_s, 1.0 / bandwidth_bytes_per_s)
+    return allreduce_cost(algorithm, world_size, int(nbytes), latency_s, 1.0 / bandwidth_bytes_per_s)
 
 
-def core_sharing_slowdown(replicas: int, cores: int, threads_per_rank: int = 1) -> float:
+def core_sharing_slowdown(world_size: int, cores: int, threads_per_rank: int = 1) -> float:
     """How much slower each replica computes when R*threads exceed the cores (1.0 when they fit)."""
-    _check_positive(replicas=replicas, cores=cores, threads_per_rank=threads_per_rank)
-    return max(1.0, replicas * threads_per_rank / cores)
+    _check_positive(world_size=world_size, cores=cores, threads_per_rank=threads_per_rank)
+    return max(1.0, world_size * threads_per_rank / cores)
 
 
-def fit_alpha_beta(sizes_bytes, times_s, workers: int, algorithm: str = "ring") -> tuple[float, float]:
+def fit_alpha_beta(sizes_bytes, times_s, world_size: int, algorithm: str = "ring") -> tuple[float, float]:
     """Least-squares latency alpha (s) and inverse bandwidth beta (s/byte) from all-reduce timings."""
     sizes = np.asarray(sizes_bytes, dtype=float)
     times = np.asarray(times_s, dtype=float)
     if len(sizes) < 2 or len(sizes) != len(times):
         raise ValueError("need at least two (size, time) pairs of equal length to fit alpha and beta")
-    if workers < 2:
+    if world_size < 2:
         return 0.0, 0.0
     # the model is linear in (alpha, beta): cost = a_coef*alpha + b_coef(n)*beta
-    a_coef = np.array([allreduce_cost(algorithm, workers, int(n), 1.0, 0.0) for n in sizes])
-    b_coef = np.array([allreduce_cost(algorithm, workers, int(n), 0.0, 1.0) for n in sizes])
+    a_coef = np.array([allreduce_cost(algorithm, world_size, int(n), 1.0, 0.0) for n in sizes])
+    b_coef = np.array([allreduce_cost(algorithm, world_size, int(n), 0.0, 1.0) for n in sizes])
     (alpha, beta), *_ = np.linalg.lstsq(np.stack([a_coef, b_coef], 1), times, rcond=None)
     return max(float(alpha), 0.0), max(float(beta), 0.0)
 

@@ -116,10 +116,10 @@ def _shard_totals(correct: list[int], indices: list[int]) -> dict:
 
 def sharded_eval_worker(correct: list[int]) -> dict:
     """One rank: accuracy counts on DistributedSampler's padded shard, then on an unpadded shard."""
-    rank, world, n = dist.get_rank(), dist.get_world_size(), len(correct)
-    padded = list(DistributedSampler(range(n), world, rank, shuffle=False))
+    rank, world_size, n = dist.get_rank(), dist.get_world_size(), len(correct)
+    padded = list(DistributedSampler(range(n), world_size, rank, shuffle=False))
     return {"padded": _shard_totals(correct, padded),
-            "unpadded": _shard_totals(correct, list(range(rank, n, world)))}   # the fix: uneven shards
+            "unpadded": _shard_totals(correct, list(range(rank, n, world_size)))}   # the fix: uneven shards
 
 
 @dataclass(frozen=True)

@@ -95,7 +95,7 @@ class Recommendation:
 
 
 def recommend_parallelism(model_state_bytes: int, device_memory_bytes: int, t_comp_s: float, t_sync_s: float,
-                          replicas: int, max_bubble: float = 0.2) -> Recommendation:
+                          world_size: int, max_bubble: float = 0.2) -> Recommendation:
     """The rule: split the model only when it does not fit; otherwise replicate it when T_sync < (R-1) T_comp."""
     if model_state_bytes > device_memory_bytes:
         p = -(-model_state_bytes // device_memory_bytes)            # ceil: stages needed to fit
@@ -104,9 +104,9 @@ def recommend_parallelism(model_state_bytes: int, device_memory_bytes: int, t_co
                               f"training state {model_state_bytes / 1e6:.1f} MB > device {device_memory_bytes / 1e6:.1f} MB: "
                               f"split into >= {p} stages and use >= {m} micro-batches to keep the bubble <= "
                               f"{100 * max_bubble:.0f}%")
-    if replicas > 1 and pays_off(t_comp_s, t_sync_s, replicas):
+    if world_size > 1 and pays_off(t_comp_s, t_sync_s, world_size):
         return Recommendation("data parallel",
-                              f"the model fits; T_sync {1e3 * t_sync_s:.2f} ms < (R-1) T_comp {1e3 * (replicas - 1) * t_comp_s:.2f} ms "
-                              f"-> predicted speedup {predicted_speedup(t_comp_s, t_sync_s, replicas):.2f}x on {replicas} replicas")
+                              f"the model fits; T_sync {1e3 * t_sync_s:.2f} ms < (R-1) T_comp {1e3 * (world_size - 1) * t_comp_s:.2f} ms "
+                              f"-> predicted speedup {predicted_speedup(t_comp_s, t_sync_s, world_size):.2f}x on {world_size} replicas")
     return Recommendation("one device", f"the model fits and T_sync {1e3 * t_sync_s:.2f} ms >= (R-1) T_comp "
-                                        f"{1e3 * (replicas - 1) * t_comp_s:.2f} ms: more replicas would not pay")
+                                        f"{1e3 * (world_size - 1) * t_comp_s:.2f} ms: more replicas would not pay")

@@ -78,7 +78,7 @@ def _now(device: torch.device) -> float:
 
 def _run_pipeline(stage: nn.Module, cfg: SplitConfig, m: int, micro_batch: int, device: torch.device) -> list[Event]:
     """One GPipe step over ``m`` micro-batches on 2+ ranks, rank r = stage r; this rank's events."""
-    rank, world = dist.get_rank(), dist.get_world_size()
+    rank, world_size = dist.get_rank(), dist.get_world_size()
     gen = torch.Generator().manual_seed(cfg.seed)
     xs = [torch.randn(micro_batch, cfg.in_features, generator=gen).to(device) for _ in range(m)]
     ys = [torch.randint(0, cfg.num_classes, (micro_batch,), generator=gen).to(device) for _ in range(m)]
@@ -92,16 +92,16 @@ def _run_pipeline(stage: nn.Module, cfg: SplitConfig, m: int, micro_batch: int, 
             a.requires_grad_(True)
         c0, t0 = time.thread_time(), _now(device)
         out = stage(a)
-        if rank == world - 1:
+        if rank == world_size - 1:
             out = nn.functional.cross_entropy(out, ys[i]) / m
         t1 = _now(device)
         events.append(Event(rank, i, "F", t0, t1, time.thread_time() - c0))
         inputs.append(a); outputs.append(out)
-        if rank < world - 1:
+        if rank < world_size - 1:
             pending.append(dist.isend(out.detach(), rank + 1))
     for i in reversed(range(m)):                                   # backwards, in reverse
         grad = None
-        if rank < world - 1:
+        if rank < world_size - 1:
             grad = torch.empty_like(outputs[i])
             dist.recv(grad, rank + 1)
         c0, t0 = time.thread_time(), _now(device)

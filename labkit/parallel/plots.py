@@ -21,13 +21,13 @@ def points_to_dataframe(points: list[ScalingPoint]):
 
 
 def plot_predicted_vs_measured(points: list[ScalingPoint], ax=None):
-    """Bar chart of predicted and measured speedup per replica count, with ideal R marked."""
+    """Bar chart of predicted and measured speedup per world size R, with ideal R marked."""
     ax = ax or plt.subplots(figsize=(5, 3.5))[1]
     xs = np.arange(len(points))
     ax.bar(xs - 0.2, [p.predicted_speedup for p in points], 0.4, label="predicted")
     ax.bar(xs + 0.2, [p.measured_speedup for p in points], 0.4, label="measured")
-    ax.plot(xs, [p.replicas for p in points], "k_", ms=30, label="ideal (R)")
-    ax.set_xticks(xs, [f"R={p.replicas}" for p in points])
+    ax.plot(xs, [p.world_size for p in points], "k_", ms=30, label="ideal (R)")
+    ax.set_xticks(xs, [f"R={p.world_size}" for p in points])
     ax.set(ylabel="speedup over R=1", title="Data-parallel speedup: model vs measurement")
     ax.legend(fontsize=8)
     return ax

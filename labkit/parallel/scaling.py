@@ -35,9 +35,9 @@ def timing_noise(times_s) -> float:
 # ---------------------------------------------------------------------------- measuring on real gloo
 @dataclass(frozen=True)
 class StepTimes:
-    """Medians from one real run with ``replicas`` processes; times in seconds."""
+    """Medians from one real run with ``world_size`` processes; times in seconds."""
 
-    replicas: int
+    world_size: int
     batch: int
     grad_bytes: int
     t_comp_s: float          # forward + backward + optimizer step
@@ -72,8 +72,8 @@ def _allreduce_probe(sizes_bytes: list[int], repeats: int, group) -> list[float]
     return medians
 
 
-def _time_steps(replicas: int, group, cfg: dict) -> StepTimes:
-    """Time ``cfg['steps']`` real sync-SGD steps of the MLP among the first ``replicas`` ranks."""
+def _time_steps(world_size: int, group, cfg: dict) -> StepTimes:
+    """Time ``cfg['steps']`` real sync-SGD steps of the MLP among the first ``world_size`` ranks."""
     torch.manual_seed(cfg["seed"] + dist.get_rank())
     device = rank_device()
     model = _mlp(cfg["in_features"], cfg["hidden"], cfg["depth"]).to(device)
@@ -88,8 +88,8 @@ def _time_steps(replicas: int, group, cfg: dict) -> StepTimes:
         nn.functional.cross_entropy(model(x), y).backward()
         synchronize(device)
         c1, t1 = time.thread_time(), now_s()
-        if replicas > 1:
-            sync_gradients(model, lambda t: dist.all_reduce(t, group=group), replicas, bucket=True)
+        if world_size > 1:
+            sync_gradients(model, lambda t: dist.all_reduce(t, group=group), world_size, bucket=True)
             synchronize(device)
         c2, t2 = time.thread_time(), now_s()
         opt.step()
@@ -101,59 +101,59 @@ def _time_steps(replicas: int, group, cfg: dict) -> StepTimes:
             sync.append(t2 - t1)
             step.append(t3 - t0)
     alpha = beta = 0.0
-    if replicas > 1:
+    if world_size > 1:
         sizes = [4, 4096, grad_bytes // 4, grad_bytes]
-        alpha, beta = fit_alpha_beta(sizes, _allreduce_probe(sizes, 5, group), replicas)
+        alpha, beta = fit_alpha_beta(sizes, _allreduce_probe(sizes, 5, group), world_size)
     share = torch.tensor([cpu_s / sum(comp) if device.type == "cpu" else 1.0], device=device)
-    if replicas > 1:
+    if world_size > 1:
         dist.all_reduce(share, op=dist.ReduceOp.MIN, group=group)
     med = statistics.median
-    return StepTimes(replicas, cfg["batch"], grad_bytes, med(comp), med(sync), med(step), alpha, beta,
+    return StepTimes(world_size, cfg["batch"], grad_bytes, med(comp), med(sync), med(step), alpha, beta,
                      device_label(device), timing_noise(step), float(share))
 
 
-def scaling_sweep_worker(replica_counts: tuple[int, ...] = (1, 2, 4), rounds: int = 2, in_features: int = 1024,
+def scaling_sweep_worker(world_sizes: tuple[int, ...] = (1, 2, 4), rounds: int = 2, in_features: int = 1024,
                          hidden: int = 512, depth: int = 2, batch: int = 64, steps: int = 15, warmup: int = 3,
                          seed: int = 0) -> list[StepTimes]:
-    """Run inside launch() on max(replica_counts) ranks: each round, for each R the first R ranks train
+    """Run inside launch() on max(world_sizes) ranks: each round, for each R the first R ranks train
     while the rest wait at a barrier; rank 0 returns, per R, the round with the fastest step (other
     work on the machine only ever slows a round down)."""
     torch.set_num_threads(1)
     cfg = dict(in_features=in_features, hidden=hidden, depth=depth, batch=batch, steps=steps, warmup=warmup,
                seed=seed)
-    groups = {r: dist.new_group(list(range(r))) for r in replica_counts}   # every rank creates every group
+    groups = {size: dist.new_group(list(range(size))) for size in world_sizes}   # every rank creates every group
     best: dict[int, StepTimes] = {}
     for _ in range(rounds):
-        for r in replica_counts:
-            if dist.get_rank() < r:
-                run = _time_steps(r, groups[r], cfg)
-                if r not in best or run.step_s < best[r].step_s:
-                    best[r] = run
+        for size in world_sizes:
+            if dist.get_rank() < size:
+                run = _time_steps(size, groups[size], cfg)
+                if size not in best or run.step_s < best[size].step_s:
+                    best[size] = run
             dist.barrier()
-    return [best[r] for r in replica_counts] if dist.get_rank() == 0 else []
+    return [best[size] for size in world_sizes] if dist.get_rank() == 0 else []
 
 
-def measure_scaling(replica_counts: tuple[int, ...] = (1, 2, 4), *, backend: str = "auto", timeout_s: float = 120.0,
+def measure_scaling(world_sizes: tuple[int, ...] = (1, 2, 4), *, backend: str = "auto", timeout_s: float = 120.0,
                     **worker_kwargs) -> list[StepTimes]:
-    """Real runs, one torch thread per rank: T_comp, T_sync and step time for each replica count.
+    """Real runs, one torch thread per rank: T_comp, T_sync and step time for each world size.
 
     ``backend='auto'`` follows ``labkit.comm.launch.choose_backend``: NCCL on the GPUs when each rank has its
-    own, else gloo with every rank a CPU process (print ``choose_backend(max(counts)).reason`` next to the
+    own, else gloo with every rank a CPU process (print ``choose_backend(max(world_sizes)).reason`` next to the
     numbers so a reader on a 1-GPU box knows they are CPU timings).
     """
-    if not replica_counts or any(isinstance(r, bool) or not isinstance(r, int) or r < 1 for r in replica_counts):
-        raise ValueError(f"replica_counts must be integers >= 1, got {replica_counts!r}")
-    counts = tuple(sorted(set(int(r) for r in replica_counts)))
-    chosen = choose_backend(max(counts), backend).backend
-    return launch(scaling_sweep_worker, max(counts), kwargs=dict(replica_counts=counts, **worker_kwargs),
+    if not world_sizes or any(isinstance(r, bool) or not isinstance(r, int) or r < 1 for r in world_sizes):
+        raise ValueError(f"world_sizes must be integers >= 1, got {world_sizes!r}")
+    sizes = tuple(sorted(set(int(r) for r in world_sizes)))
+    chosen = choose_backend(max(sizes), backend).backend
+    return launch(scaling_sweep_worker, max(sizes), kwargs=dict(world_sizes=sizes, **worker_kwargs),
                   backend=chosen, timeout_s=timeout_s, show_output=False)[0]
 
 
 @dataclass(frozen=True)
 class ScalingPoint:
-    """Predicted vs measured speedup for one replica count."""
+    """Predicted vs measured speedup for one world size (R replicas)."""
 
-    replicas: int
+    world_size: int
     t_comp_s: float
     t_sync_predicted_s: float
     t_sync_measured_s: float
@@ -168,16 +168,16 @@ class ScalingPoint:
 
 def compare_with_model(runs: list[StepTimes], cores: int, algorithm: str = "ring") -> list[ScalingPoint]:
     """Predict each run's speedup from the R=1 compute time, core sharing and the fitted all-reduce cost."""
-    alone = next((r for r in runs if r.replicas == 1), None)
+    alone = next((r for r in runs if r.world_size == 1), None)
     if alone is None:
-        raise ValueError("runs must include replicas=1: it gives T_comp alone and the baseline step time")
+        raise ValueError("runs must include world_size=1: it gives T_comp alone and the baseline step time")
     points = []
     for run in runs:
-        slowdown = core_sharing_slowdown(run.replicas, cores)
-        t_sync = allreduce_cost(algorithm, run.replicas, run.grad_bytes, run.alpha_s, run.beta_s_per_byte)
-        measured = run.replicas * alone.step_s / run.step_s        # throughput ratio = epoch-time ratio
-        predicted = predicted_speedup(alone.t_comp_s, t_sync, run.replicas, slowdown)
-        points.append(ScalingPoint(run.replicas, alone.t_comp_s, t_sync, run.t_sync_s, slowdown, predicted, measured))
+        slowdown = core_sharing_slowdown(run.world_size, cores)
+        t_sync = allreduce_cost(algorithm, run.world_size, run.grad_bytes, run.alpha_s, run.beta_s_per_byte)
+        measured = run.world_size * alone.step_s / run.step_s        # throughput ratio = epoch-time ratio
+        predicted = predicted_speedup(alone.t_comp_s, t_sync, run.world_size, slowdown)
+        points.append(ScalingPoint(run.world_size, alone.t_comp_s, t_sync, run.t_sync_s, slowdown, predicted, measured))
     return points
 
 
@@ -193,7 +193,7 @@ class Verdict:
     """Does adding replicas pay? The model's call (from R=1 compute and the fitted all-reduce) vs the clock."""
 
     case: str
-    replicas: int
+    world_size: int
     grad_bytes: int
     t_comp_s: float
     t_sync_predicted_s: float
@@ -205,21 +205,21 @@ class Verdict:
         return (self.predicted_speedup > 1) == (self.measured_speedup > 1)
 
 
-def verdict_worker(cases: dict, replicas: int, rounds: int, steps: int) -> dict:
+def verdict_worker(cases: dict, world_size: int, rounds: int, steps: int) -> dict:
     """Run inside launch(): every sized case in one process group (one start-up for all of them)."""
-    return {case: scaling_sweep_worker((1, replicas), rounds=rounds, steps=steps, **kwargs)
+    return {case: scaling_sweep_worker((1, world_size), rounds=rounds, steps=steps, **kwargs)
             for case, kwargs in cases.items()}
 
 
-def pays_verdicts(replicas: int = 2, cases: dict | None = None, *, rounds: int = 3, steps: int = 6,
+def pays_verdicts(world_size: int = 2, cases: dict | None = None, *, rounds: int = 3, steps: int = 6,
                   cores: int | None = None, backend: str = "auto", timeout_s: float = 120.0) -> list[Verdict]:
-    """Measure R=1 vs R=``replicas`` for each sized case (interleaved rounds, fastest round) and compare."""
+    """Measure R=1 vs R=``world_size`` for each sized case (interleaved rounds, fastest round) and compare."""
     cases = cases or SIZED_CASES
-    by_case = launch(verdict_worker, replicas, kwargs=dict(cases=cases, replicas=replicas, rounds=rounds, steps=steps),
-                     backend=choose_backend(replicas, backend).backend, timeout_s=timeout_s, show_output=False)[0]
+    by_case = launch(verdict_worker, world_size, kwargs=dict(cases=cases, world_size=world_size, rounds=rounds, steps=steps),
+                     backend=choose_backend(world_size, backend).backend, timeout_s=timeout_s, show_output=False)[0]
     verdicts = []
     for case, runs in by_case.items():
         point = compare_with_model(runs, cores or cpu_count())[-1]
-        verdicts.append(Verdict(case, replicas, runs[-1].grad_bytes, point.t_comp_s, point.t_sync_predicted_s,
+        verdicts.append(Verdict(case, world_size, runs[-1].grad_bytes, point.t_comp_s, point.t_sync_predicted_s,
                                 point.predicted_speedup, point.measured_speedup))
     return verdicts

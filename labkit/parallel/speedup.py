@@ -25,7 +25,7 @@ FLOPS_PER_PARAM_PER_SAMPLE = 6.0   # forward 2N + backward 4N (Kaplan et al. 202
 class ExplorerSettings:
     """One point in the explorer's space; units in the names."""
 
-    replicas: int = 8
+    world_size: int = 8                  # R replicas
     batch: int = 256                     # per replica
     model_params_m: float = 25.0         # millions of parameters (ResNet-50 has about 25.6 M)
     latency_us: float = 10.0             # alpha: per-message latency
@@ -36,7 +36,7 @@ class ExplorerSettings:
     algorithm: str = "ring"
 
     def __post_init__(self) -> None:
-        for name in ("replicas", "batch", "n_samples", "bytes_per_param"):
+        for name in ("world_size", "batch", "n_samples", "bytes_per_param"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
                 raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
@@ -83,27 +83,27 @@ def measured_matmul_flops_per_s(device: str | torch.device | None = None, size: 
 
 
 def explore(settings: ExplorerSettings) -> ExplorerResult:
-    """Predicted epoch time, speedup and efficiency of ``settings.replicas`` synchronous replicas."""
+    """Predicted epoch time, speedup and efficiency of ``settings.world_size`` synchronous replicas."""
     s = settings
     t_comp = step_compute_s(s)
     nbytes = int(s.model_params_m * 1e6 * s.bytes_per_param)
-    t_sync = sync_time_s(nbytes, s.replicas, s.latency_us * 1e-6, s.bandwidth_gb_s * 1e9, s.algorithm)
+    t_sync = sync_time_s(nbytes, s.world_size, s.latency_us * 1e-6, s.bandwidth_gb_s * 1e9, s.algorithm)
     alone = epoch_time_s(s.n_samples, s.batch, t_comp)
-    with_r = epoch_time_s(s.n_samples, s.batch, t_comp, t_sync, s.replicas)
-    speedup = predicted_speedup(t_comp, t_sync, s.replicas)
-    return ExplorerResult(t_comp, t_sync, alone, with_r, speedup, speedup / s.replicas,
-                          pays_off(t_comp, t_sync, s.replicas) or s.replicas == 1)
+    with_r = epoch_time_s(s.n_samples, s.batch, t_comp, t_sync, s.world_size)
+    speedup = predicted_speedup(t_comp, t_sync, s.world_size)
+    return ExplorerResult(t_comp, t_sync, alone, with_r, speedup, speedup / s.world_size,
+                          pays_off(t_comp, t_sync, s.world_size) or s.world_size == 1)
 
 
-def speedup_curve(settings: ExplorerSettings, replicas: list[int]) -> np.ndarray:
-    """Predicted speedup for each replica count, everything else as in ``settings``."""
-    return np.array([explore(replace(settings, replicas=int(r))).speedup for r in replicas])
+def speedup_curve(settings: ExplorerSettings, world_sizes: list[int]) -> np.ndarray:
+    """Predicted speedup for each world size, everything else as in ``settings``."""
+    return np.array([explore(replace(settings, world_size=int(size))).speedup for size in world_sizes])
 
 
 def readout_text(settings: ExplorerSettings, result: ExplorerResult) -> str:
     """The one-paragraph readout: predicted speedup, efficiency, epoch times and the verdict."""
     verdict = "pays off" if result.pays else "does NOT pay off"
-    return (f"R={settings.replicas}: predicted speedup {result.speedup:.2f}x, efficiency "
+    return (f"R={settings.world_size}: predicted speedup {result.speedup:.2f}x, efficiency "
             f"{100 * result.efficiency:.1f}% | epoch {result.epoch_time_s:.1f} s vs {result.epoch_time_alone_s:.1f} s "
             f"alone | T_comp {1e3 * result.t_comp_s:.2f} ms, T_sync {1e3 * result.t_sync_s:.2f} ms per step | "
             f"{verdict} (needs T_sync < (R-1) T_comp)")
@@ -111,5 +111,5 @@ def readout_text(settings: ExplorerSettings, result: ExplorerResult) -> str:
 
 def measured_overlay_text(points: list[ScalingPoint]) -> str:
     """One line per measured point: predicted vs measured speedup and the relative error."""
-    return "; ".join(f"R={p.replicas}: measured {p.measured_speedup:.2f}x, predicted {p.predicted_speedup:.2f}x "
-                     f"({100 * p.relative_error:+.0f}%)" for p in points if p.replicas > 1)
+    return "; ".join(f"R={p.world_size}: measured {p.measured_speedup:.2f}x, predicted {p.predicted_speedup:.2f}x "
+                     f"({100 * p.relative_error:+.0f}%)" for p in points if p.world_size > 1)

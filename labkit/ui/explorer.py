@@ -18,23 +18,23 @@ from labkit.parallel.scaling import ScalingPoint
 from labkit.parallel.speedup import (ExplorerResult, ExplorerSettings, explore, measured_overlay_text, readout_text,
                                      speedup_curve)
 
-SLIDER_DESCRIPTIONS = {"replicas": "Replicas", "batch": "Batch", "model_params_m": "Params (M)",
+SLIDER_DESCRIPTIONS = {"world_size": "Replicas", "batch": "Batch", "model_params_m": "Params (M)",
                        "latency_us": "Latency (us)", "bandwidth_gb_s": "Bandwidth (GB/s)"}
 
 
-def plot_explorer(settings: ExplorerSettings, measured: list[ScalingPoint] | None = None, max_replicas: int = 64):
+def plot_explorer(settings: ExplorerSettings, measured: list[ScalingPoint] | None = None, max_world_size: int = 64):
     """Speedup and efficiency against R for ``settings``; measured points (and their predictions) overlaid."""
-    rs = list(range(1, max(max_replicas, settings.replicas) + 1))
-    curve = speedup_curve(settings, rs)
+    sizes = list(range(1, max(max_world_size, settings.world_size) + 1))
+    curve = speedup_curve(settings, sizes)
     fig, (ax_s, ax_e) = plt.subplots(1, 2, figsize=(9, 3.4))
-    ax_s.plot(rs, rs, "k--", lw=1, label="ideal")
-    ax_s.plot(rs, curve, label="predicted")
-    ax_s.plot([settings.replicas], [explore(settings).speedup], "o", color="C0")
-    ax_e.plot(rs, 100 * curve / np.array(rs), color="C1")
-    ax_e.axvline(settings.replicas, color="gray", lw=0.8)
+    ax_s.plot(sizes, sizes, "k--", lw=1, label="ideal")
+    ax_s.plot(sizes, curve, label="predicted")
+    ax_s.plot([settings.world_size], [explore(settings).speedup], "o", color="C0")
+    ax_e.plot(sizes, 100 * curve / np.array(sizes), color="C1")
+    ax_e.axvline(settings.world_size, color="gray", lw=0.8)
     for i, p in enumerate(measured or []):
-        ax_s.plot(p.replicas, p.measured_speedup, "r^", label=None if i else "measured run (gloo)")
-        ax_s.plot(p.replicas, p.predicted_speedup, "rx", label=None if i else "its prediction")
+        ax_s.plot(p.world_size, p.measured_speedup, "r^", label=None if i else "measured run (gloo)")
+        ax_s.plot(p.world_size, p.predicted_speedup, "rx", label=None if i else "its prediction")
     ax_s.set(xlabel="replicas R", ylabel="speedup", title="Speedup (x: measured run's prediction)")
     ax_e.set(xlabel="replicas R", ylabel="efficiency (%)", ylim=(0, 105), title="Efficiency = speedup / R")
     ax_s.legend(fontsize=8)
@@ -46,12 +46,13 @@ class SpeedupExplorer:
     """The ipywidgets panel around ``explore``: ``SpeedupExplorer().widget`` in a notebook cell."""
 
     def __init__(self, settings: ExplorerSettings | None = None, measured: list[ScalingPoint] | None = None,
-                 max_replicas: int = 64, draw: bool = True) -> None:
+                 max_world_size: int = 64, draw: bool = True) -> None:
         s = settings or ExplorerSettings()
-        self.base, self.measured, self.max_replicas, self.draw = s, list(measured or []), max_replicas, draw
+        self.base, self.measured, self.max_world_size, self.draw = s, list(measured or []), max_world_size, draw
         d, style = SLIDER_DESCRIPTIONS, {"description_width": "120px"}
         self.sliders = {
-            "replicas": w.IntSlider(value=s.replicas, min=1, max=max_replicas, description=d["replicas"], style=style),
+            "world_size": w.IntSlider(value=s.world_size, min=1, max=max_world_size, description=d["world_size"],
+                                      style=style),
             "batch": w.IntSlider(value=s.batch, min=1, max=1024, description=d["batch"], style=style),
             "model_params_m": w.FloatLogSlider(value=s.model_params_m, base=10, min=-1, max=3,
                                                description=d["model_params_m"], style=style),
@@ -73,7 +74,7 @@ class SpeedupExplorer:
 
     def settings(self) -> ExplorerSettings:
         """The settings the sliders show now."""
-        return replace(self.base, **{k: (int(v.value) if k in ("replicas", "batch") else float(v.value))
+        return replace(self.base, **{k: (int(v.value) if k in ("world_size", "batch") else float(v.value))
                                      for k, v in self.sliders.items()})
 
     def update(self, change: object = None) -> ExplorerResult:
@@ -86,7 +87,7 @@ class SpeedupExplorer:
 
             with self.plot:
                 clear_output(wait=True)
-                fig = plot_explorer(settings, self.measured, self.max_replicas)
+                fig = plot_explorer(settings, self.measured, self.max_world_size)
                 display(fig)
                 plt.close(fig)
         return result

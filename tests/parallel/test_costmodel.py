@@ -11,7 +11,7 @@ from labkit.parallel import costmodel as cm
 
 def test_epoch_time_hand_numbers():
     assert cm.epoch_time_s(1000, 10, 0.5) == pytest.approx(50.0)                      # (N/B) T_comp
-    assert cm.epoch_time_s(1000, 10, 0.5, 0.1, replicas=4) == pytest.approx(15.0)      # N/(RB) (T_comp+T_sync)
+    assert cm.epoch_time_s(1000, 10, 0.5, 0.1, world_size=4) == pytest.approx(15.0)      # N/(RB) (T_comp+T_sync)
 
 
 def test_break_even_is_exactly_one():
@@ -42,11 +42,11 @@ def test_core_sharing():
         cm.core_sharing_slowdown(2, 0)
 
 
-@pytest.mark.parametrize("workers", [2, 3, 4, 8])
-def test_fit_alpha_beta_recovers_the_model(workers):
+@pytest.mark.parametrize("world_size", [2, 3, 4, 8])
+def test_fit_alpha_beta_recovers_the_model(world_size):
     sizes = [4, 4096, 1 << 20, 1 << 22]
-    times = [allreduce_cost("ring", workers, n, 3e-5, 2e-9) for n in sizes]
-    alpha, beta = cm.fit_alpha_beta(sizes, times, workers)
+    times = [allreduce_cost("ring", world_size, n, 3e-5, 2e-9) for n in sizes]
+    alpha, beta = cm.fit_alpha_beta(sizes, times, world_size)
     assert alpha == pytest.approx(3e-5, rel=1e-6) and beta == pytest.approx(2e-9, rel=1e-6)
 
 

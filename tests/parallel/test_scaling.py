@@ -13,13 +13,13 @@ def test_compare_with_model_hand_numbers():
     # T_sync = 2(R-1) alpha = 2 ms -> predicted 2*10/(10+2) ; measured 2*10/12.5
     assert two.predicted_speedup == pytest.approx(20 / 12) and two.measured_speedup == pytest.approx(1.6)
     assert two.relative_error == pytest.approx((20 / 12 - 1.6) / 1.6)
-    with pytest.raises(ValueError, match="replicas=1"):
+    with pytest.raises(ValueError, match="world_size=1"):
         sc.compare_with_model(runs[1:], cores=2)
 
 
 def test_real_measurement_structure():
     runs = sc.measure_scaling((1, 2), rounds=1, in_features=64, hidden=32, depth=1, batch=8, steps=3, warmup=1)
-    assert [r.replicas for r in runs] == [1, 2]
+    assert [r.world_size for r in runs] == [1, 2]
     assert runs[0].grad_bytes == runs[1].grad_bytes > 0
     assert all(r.step_s > 0 and r.t_comp_s > 0 for r in runs)
     assert runs[1].t_sync_s > 0 and runs[0].alpha_s == 0.0
@@ -41,19 +41,19 @@ def test_verdict_agrees_only_when_both_sides_of_one():
     assert not Verdict("c", 2, 1, 1.0, 0.9, 1.05, 0.8).agrees
 
 
-@pytest.mark.parametrize("counts", [(), (0, 2), (1, 2.0), (True,)])
-def test_measure_scaling_rejects_bad_replica_counts(counts):
+@pytest.mark.parametrize("world_sizes", [(), (0, 2), (1, 2.0), (True,)])
+def test_measure_scaling_rejects_bad_world_sizes(world_sizes):
     from labkit.parallel.scaling import measure_scaling
 
-    with pytest.raises(ValueError, match="replica_counts must be integers >= 1"):
-        measure_scaling(counts)
+    with pytest.raises(ValueError, match="world_sizes must be integers >= 1"):
+        measure_scaling(world_sizes)
 
 
 def test_pays_verdicts_real_processes_call_both_sized_cases():
     """Two real gloo ranks: the model calls the compute-bound job, the clock shows the other does not pay."""
     from labkit.parallel.scaling import pays_verdicts
 
-    verdicts = pays_verdicts(replicas=2)
+    verdicts = pays_verdicts(world_size=2)
     assert [v.case.split(":")[0] for v in verdicts] == ["compute-bound", "communication-bound"]
     compute, comm = verdicts
     assert compute.grad_bytes < comm.grad_bytes / 20

@@ -7,7 +7,7 @@ from labkit.parallel.scaling import ScalingPoint
 
 
 def test_explore_matches_the_model_by_hand():
-    s = sp.ExplorerSettings(replicas=4, batch=32, model_params_m=10.0, latency_us=20.0, bandwidth_gb_s=5.0,
+    s = sp.ExplorerSettings(world_size=4, batch=32, model_params_m=10.0, latency_us=20.0, bandwidth_gb_s=5.0,
                             device_flops_per_s=1e12, n_samples=64_000)
     r = sp.explore(s)
     t_comp = 6 * 10e6 * 32 / 1e12
@@ -22,7 +22,7 @@ def test_explore_matches_the_model_by_hand():
 
 def test_more_bandwidth_never_hurts_and_slow_links_do_not_pay():
     fast = sp.explore(sp.ExplorerSettings(bandwidth_gb_s=100.0))
-    slow = sp.explore(sp.ExplorerSettings(bandwidth_gb_s=0.01, replicas=2))
+    slow = sp.explore(sp.ExplorerSettings(bandwidth_gb_s=0.01, world_size=2))
     assert fast.speedup > sp.explore(sp.ExplorerSettings(bandwidth_gb_s=1.0)).speedup
     assert not slow.pays and slow.speedup < 1
 
@@ -30,8 +30,8 @@ def test_more_bandwidth_never_hurts_and_slow_links_do_not_pay():
 def test_curve_and_settings_validation():
     curve = sp.speedup_curve(sp.ExplorerSettings(), [1, 2, 4])
     assert curve[0] == 1.0 and len(curve) == 3
-    with pytest.raises(ValueError, match="replicas"):
-        sp.ExplorerSettings(replicas=0)
+    with pytest.raises(ValueError, match="world_size"):
+        sp.ExplorerSettings(world_size=0)
     with pytest.raises(ValueError, match="bandwidth_gb_s"):
         sp.ExplorerSettings(bandwidth_gb_s=0)
 

@@ -14,7 +14,7 @@ def test_widget_hooks_and_readout_follow_the_sliders():
     assert "labkit-readout" in panel.readout._dom_classes
     assert [sl.description for sl in panel.sliders.values()] == list(ex.SLIDER_DESCRIPTIONS.values())
     before = panel.readout.value
-    panel.sliders["replicas"].value = 32
+    panel.sliders["world_size"].value = 32
     assert panel.readout.value != before and "R=32" in panel.readout.value
     expected = sp.explore(panel.settings())
     assert f"{expected.speedup:.2f}x" in panel.readout.value
@@ -25,7 +25,7 @@ def test_widget_hooks_and_readout_follow_the_sliders():
 
 def test_measured_overlay_and_plot():
     pts = [ScalingPoint(1, 0.01, 0.0, 0.0, 1.0, 1.0, 1.0), ScalingPoint(2, 0.01, 0.002, 0.003, 1.0, 1.6, 1.5)]
-    fig = ex.plot_explorer(sp.ExplorerSettings(), pts, max_replicas=8)
+    fig = ex.plot_explorer(sp.ExplorerSettings(), pts, max_world_size=8)
     assert len(fig.axes) == 2
     panel = ex.SpeedupExplorer(measured=pts, draw=True)   # drawing works outside a notebook too
     assert "measured 1.50x" in panel.measured_label.value
