@@ -14,16 +14,19 @@ and measures that bubble.
 """
 from __future__ import annotations
 
+import numbers
+
 import numpy as np
 
 from labkit.comm.collectives import allreduce_cost
+from labkit.core.validation import positive_int, positive_number
 
 
 def epoch_time_s(n_samples: int, batch: int, t_comp_s: float, t_sync_s: float = 0.0, world_size: int = 1) -> float:
     """Epoch time: (N/B)*T_comp alone, (N/(R*B))*(T_comp + T_sync) with R replicas."""
-    _check_positive(n_samples=n_samples, batch=batch, world_size=world_size)
-    if t_comp_s <= 0 or t_sync_s < 0:
-        raise ValueError(f"need t_comp_s > 0 and t_sync_s >= 0, got {t_comp_s}, {t_sync_s}")
+    n_samples, batch = positive_int(n_samples, "n_samples"), positive_int(batch, "batch")
+    world_size, t_comp_s = positive_int(world_size, "world_size"), positive_number(t_comp_s, "t_comp_s")
+    _check_sync_time(t_sync_s)
     if world_size == 1:
         return n_samples / batch * t_comp_s
     return n_samples / (world_size * batch) * (t_comp_s + t_sync_s)
@@ -31,7 +34,7 @@ def epoch_time_s(n_samples: int, batch: int, t_comp_s: float, t_sync_s: float = 
 
 def predicted_speedup(t_comp_s: float, t_sync_s: float, world_size: int, compute_slowdown: float = 1.0) -> float:
     """Epoch-time ratio alone / with R replicas: R*T_comp / (slowdown*T_comp + T_sync)."""
-    _check_positive(world_size=world_size)
+    world_size = positive_int(world_size, "world_size")
     if world_size == 1:
         return 1.0
     return world_size * t_comp_s / (compute_slowdown * t_comp_s + t_sync_s)
@@ -45,14 +48,15 @@ def pays_off(t_comp_s: float, t_sync_s: float, world_size: int) -> bool:
 def sync_time_s(nbytes: int, world_size: int, latency_s: float, bandwidth_bytes_per_s: float,
                 algorithm: str = "ring") -> float:
     """T_sync of an all-reduce of ``nbytes`` gradients: the alpha-beta model with beta = 1/bandwidth."""
-    if bandwidth_bytes_per_s <= 0:
-        raise ValueError(f"bandwidth_bytes_per_s must be > 0, got {bandwidth_bytes_per_s}")
+    world_size = positive_int(world_size, "world_size")
+    bandwidth_bytes_per_s = positive_number(bandwidth_bytes_per_s, "bandwidth_bytes_per_s", hint="e.g. 10e9 for 10 GB/s")
     return allreduce_cost(algorithm, world_size, int(nbytes), latency_s, 1.0 / bandwidth_bytes_per_s)
 
 
 def core_sharing_slowdown(world_size: int, cores: int, threads_per_rank: int = 1) -> float:
     """How much slower each replica computes when R*threads exceed the cores (1.0 when they fit)."""
-    _check_positive(world_size=world_size, cores=cores, threads_per_rank=threads_per_rank)
+    world_size, cores = positive_int(world_size, "world_size"), positive_int(cores, "cores")
+    threads_per_rank = positive_int(threads_per_rank, "threads_per_rank")
     return max(1.0, world_size * threads_per_rank / cores)
 
 
@@ -62,7 +66,7 @@ def fit_alpha_beta(sizes_bytes, times_s, world_size: int, algorithm: str = "ring
     times = np.asarray(times_s, dtype=float)
     if len(sizes) < 2 or len(sizes) != len(times):
         raise ValueError("need at least two (size, time) pairs of equal length to fit alpha and beta")
-    if world_size < 2:
+    if positive_int(world_size, "world_size") < 2:
         return 0.0, 0.0
     # the model is linear in (alpha, beta): cost = a_coef*alpha + b_coef(n)*beta
     a_coef = np.array([allreduce_cost(algorithm, world_size, int(n), 1.0, 0.0) for n in sizes])
@@ -73,8 +77,7 @@ def fit_alpha_beta(sizes_bytes, times_s, world_size: int, algorithm: str = "ring
 
 def predicted_bubble(stages: int, micro_batches: int) -> float:
     """GPipe's idle fraction (p-1)/(m+p-1) for equal stages (Huang et al. 2019)."""
-    if stages < 1 or micro_batches < 1:
-        raise ValueError(f"stages and micro_batches must be >= 1, got {stages}, {micro_batches}")
+    stages, micro_batches = positive_int(stages, "stages"), positive_int(micro_batches, "micro_batches")
     return (stages - 1) / (micro_batches + stages - 1)
 
 
@@ -88,8 +91,8 @@ def micro_batches_for_bubble(stages: int, max_bubble: float) -> int:
     return m
 
 
-def _check_positive(**values: int) -> None:
-    for name, v in values.items():
-        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
-            raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
+def _check_sync_time(t_sync_s: float) -> None:
+    """T_sync may be 0 (one replica, or a free link) but never negative."""
+    if isinstance(t_sync_s, bool) or not isinstance(t_sync_s, numbers.Real) or not t_sync_s >= 0:
+        raise ValueError(f"t_sync_s must be a number >= 0, got {t_sync_s!r}")
 

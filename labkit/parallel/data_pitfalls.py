@@ -23,6 +23,7 @@ from torch.utils.data.distributed import DistributedSampler
 from labkit.comm.launch import check_data_size, launch
 from labkit.core.models import MLP
 from labkit.core.timing import time_fn
+from labkit.core.validation import checked_int, positive_int, positive_ints, positive_number
 from labkit.parallel.ranks import rank_device
 
 
@@ -50,7 +51,10 @@ def _train_bn_over(batches: list[torch.Tensor]) -> tuple[nn.BatchNorm1d, str | N
 
 def torch_uneven_last_batch(num_examples: int = 65, batch_size: int = 8, world_size: int = 2) -> TorchUnevenBatchEvidence:
     """Pitfall 1, PyTorch side: the real DistributedSampler and BatchNorm1d, ranks simulated by ``rank=``."""
-    check_data_size(world_size, num_examples)
+    check_data_size(world_size, positive_int(num_examples, "num_examples"))
+    per_rank = -(-num_examples // world_size)                             # the sampler pads every rank to this
+    checked_int(batch_size, "batch_size", maximum=per_rank,
+                hint=f"each rank holds {per_rank} samples and drop_last=True must leave one full batch")
     data = torch.randn(num_examples, 4, generator=torch.Generator().manual_seed(0))
     shards = [list(DistributedSampler(range(num_examples), world_size, r, shuffle=False)) for r in range(world_size)]
     counts = np.bincount(np.concatenate(shards), minlength=num_examples)
@@ -80,6 +84,8 @@ def samples_per_s_by_batch(model: nn.Module, batch_sizes: tuple[int, ...] = (2, 
     On a CPU it uses ``cpu_threads`` torch threads (default 1, restored afterwards): multi-threaded ops on a
     shared, busy machine stall waiting for descheduled threads, which would drown the batch-size effect.
     """
+    batch_sizes = positive_ints(batch_sizes, "batch_sizes")
+    checked_int(cpu_threads, "cpu_threads", allow_none=True)
     device = next(model.parameters()).device
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     before = torch.get_num_threads()
@@ -146,6 +152,7 @@ def padded_eval_accuracy(correct: list[int], world_size: int = 3, timeout_s: flo
 # ---------------------------------------------------------------------------------------------- pitfall 7
 def shard_coverage(num_examples: int, world_size: int, use_sampler: bool) -> dict[str, int]:
     """Samples read per epoch by all ranks together, and how many of them are distinct."""
+    num_examples, world_size = positive_int(num_examples, "num_examples"), positive_int(world_size, "world_size")
     if use_sampler:
         reads = [list(DistributedSampler(range(num_examples), world_size, r, shuffle=True, seed=0))
                  for r in range(world_size)]
@@ -161,6 +168,9 @@ def lr_scaling_run(x: torch.Tensor, y: torch.Tensor, xv: torch.Tensor, yv: torch
 
     One process with batch k*B computes the same averaged gradient as k synchronous workers with B each.
     """
+    checked_int(global_batch, "global_batch", maximum=len(x), hint=f"the training set has {len(x)} samples")
+    positive_number(lr, "lr")
+    positive_int(epochs, "epochs")
     torch.manual_seed(seed)
     model = MLP(int(max(y.max(), yv.max())) + 1, in_features=x[0].numel(), hidden=128)
     opt = torch.optim.SGD(model.parameters(), lr=lr)

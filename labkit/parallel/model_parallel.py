@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from labkit.core.validation import positive_int
 from labkit.parallel.costmodel import micro_batches_for_bubble, pays_off, predicted_speedup
 
 
@@ -29,8 +30,7 @@ class SplitConfig:
 
     def __post_init__(self) -> None:
         for name in ("in_features", "hidden", "layers_per_stage", "num_classes", "stages"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+            positive_int(getattr(self, name), name)
 
 
 def build_stages(cfg: SplitConfig) -> list[nn.Sequential]:
@@ -97,6 +97,9 @@ class Recommendation:
 def recommend_parallelism(model_state_bytes: int, device_memory_bytes: int, t_comp_s: float, t_sync_s: float,
                           world_size: int, max_bubble: float = 0.2) -> Recommendation:
     """The rule: split the model only when it does not fit; otherwise replicate it when T_sync < (R-1) T_comp."""
+    model_state_bytes = positive_int(model_state_bytes, "model_state_bytes")
+    device_memory_bytes = positive_int(device_memory_bytes, "device_memory_bytes")
+    world_size = positive_int(world_size, "world_size")
     if model_state_bytes > device_memory_bytes:
         p = -(-model_state_bytes // device_memory_bytes)            # ceil: stages needed to fit
         m = micro_batches_for_bubble(p, max_bubble)

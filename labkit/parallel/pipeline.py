@@ -20,6 +20,7 @@ from torch import nn
 from labkit.comm.launch import launch
 from labkit.core.clock import now_s
 from labkit.core.timing import synchronize
+from labkit.core.validation import positive_int, positive_ints
 from labkit.parallel.costmodel import predicted_bubble
 from labkit.parallel.model_parallel import SplitConfig, build_stages
 from labkit.parallel.ranks import rank_device
@@ -41,9 +42,9 @@ class Event:
 
 def simulate_gpipe(forward_s: list[float], backward_s: list[float], micro_batches: int) -> list[Event]:
     """Fill-drain GPipe schedule: all forwards in order, then all backwards in reverse, per stage."""
-    p, m = len(forward_s), micro_batches
-    if p < 1 or len(backward_s) != p or m < 1:
-        raise ValueError("need one forward and one backward time per stage and micro_batches >= 1")
+    p, m = len(forward_s), positive_int(micro_batches, "micro_batches")
+    if p < 1 or len(backward_s) != p:
+        raise ValueError(f"need one forward and one backward time per stage, got {p} and {len(backward_s)}")
     free = [0.0] * p                                   # when each stage is next free
     f_end = [[0.0] * m for _ in range(p)]
     events = []
@@ -115,6 +116,15 @@ def _run_pipeline(stage: nn.Module, cfg: SplitConfig, m: int, micro_batch: int, 
     return events
 
 
+def micro_batch_size(batch: int, micro_batches: int) -> int:
+    """Samples per micro-batch when ``batch`` is cut into ``micro_batches`` equal parts (or one clear error)."""
+    batch, micro_batches = positive_int(batch, "batch"), positive_int(micro_batches, "micro_batches")
+    if batch % micro_batches:
+        raise ValueError(f"batch={batch} must split evenly into {micro_batches} micro-batches; pick a batch that "
+                         f"is a multiple of every micro-batch count")
+    return batch // micro_batches
+
+
 def pipeline_worker(micro_batch_counts: list[int], batch: int = 64, repeats: int = 3,
                     cfg: SplitConfig | None = None) -> dict[int, list[Event]]:
     """Run inside launch(world_size=stages): per micro-batch count, the least-disturbed repeat's events."""
@@ -124,12 +134,11 @@ def pipeline_worker(micro_batch_counts: list[int], batch: int = 64, repeats: int
     stage = build_stages(cfg)[dist.get_rank()].to(device)
     best: dict[int, list[Event]] = {}
     for m in micro_batch_counts:
-        if batch % m:
-            raise ValueError(f"batch={batch} must split evenly into {m} micro-batches")
-        _run_pipeline(stage, cfg, m, batch // m, device)           # warm-up
+        micro_batch = micro_batch_size(batch, m)
+        _run_pipeline(stage, cfg, m, micro_batch, device)           # warm-up
         for _ in range(repeats):
             dist.barrier()
-            events = _run_pipeline(stage, cfg, m, batch // m, device)
+            events = _run_pipeline(stage, cfg, m, micro_batch, device)
             stage.zero_grad()
             gathered: list = [None] * dist.get_world_size()
             dist.all_gather_object(gathered, events)
@@ -184,7 +193,11 @@ def launch_pipeline(micro_batch_counts: tuple[int, ...] = (1, 2, 4, 8), *, batch
                     cfg: SplitConfig | None = None, timeout_s: float = 120.0) -> dict[int, list[Event]]:
     """Two real processes (gloo, or NCCL on 2 GPUs), one stage each: the measured events per micro-batch count."""
     cfg = cfg or SplitConfig()
-    return launch(pipeline_worker, cfg.stages, kwargs=dict(micro_batch_counts=list(micro_batch_counts), batch=batch,
+    counts = positive_ints(micro_batch_counts, "micro_batch_counts")
+    for m in counts:
+        micro_batch_size(batch, m)                 # every count must divide the batch: say so before launching
+    repeats = positive_int(repeats, "repeats")
+    return launch(pipeline_worker, cfg.stages, kwargs=dict(micro_batch_counts=list(counts), batch=batch,
                   repeats=repeats, cfg=cfg), timeout_s=timeout_s, show_output=False)[0]
 
 

@@ -22,6 +22,7 @@ from torch import nn
 
 from labkit.comm.launch import RankFailedError, launch
 from labkit.core.clock import Deadline, now_s
+from labkit.core.validation import checked_int, positive_number
 from labkit.parallel.ranks import rank_device
 
 
@@ -123,6 +124,10 @@ def rank0_extra_work(variant: str = "broken", *, extra_work_s: float = 4.0, pg_t
     """Pitfall 6 with real processes and a short collective timeout (``pg_timeout_s`` < ``extra_work_s``)."""
     if variant not in ("broken", "all_ranks", "barrier"):
         raise ValueError(f"variant must be 'broken', 'all_ranks' or 'barrier', got {variant!r}")
+    for name, seconds in (("extra_work_s", extra_work_s), ("pg_timeout_s", pg_timeout_s),
+                          ("barrier_timeout_s", barrier_timeout_s)):
+        positive_number(seconds, name, hint="a number of seconds")
+    checked_int(world_size, "world_size", minimum=2, hint="rank 0's extra work needs another rank waiting for it")
     start = now_s()
     try:
         res = launch(rank0_extra_work_worker, world_size, args=(extra_work_s, variant, barrier_timeout_s),

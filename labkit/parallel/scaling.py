@@ -21,6 +21,7 @@ from labkit.core.clock import now_s, percentile
 from labkit.core.device import device_label
 from labkit.core.machine import cpu_count
 from labkit.core.timing import Stopwatch, synchronize
+from labkit.core.validation import checked_int, positive_int, positive_ints
 from labkit.parallel.costmodel import core_sharing_slowdown, fit_alpha_beta, predicted_speedup
 from labkit.parallel.ranks import rank_device
 from labkit.parallel.sync_sgd import sync_gradients
@@ -141,9 +142,7 @@ def measure_scaling(world_sizes: tuple[int, ...] = (1, 2, 4), *, backend: str = 
     own, else gloo with every rank a CPU process (print ``choose_backend(max(world_sizes)).reason`` next to the
     numbers so a reader on a 1-GPU box knows they are CPU timings).
     """
-    if not world_sizes or any(isinstance(r, bool) or not isinstance(r, int) or r < 1 for r in world_sizes):
-        raise ValueError(f"world_sizes must be integers >= 1, got {world_sizes!r}")
-    sizes = tuple(sorted(set(int(r) for r in world_sizes)))
+    sizes = tuple(sorted(set(positive_ints(world_sizes, "world_sizes"))))
     chosen = choose_backend(max(sizes), backend).backend
     return launch(scaling_sweep_worker, max(sizes), kwargs=dict(world_sizes=sizes, **worker_kwargs),
                   backend=chosen, timeout_s=timeout_s, show_output=False)[0]
@@ -214,6 +213,8 @@ def verdict_worker(cases: dict, world_size: int, rounds: int, steps: int) -> dic
 def pays_verdicts(world_size: int = 2, cases: dict | None = None, *, rounds: int = 3, steps: int = 6,
                   cores: int | None = None, backend: str = "auto", timeout_s: float = 120.0) -> list[Verdict]:
     """Measure R=1 vs R=``world_size`` for each sized case (interleaved rounds, fastest round) and compare."""
+    checked_int(world_size, "world_size", minimum=2, hint="the verdict compares one replica with more")
+    rounds, steps = positive_int(rounds, "rounds"), positive_int(steps, "steps")
     cases = cases or SIZED_CASES
     by_case = launch(verdict_worker, world_size, kwargs=dict(cases=cases, world_size=world_size, rounds=rounds, steps=steps),
                      backend=choose_backend(world_size, backend).backend, timeout_s=timeout_s, show_output=False)[0]

@@ -13,8 +13,9 @@ from dataclasses import dataclass, replace
 import numpy as np
 import torch
 
-from labkit.core.device import device_label
+from labkit.core.device import device_label, get_device
 from labkit.core.timing import time_fn
+from labkit.core.validation import checked_int, positive_int, positive_number
 from labkit.parallel.costmodel import epoch_time_s, pays_off, predicted_speedup, sync_time_s
 from labkit.parallel.scaling import ScalingPoint
 
@@ -37,13 +38,10 @@ class ExplorerSettings:
 
     def __post_init__(self) -> None:
         for name in ("world_size", "batch", "n_samples", "bytes_per_param"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-                raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+            positive_int(getattr(self, name), name)
         for name in ("model_params_m", "bandwidth_gb_s", "device_flops_per_s"):
-            if not getattr(self, name) > 0:
-                raise ValueError(f"{name} must be > 0, got {getattr(self, name)!r}")
-        if self.latency_us < 0:
+            positive_number(getattr(self, name), name)
+        if not self.latency_us >= 0:                  # 0 is allowed: an ideal link
             raise ValueError(f"latency_us must be >= 0, got {self.latency_us!r}")
 
 
@@ -74,8 +72,8 @@ def measured_matmul_flops_per_s(device: str | torch.device | None = None, size: 
     A training step reaches less than a bare GEMM, so this is an optimistic compute rate (and so a
     pessimistic speedup); the note says which device it came from.
     """
-    dev = torch.device(device) if device is not None else torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    n = size or (4096 if dev.type == "cuda" else 512)
+    dev = get_device(device)
+    n = checked_int(size, "size", allow_none=True) or (4096 if dev.type == "cuda" else 512)
     a, b = torch.randn(n, n, device=dev), torch.randn(n, n, device=dev)
     median_s = time_fn(lambda: a @ b, warmup=2, repeats=repeats, device=dev).median_s
     flops = 2.0 * n ** 3 / median_s

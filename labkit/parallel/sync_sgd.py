@@ -22,7 +22,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from labkit.comm.launch import launch
-from labkit.core.validation import checked_int
+from labkit.core.validation import checked_int, positive_int, positive_number
 
 Broadcast = Callable[[torch.Tensor, int], None]
 AllreduceSum = Callable[[torch.Tensor], None]
@@ -43,10 +43,8 @@ class ToyProblem:
 
     def __post_init__(self) -> None:
         for name in ("in_features", "hidden", "num_classes", "micro_batch"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if self.lr <= 0:
-            raise ValueError(f"lr must be > 0, got {self.lr}")
+            positive_int(getattr(self, name), name)
+        positive_number(self.lr, "lr")
 
 
 def build_toy_model(problem: ToyProblem, init_seed: int) -> nn.Module:
@@ -144,10 +142,9 @@ def train_replica(rank: int, world_size: int, broadcast: Broadcast, allreduce_su
                   steps: int, seed: int = 0, micro_batch: int = 8, lr: float = 0.1, bucket: bool = False,
                   ) -> dict[str, torch.Tensor]:
     """From-scratch synchronous SGD on the toy problem; returns this replica's final state_dict (CPU)."""
-    if not 0 <= rank < world_size:
-        raise ValueError(f"rank must be in [0, world_size={world_size}), got {rank}")
-    if steps < 0:
-        raise ValueError(f"steps must be >= 0, got {steps}")
+    world_size = positive_int(world_size, "world_size")
+    checked_int(rank, "rank", minimum=0, maximum=world_size - 1, hint="ranks count from 0 to world_size - 1")
+    checked_int(steps, "steps", minimum=0)
     problem = ToyProblem(seed=seed, micro_batch=micro_batch, lr=lr)
     model = build_toy_model(problem, init_seed=seed + rank)           # deliberately different per rank
     sync_initial_weights(model, broadcast, src=0)                     # ... until rank 0's weights win
@@ -165,6 +162,8 @@ def train_replica(rank: int, world_size: int, broadcast: Broadcast, allreduce_su
 def train_single_process(world_size: int, *, steps: int, seed: int = 0, micro_batch: int = 8,
                          lr: float = 0.1) -> dict[str, torch.Tensor]:
     """The reference: one process, the combined batch of ``world_size * micro_batch`` each step."""
+    world_size = positive_int(world_size, "world_size")
+    checked_int(steps, "steps", minimum=0)
     problem = ToyProblem(seed=seed, micro_batch=micro_batch, lr=lr)
     model = build_toy_model(problem, init_seed=seed)                  # rank 0's initial weights
     opt = _make_optimizer(model, problem)

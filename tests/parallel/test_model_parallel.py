@@ -32,3 +32,10 @@ def test_recommend_parallelism_the_rule():
     assert big.choice.startswith("model parallel") and ">= 3 stages" in big.reason
     assert mp.recommend_parallelism(50, 100, 0.01, 0.001, 4).choice == "data parallel"
     assert mp.recommend_parallelism(50, 100, 0.01, 0.05, 4).choice == "one device"
+
+
+def test_bad_sizes_are_one_clear_error():
+    with pytest.raises(ValueError, match=r"^stages must be an integer >= 1, got 0$"):
+        mp.SplitConfig(stages=0)
+    with pytest.raises(ValueError, match=r"^world_size must be an integer >= 1, got 0$"):
+        mp.recommend_parallelism(50, 100, 0.01, 0.001, 0)

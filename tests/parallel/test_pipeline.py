@@ -46,3 +46,13 @@ def test_pipeline_timing_noise():
 def test_pipeline_cpu_share():
     evs = [pl.Event(0, 0, "F", 0.0, 2.0, 1.0), pl.Event(1, 0, "F", 2.0, 4.0, 2.0)]
     assert pl.pipeline_cpu_share(evs) == pytest.approx(0.75)
+
+
+def test_micro_batches_must_divide_the_batch_before_anything_launches():
+    assert pl.micro_batch_size(64, 8) == 8
+    with pytest.raises(ValueError, match=r"^batch=8 must split evenly into 3 micro-batches"):
+        pl.launch_pipeline((1, 3), batch=8)                    # raises here, no process is started
+    with pytest.raises(ValueError, match=r"^each value in micro_batch_counts must be an integer >= 1, got 0$"):
+        pl.launch_pipeline((0,), batch=8)
+    with pytest.raises(ValueError, match=r"^micro_batches must be an integer >= 1, got 0$"):
+        pl.simulate_gpipe([1.0], [1.0], 0)

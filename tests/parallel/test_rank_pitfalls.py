@@ -21,3 +21,10 @@ def test_rank0_extra_work_times_out_then_fixed():
     assert fixed.ok and fixed.all_reduce_result == [3.0] * 4
     with pytest.raises(ValueError, match="variant"):
         rank0_extra_work("sometimes")
+
+
+def test_rank0_extra_work_checks_before_launching():
+    with pytest.raises(ValueError, match=r"^world_size must be an integer >= 2, got 1; rank 0's extra work"):
+        rank0_extra_work("broken", world_size=1)
+    with pytest.raises(ValueError, match=r"^extra_work_s must be a number > 0, got 0"):
+        rank0_extra_work("broken", extra_work_s=0)

@@ -45,7 +45,7 @@ def test_verdict_agrees_only_when_both_sides_of_one():
 def test_measure_scaling_rejects_bad_world_sizes(world_sizes):
     from labkit.parallel.scaling import measure_scaling
 
-    with pytest.raises(ValueError, match="world_sizes must be integers >= 1"):
+    with pytest.raises(ValueError, match=r"world_sizes (is empty; give integers >= 1|must be an integer >= 1, got)"):
         measure_scaling(world_sizes)
 
 
@@ -60,3 +60,9 @@ def test_pays_verdicts_real_processes_call_both_sized_cases():
     assert compute.agrees and compute.measured_speedup > 1, compute
     assert comm.measured_speedup < 1, comm            # a second replica slows a communication-bound job
     assert comm.predicted_speedup < compute.predicted_speedup
+
+
+@pytest.mark.parametrize("world_size", [1, 0, 2.0])
+def test_pays_verdicts_needs_more_than_one_replica(world_size):
+    with pytest.raises(ValueError, match=r"^world_size must be an integer >= 2, got .*; the verdict compares"):
+        sc.pays_verdicts(world_size=world_size)

@@ -49,3 +49,11 @@ def test_compute_rate_is_measured_on_the_device():
     assert 1e7 < flops < 1e14 and "measured" in note and "CPU" in note
     settings = sp.ExplorerSettings(device_flops_per_s=flops)
     assert sp.explore(settings).t_comp_s == pytest.approx(6.0 * 25e6 * 256 / flops)
+
+
+def test_settings_counts_must_be_integers():
+    with pytest.raises(ValueError, match=r"^batch must be an integer >= 1, got 2.0 \(float\)"):
+        sp.ExplorerSettings(batch=2.0)
+    with pytest.raises(ValueError, match=r"^latency_us must be >= 0"):
+        sp.ExplorerSettings(latency_us=-1.0)
+    assert sp.explore(sp.ExplorerSettings(latency_us=0.0)).t_sync_s > 0      # an ideal link still moves bytes

@@ -110,3 +110,10 @@ def test_the_proof_runs_on_gloo_even_on_a_gpu_box(monkeypatch):
     monkeypatch.setattr(sync_sgd, "launch", fake_launch)      # the name sync_sgd imported at its top
     sync_sgd.run_sync_sgd_comparison(world_size=2, steps=1)
     assert seen["backend"] == "gloo"
+
+
+def test_toy_problem_validates_its_sizes():
+    with pytest.raises(ValueError, match=r"^lr must be a number > 0, got 0"):
+        s.ToyProblem(lr=0)
+    with pytest.raises(ValueError, match=r"^micro_batch must be an integer >= 1, got 0$"):
+        s.ToyProblem(micro_batch=0)
