@@ -9,10 +9,6 @@ Pitfalls 1-3 and 7 (the data each rank sees) are in ``labkit.parallel.data_pitfa
 from __future__ import annotations
 
 import io
-import json
-import os
-import subprocess
-import sys
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -22,6 +18,7 @@ from torch import nn
 
 from labkit.comm.launch import RankFailedError, launch
 from labkit.core.clock import Deadline, now_s
+from labkit.core.procs import run_in_fresh_process
 from labkit.core.validation import checked_int, positive_number
 from labkit.parallel.ranks import rank_device
 
@@ -68,19 +65,19 @@ def save_wrapped_model(model: nn.Module, sample: torch.Tensor, fresh: nn.Module)
 
 
 # ---------------------------------------------------------------------------------------------- pitfall 5
+def count_visible_gpus() -> dict:
+    """Run in a fresh process: how many GPUs torch counts there, and whether counting started CUDA."""
+    return {"gpus": torch.cuda.device_count(), "cuda_initialized": torch.cuda.is_initialized()}
+
+
 def torch_visible_gpus(cuda_visible_devices: str | None, timeout_s: float = 120.0) -> dict:
     """Pitfall 5: in a fresh process with this CUDA_VISIBLE_DEVICES, how many GPUs torch counts (and whether
-    counting initialised CUDA). The variable only works if set before CUDA starts, hence a new process."""
-    env = dict(os.environ)
-    env.pop("CUDA_VISIBLE_DEVICES", None)
-    if cuda_visible_devices is not None:
-        env["CUDA_VISIBLE_DEVICES"] = cuda_visible_devices
-    code = ("import json, torch; n = torch.cuda.device_count(); "
-            "print(json.dumps({'gpus': n, 'cuda_initialized': torch.cuda.is_initialized()}))")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=timeout_s)
-    if proc.returncode:
-        raise RuntimeError(f"device-count child failed: {proc.stderr.strip().splitlines()[-1:]}")
-    return {"CUDA_VISIBLE_DEVICES": cuda_visible_devices, **json.loads(proc.stdout.strip().splitlines()[-1])}
+    counting initialised CUDA). The variable only works if set before CUDA starts, hence a new process;
+    ``None`` leaves the variable as this process has it."""
+    env = None if cuda_visible_devices is None else {"CUDA_VISIBLE_DEVICES": cuda_visible_devices}
+    out = run_in_fresh_process("labkit.parallel.rank_pitfalls:count_visible_gpus", env=env, timeout_s=timeout_s)
+    return {"CUDA_VISIBLE_DEVICES": cuda_visible_devices, "gpus": out["gpus"],
+            "cuda_initialized": out["cuda_initialized"]}
 
 
 # ---------------------------------------------------------------------------------------------- pitfall 6

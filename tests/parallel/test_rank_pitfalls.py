@@ -3,7 +3,7 @@ import pytest
 import torch
 
 from labkit.core.models import MLP
-from labkit.parallel.rank_pitfalls import rank0_extra_work, save_wrapped_model
+from labkit.parallel.rank_pitfalls import rank0_extra_work, save_wrapped_model, torch_visible_gpus
 
 
 def test_save_wrapped_model():
@@ -28,3 +28,8 @@ def test_rank0_extra_work_checks_before_launching():
         rank0_extra_work("broken", world_size=1)
     with pytest.raises(ValueError, match=r"^extra_work_s must be a number > 0, got 0"):
         rank0_extra_work("broken", extra_work_s=0)
+
+
+def test_an_empty_cuda_visible_devices_hides_every_gpu_in_a_fresh_process():
+    hidden = torch_visible_gpus("")
+    assert hidden == {"CUDA_VISIBLE_DEVICES": "", "gpus": 0, "cuda_initialized": False}
