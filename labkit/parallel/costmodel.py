@@ -49,7 +49,8 @@ def sync_time_s(nbytes: int, world_size: int, latency_s: float, bandwidth_bytes_
                 algorithm: str = "ring") -> float:
     """T_sync of an all-reduce of ``nbytes`` gradients: the alpha-beta model with beta = 1/bandwidth."""
     world_size = positive_int(world_size, "world_size")
-    bandwidth_bytes_per_s = positive_number(bandwidth_bytes_per_s, "bandwidth_bytes_per_s", hint="e.g. 10e9 for 10 GB/s")
+    bandwidth_bytes_per_s = positive_number(bandwidth_bytes_per_s, "bandwidth_bytes_per_s",
+                                            hint="e.g. 10e9 for 10 GB/s")
     return allreduce_cost(algorithm, world_size, int(nbytes), latency_s, 1.0 / bandwidth_bytes_per_s)
 
 

@@ -49,7 +49,8 @@ def _train_bn_over(batches: list[torch.Tensor]) -> tuple[nn.BatchNorm1d, str | N
     return bn, None
 
 
-def torch_uneven_last_batch(num_examples: int = 65, batch_size: int = 8, world_size: int = 2) -> TorchUnevenBatchEvidence:
+def torch_uneven_last_batch(num_examples: int = 65, batch_size: int = 8,
+                            world_size: int = 2) -> TorchUnevenBatchEvidence:
     """Pitfall 1, PyTorch side: the real DistributedSampler and BatchNorm1d, ranks simulated by ``rank=``."""
     check_data_size(world_size, positive_int(num_examples, "num_examples"))
     per_rank = -(-num_examples // world_size)                             # the sampler pads every rank to this

@@ -68,6 +68,7 @@ class SplitModel(nn.Module):
         self.devices = list(devices)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Each stage on its own device, the activations moved in between."""
         for stage, device in zip(self.stages, self.devices):
             x = stage(x.to(device))
         return x
@@ -104,12 +105,14 @@ def recommend_parallelism(model_state_bytes: int, device_memory_bytes: int, t_co
         p = -(-model_state_bytes // device_memory_bytes)            # ceil: stages needed to fit
         m = micro_batches_for_bubble(p, max_bubble)
         return Recommendation("model parallel (pipeline)",
-                              f"training state {model_state_bytes / 1e6:.1f} MB > device {device_memory_bytes / 1e6:.1f} MB: "
-                              f"split into >= {p} stages and use >= {m} micro-batches to keep the bubble <= "
-                              f"{100 * max_bubble:.0f}%")
+                              f"training state {model_state_bytes / 1e6:.1f} MB > device "
+                              f"{device_memory_bytes / 1e6:.1f} MB: split into >= {p} stages and use >= {m} "
+                              f"micro-batches to keep the bubble <= {100 * max_bubble:.0f}%")
+    sync_ms, spare_ms = 1e3 * t_sync_s, 1e3 * (world_size - 1) * t_comp_s      # T_sync vs (R-1) T_comp
     if world_size > 1 and pays_off(t_comp_s, t_sync_s, world_size):
-        return Recommendation("data parallel",
-                              f"the model fits; T_sync {1e3 * t_sync_s:.2f} ms < (R-1) T_comp {1e3 * (world_size - 1) * t_comp_s:.2f} ms "
-                              f"-> predicted speedup {predicted_speedup(t_comp_s, t_sync_s, world_size):.2f}x on {world_size} replicas")
-    return Recommendation("one device", f"the model fits and T_sync {1e3 * t_sync_s:.2f} ms >= (R-1) T_comp "
-                                        f"{1e3 * (world_size - 1) * t_comp_s:.2f} ms: more replicas would not pay")
+        speedup = predicted_speedup(t_comp_s, t_sync_s, world_size)
+        return Recommendation("data parallel", f"the model fits; T_sync {sync_ms:.2f} ms < (R-1) T_comp "
+                                               f"{spare_ms:.2f} ms -> predicted speedup {speedup:.2f}x on "
+                                               f"{world_size} replicas")
+    return Recommendation("one device", f"the model fits and T_sync {sync_ms:.2f} ms >= (R-1) T_comp "
+                                        f"{spare_ms:.2f} ms: more replicas would not pay")

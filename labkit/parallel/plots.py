@@ -38,9 +38,9 @@ def plot_timeline(events: list[Event], ax=None, title: str = ""):
     ax = ax or plt.subplots(figsize=(8, 1.8))[1]
     t0 = min(e.start_s for e in events)
     for e in events:
-        ax.barh(e.stage, 1e3 * (e.end_s - e.start_s), left=1e3 * (e.start_s - t0), color="C0" if e.phase == "F" else "C1",
-                edgecolor="k", lw=0.3)
-        ax.text(1e3 * ((e.start_s + e.end_s) / 2 - t0), e.stage, str(e.micro_batch), ha="center", va="center", fontsize=6)
+        start_ms, width_ms = 1e3 * (e.start_s - t0), 1e3 * (e.end_s - e.start_s)
+        ax.barh(e.stage, width_ms, left=start_ms, color="C0" if e.phase == "F" else "C1", edgecolor="k", lw=0.3)
+        ax.text(start_ms + width_ms / 2, e.stage, str(e.micro_batch), ha="center", va="center", fontsize=6)
     ax.set(yticks=sorted({e.stage for e in events}), xlabel="time (ms)", ylabel="stage", title=title)
     ax.invert_yaxis()
     return ax

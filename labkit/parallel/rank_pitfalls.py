@@ -94,7 +94,8 @@ def rank0_extra_work_worker(extra_work_s: float, variant: str, barrier_timeout_s
     """One rank of pitfall 6: rank 0 evaluates, then every rank all-reduces (variant picks broken or a fix)."""
     rank, start = dist.get_rank(), now_s()
     # a group with its own, deliberately long timeout, for the one place where waiting is expected
-    patient = dist.new_group(backend="gloo", timeout=timedelta(seconds=barrier_timeout_s)) if variant == "barrier" else None
+    patient = (dist.new_group(backend="gloo", timeout=timedelta(seconds=barrier_timeout_s))
+               if variant == "barrier" else None)
     if variant == "all_ranks":
         _busy_work(extra_work_s)                        # every rank evaluates its shard: equal work
     elif rank == 0:
@@ -117,7 +118,8 @@ class StragglerEvidence:
 
 
 def rank0_extra_work(variant: str = "broken", *, extra_work_s: float = 4.0, pg_timeout_s: float = 2.0,
-                     barrier_timeout_s: float = 30.0, world_size: int = 2, timeout_s: float = 120.0) -> StragglerEvidence:
+                     barrier_timeout_s: float = 30.0, world_size: int = 2,
+                     timeout_s: float = 120.0) -> StragglerEvidence:
     """Pitfall 6 with real processes and a short collective timeout (``pg_timeout_s`` < ``extra_work_s``)."""
     if variant not in ("broken", "all_ranks", "barrier"):
         raise ValueError(f"variant must be 'broken', 'all_ranks' or 'barrier', got {variant!r}")

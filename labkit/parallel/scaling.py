@@ -24,7 +24,7 @@ from labkit.core.timing import Stopwatch, synchronize
 from labkit.core.validation import checked_int, positive_int, positive_ints
 from labkit.parallel.costmodel import core_sharing_slowdown, fit_alpha_beta, predicted_speedup
 from labkit.parallel.ranks import rank_device
-from labkit.parallel.sync_sgd import sync_gradients
+from labkit.parallel.sync_sgd import AllreduceSum, sync_gradients
 
 
 def timing_noise(times_s) -> float:
@@ -73,6 +73,25 @@ def _allreduce_probe(sizes_bytes: list[int], repeats: int, group) -> list[float]
     return medians
 
 
+def _step_phases(model: nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor,
+                 all_reduce: AllreduceSum | None, world_size: int,
+                 device: torch.device) -> tuple[float, float, float, float]:
+    """One sync-SGD step, synchronised at each phase edge: (compute s, all-reduce s, step s, CPU s computing)."""
+    c0, t0 = time.thread_time(), now_s()
+    opt.zero_grad()
+    nn.functional.cross_entropy(model(x), y).backward()
+    synchronize(device)
+    c1, t1 = time.thread_time(), now_s()
+    if all_reduce is not None:
+        sync_gradients(model, all_reduce, world_size, bucket=True)
+        synchronize(device)
+    c2, t2 = time.thread_time(), now_s()
+    opt.step()
+    synchronize(device)
+    c3, t3 = time.thread_time(), now_s()
+    return (t1 - t0) + (t3 - t2), t2 - t1, t3 - t0, (c1 - c0) + (c3 - c2)
+
+
 def _time_steps(world_size: int, group, cfg: dict) -> StepTimes:
     """Time ``cfg['steps']`` real sync-SGD steps of the MLP among the first ``world_size`` ranks."""
     torch.manual_seed(cfg["seed"] + dist.get_rank())
@@ -82,25 +101,11 @@ def _time_steps(world_size: int, group, cfg: dict) -> StepTimes:
     x = torch.randn(cfg["batch"], cfg["in_features"], device=device)
     y = torch.randint(0, 10, (cfg["batch"],), device=device)
     grad_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
-    comp, sync, step, cpu_s = [], [], [], 0.0
-    for i in range(cfg["warmup"] + cfg["steps"]):
-        c0, t0 = time.thread_time(), now_s()
-        opt.zero_grad()
-        nn.functional.cross_entropy(model(x), y).backward()
-        synchronize(device)
-        c1, t1 = time.thread_time(), now_s()
-        if world_size > 1:
-            sync_gradients(model, lambda t: dist.all_reduce(t, group=group), world_size, bucket=True)
-            synchronize(device)
-        c2, t2 = time.thread_time(), now_s()
-        opt.step()
-        synchronize(device)
-        c3, t3 = time.thread_time(), now_s()
-        if i >= cfg["warmup"]:
-            cpu_s += (c1 - c0) + (c3 - c2)
-            comp.append((t1 - t0) + (t3 - t2))
-            sync.append(t2 - t1)
-            step.append(t3 - t0)
+    all_reduce = (lambda t: dist.all_reduce(t, group=group)) if world_size > 1 else None
+    phases = [_step_phases(model, opt, x, y, all_reduce, world_size, device)
+              for _ in range(cfg["warmup"] + cfg["steps"])][cfg["warmup"]:]
+    comp, sync, step, cpu = ([p[k] for p in phases] for k in range(4))
+    cpu_s = sum(cpu)
     alpha = beta = 0.0
     if world_size > 1:
         sizes = [4, 4096, grad_bytes // 4, grad_bytes]
@@ -162,6 +167,7 @@ class ScalingPoint:
 
     @property
     def relative_error(self) -> float:
+        """(predicted - measured) / measured: positive when the model is optimistic."""
         return (self.predicted_speedup - self.measured_speedup) / self.measured_speedup
 
 
@@ -201,6 +207,7 @@ class Verdict:
 
     @property
     def agrees(self) -> bool:
+        """True when the model and the clock give the same verdict (both above one, or both not)."""
         return (self.predicted_speedup > 1) == (self.measured_speedup > 1)
 
 
@@ -216,8 +223,9 @@ def pays_verdicts(world_size: int = 2, cases: dict | None = None, *, rounds: int
     checked_int(world_size, "world_size", minimum=2, hint="the verdict compares one replica with more")
     rounds, steps = positive_int(rounds, "rounds"), positive_int(steps, "steps")
     cases = cases or SIZED_CASES
-    by_case = launch(verdict_worker, world_size, kwargs=dict(cases=cases, world_size=world_size, rounds=rounds, steps=steps),
-                     backend=choose_backend(world_size, backend).backend, timeout_s=timeout_s, show_output=False)[0]
+    kwargs = dict(cases=cases, world_size=world_size, rounds=rounds, steps=steps)
+    by_case = launch(verdict_worker, world_size, kwargs=kwargs, backend=choose_backend(world_size, backend).backend,
+                     timeout_s=timeout_s, show_output=False)[0]
     verdicts = []
     for case, runs in by_case.items():
         point = compare_with_model(runs, cores or cpu_count())[-1]

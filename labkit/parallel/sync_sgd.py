@@ -82,7 +82,8 @@ def _state(model: nn.Module) -> dict[str, torch.Tensor]:
 
 
 # ---------------------------------------------------------------------------- the derivation, checked
-def micro_batch_gradients(problem: ToyProblem, world_size: int, step: int = 0) -> tuple[list[list[torch.Tensor]], list[torch.Tensor]]:
+def micro_batch_gradients(problem: ToyProblem, world_size: int,
+                          step: int = 0) -> tuple[list[list[torch.Tensor]], list[torch.Tensor]]:
     """Per-replica gradients on each micro-batch, and the single-process gradient on the combined batch."""
     world_size = checked_int(world_size, "world_size")
     model = build_toy_model(problem, problem.seed)
