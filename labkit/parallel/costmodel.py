@@ -15,6 +15,7 @@ and measures that bubble.
 from __future__ import annotations
 
 import numbers
+from typing import Sequence
 
 import numpy as np
 
@@ -61,7 +62,8 @@ def core_sharing_slowdown(world_size: int, cores: int, threads_per_rank: int = 1
     return max(1.0, world_size * threads_per_rank / cores)
 
 
-def fit_alpha_beta(sizes_bytes, times_s, world_size: int, algorithm: str = "ring") -> tuple[float, float]:
+def fit_alpha_beta(sizes_bytes: Sequence[int], times_s: Sequence[float], world_size: int,
+                   algorithm: str = "ring") -> tuple[float, float]:
     """Least-squares latency alpha (s) and inverse bandwidth beta (s/byte) from all-reduce timings."""
     sizes = np.asarray(sizes_bytes, dtype=float)
     times = np.asarray(times_s, dtype=float)

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 from torch import nn
-from torch.utils.data import DataLoader
+from torch.utils.data import DataLoader, Dataset
 from torch.utils.data.distributed import DistributedSampler
 
 from labkit.comm.launch import check_data_size, launch
@@ -191,7 +191,7 @@ def lr_scaling_run(x: torch.Tensor, y: torch.Tensor, xv: torch.Tensor, yv: torch
 
 
 # ---------------------------------------------------------------------------------------------- helpers
-def dataset_arrays(dataset) -> tuple[np.ndarray, np.ndarray]:
+def dataset_arrays(dataset: Dataset) -> tuple[np.ndarray, np.ndarray]:
     """All of a map-style dataset as numpy arrays (x, y), in order."""
     x, y = next(iter(DataLoader(dataset, batch_size=len(dataset), shuffle=False)))
     return x.numpy(), y.numpy()

@@ -10,17 +10,18 @@ from dataclasses import asdict
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
+from matplotlib.axes import Axes
 
 from labkit.parallel.pipeline import Event
 from labkit.parallel.scaling import ScalingPoint
 
 
-def points_to_dataframe(points: list[ScalingPoint]):
+def points_to_dataframe(points: list[ScalingPoint]) -> pd.DataFrame:
     """A table of ScalingPoints (with relative_error) as a pandas DataFrame."""
     return pd.DataFrame([{**asdict(p), "relative_error": p.relative_error} for p in points])
 
 
-def plot_predicted_vs_measured(points: list[ScalingPoint], ax=None):
+def plot_predicted_vs_measured(points: list[ScalingPoint], ax: Axes | None = None) -> Axes:
     """Bar chart of predicted and measured speedup per world size R, with ideal R marked."""
     ax = ax or plt.subplots(figsize=(5, 3.5))[1]
     xs = np.arange(len(points))
@@ -33,7 +34,7 @@ def plot_predicted_vs_measured(points: list[ScalingPoint], ax=None):
     return ax
 
 
-def plot_timeline(events: list[Event], ax=None, title: str = ""):
+def plot_timeline(events: list[Event], ax: Axes | None = None, title: str = "") -> Axes:
     """Gantt chart of one pipeline step: a row per stage, forward blue, backward orange."""
     ax = ax or plt.subplots(figsize=(8, 1.8))[1]
     t0 = min(e.start_s for e in events)

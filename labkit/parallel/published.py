@@ -8,18 +8,19 @@ from __future__ import annotations
 
 import matplotlib.pyplot as plt
 import pandas as pd
+from matplotlib.axes import Axes
 
 from labkit.core.data import verify_data_file
 
 PUBLISHED_FILE = "published_scaling.csv"
 
 
-def load_published_scaling():
+def load_published_scaling() -> pd.DataFrame:
     """The cited published scaling points (``data/published_scaling.csv``, checksum verified)."""
     return pd.read_csv(verify_data_file(PUBLISHED_FILE), comment="#")
 
 
-def plot_published_scaling(df=None, ax=None):
+def plot_published_scaling(df: pd.DataFrame | None = None, ax: Axes | None = None) -> Axes:
     """Published speedups over each paper's baseline against ideal linear scaling (log-log)."""
     df = load_published_scaling() if df is None else df
     ax = ax or plt.subplots(figsize=(5, 4))[1]

@@ -10,6 +10,7 @@ from __future__ import annotations
 import statistics
 import time
 from dataclasses import dataclass
+from typing import Sequence
 
 import torch
 import torch.distributed as dist
@@ -27,7 +28,7 @@ from labkit.parallel.ranks import rank_device
 from labkit.parallel.sync_sgd import AllreduceSum, sync_gradients
 
 
-def timing_noise(times_s) -> float:
+def timing_noise(times_s: Sequence[float]) -> float:
     """p90/p10 of repeated timings of the same work: 1.0 is perfectly steady."""
     values = [float(t) for t in times_s]
     return percentile(values, 90) / max(percentile(values, 10), 1e-12)

@@ -13,6 +13,7 @@ from dataclasses import replace
 import ipywidgets as w
 import matplotlib.pyplot as plt
 import numpy as np
+from matplotlib.figure import Figure
 
 from labkit.parallel.scaling import ScalingPoint
 from labkit.parallel.speedup import (ExplorerResult, ExplorerSettings, explore, measured_overlay_text, readout_text,
@@ -22,7 +23,8 @@ SLIDER_DESCRIPTIONS = {"world_size": "Replicas", "batch": "Batch", "model_params
                        "latency_us": "Latency (us)", "bandwidth_gb_s": "Bandwidth (GB/s)"}
 
 
-def plot_explorer(settings: ExplorerSettings, measured: list[ScalingPoint] | None = None, max_world_size: int = 64):
+def plot_explorer(settings: ExplorerSettings, measured: list[ScalingPoint] | None = None,
+                  max_world_size: int = 64) -> Figure:
     """Speedup and efficiency against R for ``settings``; measured points (and their predictions) overlaid."""
     sizes = list(range(1, max(max_world_size, settings.world_size) + 1))
     curve = speedup_curve(settings, sizes)
