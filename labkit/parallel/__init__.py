@@ -1,3 +1,9 @@
 """Model vs data parallelism: split models and pipelines, synchronous SGD, when replicas pay, and the classic
 multi-GPU pitfalls on the PyTorch side (notebooks 05, 07, 09).
+
+costmodel (the formulas: T_comp vs T_sync, the GPipe bubble) < model_parallel (split by layers, memory per
+stage, the recommendation) < pipeline (the bubble simulated and measured); sync_sgd (from scratch, = DDP) <
+scaling (measured on real processes, compared with the model) < speedup (the explorer's maths); published
+(cited scaling points); plots (charts of the measurements, kept out of what ranks import); ranks (a rank's
+device); data_pitfalls and rank_pitfalls.
 """

@@ -1,20 +1,19 @@
-"""Model parallelism: split a model by layers across two devices, measure memory and idle time, pipeline it.
+"""Model parallelism: split a model by layers across devices, measure what each holds, and choose.
 
-Naive splitting leaves every stage but one idle at any moment; GPipe-style pipelining cuts the batch into
-m micro-batches so stages overlap, leaving a "bubble" of (p-1)/(m+p-1) of the time idle for p stages
-(Huang et al. 2019, "GPipe: Efficient Training of Giant Neural Networks using Pipeline Parallelism"). Here the stages run on two GPUs when there are two, otherwise
-as two real CPU processes (gloo ``send``/``recv``) whose timestamps measure the bubble; ``simulate_gpipe``
-replays the same schedule from per-stage times so prediction and measurement can be compared.
+Naive splitting leaves every stage but one idle at any moment; ``labkit.parallel.pipeline`` pipelines it
+(GPipe, Huang et al. 2019). ``recommend_parallelism`` is the rule of notebook 05: split the model only when
+its training state does not fit one device; otherwise replicate it when the all-reduce costs less than the
+compute it parallelises (``labkit.parallel.costmodel``).
 """
 from __future__ import annotations
 
-import statistics
-import time
 from dataclasses import dataclass
 
 import torch
-import torch.distributed as dist
 from torch import nn
+
+from labkit.core.validation import positive_int
+from labkit.parallel.costmodel import micro_batches_for_bubble, pays_off, predicted_speedup
 
 
 # ---------------------------------------------------------------------------- the model and its split
@@ -31,8 +30,7 @@ class SplitConfig:
 
     def __post_init__(self) -> None:
         for name in ("in_features", "hidden", "layers_per_stage", "num_classes", "stages"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+            positive_int(getattr(self, name), name)
 
 
 def build_stages(cfg: SplitConfig) -> list[nn.Sequential]:
@@ -70,6 +68,7 @@ class SplitModel(nn.Module):
         self.devices = list(devices)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Each stage on its own device, the activations moved in between."""
         for stage, device in zip(self.stages, self.devices):
             x = stage(x.to(device))
         return x
@@ -88,217 +87,6 @@ def memory_per_stage(stages: list[nn.Module]) -> dict[str, object]:
     return {"per_stage_bytes": per_stage, "whole_bytes": whole, "max_share": max(per_stage) / whole}
 
 
-# ---------------------------------------------------------------------------- the schedule, simulated
-def predicted_bubble(stages: int, micro_batches: int) -> float:
-    """GPipe's idle fraction (p-1)/(m+p-1) for equal stages (Huang et al. 2019)."""
-    if stages < 1 or micro_batches < 1:
-        raise ValueError(f"stages and micro_batches must be >= 1, got {stages}, {micro_batches}")
-    return (stages - 1) / (micro_batches + stages - 1)
-
-
-@dataclass(frozen=True)
-class Event:
-    """One unit of work on one stage: phase 'F' or 'B' of a micro-batch, start/end in seconds."""
-
-    stage: int
-    micro_batch: int
-    phase: str
-    start_s: float
-    end_s: float
-    cpu_s: float = float("nan")   # CPU time the rank's thread used meanwhile (measured runs only)
-
-
-def simulate_gpipe(forward_s: list[float], backward_s: list[float], micro_batches: int) -> list[Event]:
-    """Fill-drain GPipe schedule: all forwards in order, then all backwards in reverse, per stage."""
-    p, m = len(forward_s), micro_batches
-    if p < 1 or len(backward_s) != p or m < 1:
-        raise ValueError("need one forward and one backward time per stage and micro_batches >= 1")
-    free = [0.0] * p                                   # when each stage is next free
-    f_end = [[0.0] * m for _ in range(p)]
-    events = []
-    for i in range(m):
-        for s in range(p):
-            start = max(free[s], f_end[s - 1][i] if s else 0.0)
-            f_end[s][i] = free[s] = start + forward_s[s]
-            events.append(Event(s, i, "F", start, free[s]))
-    b_end = [[0.0] * m for _ in range(p)]
-    for i in reversed(range(m)):
-        for s in reversed(range(p)):
-            start = max(free[s], b_end[s + 1][i] if s < p - 1 else 0.0)
-            b_end[s][i] = free[s] = start + backward_s[s]
-            events.append(Event(s, i, "B", start, free[s]))
-    return events
-
-
-def bubble_fraction(events: list[Event], stages: int) -> float:
-    """Idle share of stages x makespan: 1 - busy / (p * (last end - first start))."""
-    makespan = max(e.end_s for e in events) - min(e.start_s for e in events)
-    busy = sum(e.end_s - e.start_s for e in events)
-    return 1.0 - busy / (stages * makespan)
-
-
-# ---------------------------------------------------------------------------- the schedule, for real
-def _stage_device() -> torch.device:
-    if dist.get_backend() == "nccl":
-        return torch.device("cuda", torch.cuda.current_device())
-    return torch.device("cpu")
-
-
-def _now(device: torch.device) -> float:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    return time.perf_counter()     # CLOCK_MONOTONIC: one clock for every process on the machine
-
-
-def _run_pipeline(stage: nn.Module, cfg: SplitConfig, m: int, micro_batch: int, device: torch.device) -> list[Event]:
-    """One GPipe step over ``m`` micro-batches on 2+ ranks, rank r = stage r; this rank's events."""
-    rank, world = dist.get_rank(), dist.get_world_size()
-    gen = torch.Generator().manual_seed(cfg.seed)
-    xs = [torch.randn(micro_batch, cfg.in_features, generator=gen).to(device) for _ in range(m)]
-    ys = [torch.randint(0, cfg.num_classes, (micro_batch,), generator=gen).to(device) for _ in range(m)]
-    events, inputs, outputs, pending = [], [], [], []
-    for i in range(m):                                             # forwards, in order
-        if rank == 0:
-            a = xs[i]
-        else:
-            a = torch.empty(micro_batch, cfg.hidden, device=device)
-            dist.recv(a, rank - 1)
-            a.requires_grad_(True)
-        c0, t0 = time.thread_time(), _now(device)
-        out = stage(a)
-        if rank == world - 1:
-            out = nn.functional.cross_entropy(out, ys[i]) / m
-        t1 = _now(device)
-        events.append(Event(rank, i, "F", t0, t1, time.thread_time() - c0))
-        inputs.append(a); outputs.append(out)
-        if rank < world - 1:
-            pending.append(dist.isend(out.detach(), rank + 1))
-    for i in reversed(range(m)):                                   # backwards, in reverse
-        grad = None
-        if rank < world - 1:
-            grad = torch.empty_like(outputs[i])
-            dist.recv(grad, rank + 1)
-        c0, t0 = time.thread_time(), _now(device)
-        outputs[i].backward(grad)
-        t1 = _now(device)
-        events.append(Event(rank, i, "B", t0, t1, time.thread_time() - c0))
-        if rank > 0:
-            pending.append(dist.isend(inputs[i].grad, rank - 1))
-    for req in pending:
-        req.wait()
-    return events
-
-
-def pipeline_worker(micro_batch_counts: list[int], batch: int = 64, repeats: int = 3,
-                    cfg: SplitConfig | None = None) -> dict[int, list[Event]]:
-    """Run inside launch(world_size=stages): per micro-batch count, the least-disturbed repeat's events."""
-    torch.set_num_threads(1)
-    cfg = cfg or SplitConfig(stages=dist.get_world_size())
-    device = _stage_device()
-    stage = build_stages(cfg)[dist.get_rank()].to(device)
-    best: dict[int, list[Event]] = {}
-    for m in micro_batch_counts:
-        if batch % m:
-            raise ValueError(f"batch={batch} must split evenly into {m} micro-batches")
-        _run_pipeline(stage, cfg, m, batch // m, device)           # warm-up
-        for _ in range(repeats):
-            dist.barrier()
-            events = _run_pipeline(stage, cfg, m, batch // m, device)
-            stage.zero_grad()
-            gathered: list = [None] * dist.get_world_size()
-            dist.all_gather_object(gathered, events)
-            merged = [e for evs in gathered for e in evs]
-            if m not in best or _makespan(merged) < _makespan(best[m]):
-                best[m] = merged
-    return best
-
-
-def _median_s(events: list[Event], stage: int, phase: str) -> float:
-    return statistics.median(e.end_s - e.start_s for e in events if e.stage == stage and e.phase == phase)
-
-
-def pipeline_timing_noise(events: list[Event]) -> float:
-    """Worst p90/p10 over (stage, phase) of the durations of the same work: ~1.1 quiet, >1.5 busy machine."""
-    from labkit.parallel.scaling import timing_noise
-
-    groups = {(e.stage, e.phase) for e in events}
-    return max(timing_noise([e.end_s - e.start_s for e in events if (e.stage, e.phase) == g]) for g in groups)
-
-
-def pipeline_cpu_share(events: list[Event]) -> float:
-    """CPU time / wall time over the stages' work: ~1 when each stage process had its own core."""
-    return sum(e.cpu_s for e in events) / sum(e.end_s - e.start_s for e in events)
-
-
-def _makespan(events: list[Event]) -> float:
-    return max(e.end_s for e in events) - min(e.start_s for e in events)
-
-
-@dataclass(frozen=True)
-class BubblePoint:
-    """Predicted (formula and simulation from measured stage times) vs measured bubble for one m."""
-
-    micro_batches: int
-    predicted: float
-    simulated: float
-    measured: float
-    makespan_s: float
-
-
-def analyse_pipeline(runs: dict[int, list[Event]], stages: int = 2) -> list[BubblePoint]:
-    """Turn measured events into BubblePoints, replaying each run's median stage times through simulate_gpipe."""
-    points = []
-    for m, events in sorted(runs.items()):
-        sim = simulate_gpipe([_median_s(events, s, "F") for s in range(stages)],
-                             [_median_s(events, s, "B") for s in range(stages)], m)
-        points.append(BubblePoint(m, predicted_bubble(stages, m), bubble_fraction(sim, stages),
-                                  bubble_fraction(events, stages), _makespan(events)))
-    return points
-
-
-def launch_pipeline(micro_batch_counts: tuple[int, ...] = (1, 2, 4, 8), *, batch: int = 64, repeats: int = 3,
-                    cfg: SplitConfig | None = None, timeout_s: float = 120.0) -> dict[int, list[Event]]:
-    """Two real processes (gloo, or NCCL on 2 GPUs), one stage each: the measured events per micro-batch count."""
-    from labkit.comm.launch import launch
-
-    cfg = cfg or SplitConfig()
-    return launch(pipeline_worker, cfg.stages, kwargs=dict(micro_batch_counts=list(micro_batch_counts), batch=batch,
-                  repeats=repeats, cfg=cfg), timeout_s=timeout_s, show_output=False)[0]
-
-
-def measure_pipeline(micro_batch_counts: tuple[int, ...] = (1, 2, 4, 8), *, batch: int = 64, repeats: int = 3,
-                     cfg: SplitConfig | None = None, timeout_s: float = 120.0) -> list[BubblePoint]:
-    """Bubble predicted (formula), simulated (measured stage times) and measured, per micro-batch count."""
-    cfg = cfg or SplitConfig()
-    runs = launch_pipeline(micro_batch_counts, batch=batch, repeats=repeats, cfg=cfg, timeout_s=timeout_s)
-    return analyse_pipeline(runs, cfg.stages)
-
-
-def plot_timeline(events: list[Event], ax=None, title: str = ""):
-    """Gantt chart of one pipeline step: a row per stage, forward blue, backward orange."""
-    import matplotlib.pyplot as plt
-
-    ax = ax or plt.subplots(figsize=(8, 1.8))[1]
-    t0 = min(e.start_s for e in events)
-    for e in events:
-        ax.barh(e.stage, 1e3 * (e.end_s - e.start_s), left=1e3 * (e.start_s - t0), color="C0" if e.phase == "F" else "C1",
-                edgecolor="k", lw=0.3)
-        ax.text(1e3 * ((e.start_s + e.end_s) / 2 - t0), e.stage, str(e.micro_batch), ha="center", va="center", fontsize=6)
-    ax.set(yticks=sorted({e.stage for e in events}), xlabel="time (ms)", ylabel="stage", title=title)
-    ax.invert_yaxis()
-    return ax
-
-
-def micro_batches_for_bubble(stages: int, max_bubble: float) -> int:
-    """Smallest m with (p-1)/(m+p-1) <= max_bubble: m >= (p-1)(1-b)/b."""
-    if not 0 < max_bubble < 1:
-        raise ValueError(f"max_bubble must be between 0 and 1 (exclusive), got {max_bubble}")
-    m = 1
-    while predicted_bubble(stages, m) > max_bubble:
-        m += 1
-    return m
-
-
 @dataclass(frozen=True)
 class Recommendation:
     """Which parallelism to use and the numbers behind it."""
@@ -308,20 +96,23 @@ class Recommendation:
 
 
 def recommend_parallelism(model_state_bytes: int, device_memory_bytes: int, t_comp_s: float, t_sync_s: float,
-                          replicas: int, max_bubble: float = 0.2) -> Recommendation:
+                          world_size: int, max_bubble: float = 0.2) -> Recommendation:
     """The rule: split the model only when it does not fit; otherwise replicate it when T_sync < (R-1) T_comp."""
-    from labkit.parallel.scaling import pays_off, predicted_speedup
-
+    model_state_bytes = positive_int(model_state_bytes, "model_state_bytes")
+    device_memory_bytes = positive_int(device_memory_bytes, "device_memory_bytes")
+    world_size = positive_int(world_size, "world_size")
     if model_state_bytes > device_memory_bytes:
         p = -(-model_state_bytes // device_memory_bytes)            # ceil: stages needed to fit
         m = micro_batches_for_bubble(p, max_bubble)
         return Recommendation("model parallel (pipeline)",
-                              f"training state {model_state_bytes / 1e6:.1f} MB > device {device_memory_bytes / 1e6:.1f} MB: "
-                              f"split into >= {p} stages and use >= {m} micro-batches to keep the bubble <= "
-                              f"{100 * max_bubble:.0f}%")
-    if replicas > 1 and pays_off(t_comp_s, t_sync_s, replicas):
-        return Recommendation("data parallel",
-                              f"the model fits; T_sync {1e3 * t_sync_s:.2f} ms < (R-1) T_comp {1e3 * (replicas - 1) * t_comp_s:.2f} ms "
-                              f"-> predicted speedup {predicted_speedup(t_comp_s, t_sync_s, replicas):.2f}x on {replicas} replicas")
-    return Recommendation("one device", f"the model fits and T_sync {1e3 * t_sync_s:.2f} ms >= (R-1) T_comp "
-                                        f"{1e3 * (replicas - 1) * t_comp_s:.2f} ms: more replicas would not pay")
+                              f"training state {model_state_bytes / 1e6:.1f} MB > device "
+                              f"{device_memory_bytes / 1e6:.1f} MB: split into >= {p} stages and use >= {m} "
+                              f"micro-batches to keep the bubble <= {100 * max_bubble:.0f}%")
+    sync_ms, spare_ms = 1e3 * t_sync_s, 1e3 * (world_size - 1) * t_comp_s      # T_sync vs (R-1) T_comp
+    if world_size > 1 and pays_off(t_comp_s, t_sync_s, world_size):
+        speedup = predicted_speedup(t_comp_s, t_sync_s, world_size)
+        return Recommendation("data parallel", f"the model fits; T_sync {sync_ms:.2f} ms < (R-1) T_comp "
+                                               f"{spare_ms:.2f} ms -> predicted speedup {speedup:.2f}x on "
+                                               f"{world_size} replicas")
+    return Recommendation("one device", f"the model fits and T_sync {sync_ms:.2f} ms >= (R-1) T_comp "
+                                        f"{spare_ms:.2f} ms: more replicas would not pay")

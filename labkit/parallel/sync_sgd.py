@@ -19,8 +19,10 @@ from typing import Callable
 import torch
 import torch.distributed as dist
 from torch import nn
+from torch.nn.parallel import DistributedDataParallel as DDP
 
-from labkit.core.validation import checked_int
+from labkit.comm.launch import launch
+from labkit.core.validation import checked_int, positive_int, positive_number
 
 Broadcast = Callable[[torch.Tensor, int], None]
 AllreduceSum = Callable[[torch.Tensor], None]
@@ -41,10 +43,8 @@ class ToyProblem:
 
     def __post_init__(self) -> None:
         for name in ("in_features", "hidden", "num_classes", "micro_batch"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if self.lr <= 0:
-            raise ValueError(f"lr must be > 0, got {self.lr}")
+            positive_int(getattr(self, name), name)
+        positive_number(self.lr, "lr")
 
 
 def build_toy_model(problem: ToyProblem, init_seed: int) -> nn.Module:
@@ -82,7 +82,8 @@ def _state(model: nn.Module) -> dict[str, torch.Tensor]:
 
 
 # ---------------------------------------------------------------------------- the derivation, checked
-def micro_batch_gradients(problem: ToyProblem, world_size: int, step: int = 0) -> tuple[list[list[torch.Tensor]], list[torch.Tensor]]:
+def micro_batch_gradients(problem: ToyProblem, world_size: int,
+                          step: int = 0) -> tuple[list[list[torch.Tensor]], list[torch.Tensor]]:
     """Per-replica gradients on each micro-batch, and the single-process gradient on the combined batch."""
     world_size = checked_int(world_size, "world_size")
     model = build_toy_model(problem, problem.seed)
@@ -142,10 +143,9 @@ def train_replica(rank: int, world_size: int, broadcast: Broadcast, allreduce_su
                   steps: int, seed: int = 0, micro_batch: int = 8, lr: float = 0.1, bucket: bool = False,
                   ) -> dict[str, torch.Tensor]:
     """From-scratch synchronous SGD on the toy problem; returns this replica's final state_dict (CPU)."""
-    if not 0 <= rank < world_size:
-        raise ValueError(f"rank must be in [0, world_size={world_size}), got {rank}")
-    if steps < 0:
-        raise ValueError(f"steps must be >= 0, got {steps}")
+    world_size = positive_int(world_size, "world_size")
+    checked_int(rank, "rank", minimum=0, maximum=world_size - 1, hint="ranks count from 0 to world_size - 1")
+    checked_int(steps, "steps", minimum=0)
     problem = ToyProblem(seed=seed, micro_batch=micro_batch, lr=lr)
     model = build_toy_model(problem, init_seed=seed + rank)           # deliberately different per rank
     sync_initial_weights(model, broadcast, src=0)                     # ... until rank 0's weights win
@@ -163,6 +163,8 @@ def train_replica(rank: int, world_size: int, broadcast: Broadcast, allreduce_su
 def train_single_process(world_size: int, *, steps: int, seed: int = 0, micro_batch: int = 8,
                          lr: float = 0.1) -> dict[str, torch.Tensor]:
     """The reference: one process, the combined batch of ``world_size * micro_batch`` each step."""
+    world_size = positive_int(world_size, "world_size")
+    checked_int(steps, "steps", minimum=0)
     problem = ToyProblem(seed=seed, micro_batch=micro_batch, lr=lr)
     model = build_toy_model(problem, init_seed=seed)                  # rank 0's initial weights
     opt = _make_optimizer(model, problem)
@@ -203,8 +205,6 @@ def sync_sgd_worker(steps: int, seed: int = 0, micro_batch: int = 8, lr: float =
 
 def ddp_worker(steps: int, seed: int = 0, micro_batch: int = 8, lr: float = 0.1) -> dict[str, torch.Tensor]:
     """Run inside launch(): the same training with PyTorch DistributedDataParallel."""
-    from torch.nn.parallel import DistributedDataParallel as DDP
-
     torch.set_num_threads(1)
     rank, world_size = dist.get_rank(), dist.get_world_size()
     problem = ToyProblem(seed=seed, micro_batch=micro_batch, lr=lr)
@@ -244,8 +244,6 @@ def run_sync_sgd_comparison(world_size: int = 2, steps: int = 10, seed: int = 0,
 
     Returns ``{"scratch": [rank0, rank1, ...], "scratch_bucketed": [...], "ddp": [...], "single": state}``.
     """
-    from labkit.comm.launch import launch
-
     # gloo on purpose, GPUs or not: this is a proof to float precision against a CPU reference (CPU tensors,
     # deterministic kernels); the timing lessons are the ones that follow choose_backend onto the GPUs
     per_rank = launch(sync_vs_ddp_worker, world_size, kwargs=dict(steps=steps, seed=seed, micro_batch=micro_batch,

@@ -1,140 +1,42 @@
-"""The speedup explorer: vary replicas, batch, model size, latency and bandwidth; see the predicted
-epoch time, speedup and efficiency of synchronous data parallelism, with measured points overlaid.
+"""The speedup explorer widget: sliders over ``labkit.parallel.speedup.explore``, with measured points overlaid.
 
-The logic (``ExplorerSettings`` -> ``explore()``) is plain Python and tested without a browser; the
-ipywidgets panel only decorates it. Compute per step uses the 6*N FLOPs-per-sample rule of thumb for
-dense layers (Kaplan et al. 2020, "Scaling Laws for Neural Language Models", section 2.1); T_sync is
-the ring all-reduce of the fp32 gradients (``labkit.parallel.scaling.sync_time_s``).
+The logic (``ExplorerSettings`` -> ``explore()``) lives in ``labkit.parallel.speedup``, plain Python tested
+without a browser; this ipywidgets panel only decorates it.
 
 Browser hooks: the top box has CSS class ``labkit-explorer``; the readout (class ``labkit-readout``)
 shows the speedup and efficiency numbers; slider descriptions are in ``SLIDER_DESCRIPTIONS``.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
+import ipywidgets as w
+import matplotlib.pyplot as plt
 import numpy as np
-import torch
+from matplotlib.figure import Figure
 
-from labkit.core.device import device_label
+from labkit.parallel.scaling import ScalingPoint
+from labkit.parallel.speedup import (ExplorerResult, ExplorerSettings, explore, measured_overlay_text, readout_text,
+                                     speedup_curve)
 
-from labkit.parallel.scaling import ScalingPoint, epoch_time_s, pays_off, predicted_speedup, sync_time_s
-from labkit.core.timing import time_fn
-
-SLIDER_DESCRIPTIONS = {"replicas": "Replicas", "batch": "Batch", "model_params_m": "Params (M)",
+SLIDER_DESCRIPTIONS = {"world_size": "Replicas", "batch": "Batch", "model_params_m": "Params (M)",
                        "latency_us": "Latency (us)", "bandwidth_gb_s": "Bandwidth (GB/s)"}
-FLOPS_PER_PARAM_PER_SAMPLE = 6.0   # forward 2N + backward 4N (Kaplan et al. 2020)
 
 
-@dataclass(frozen=True)
-class ExplorerSettings:
-    """One point in the explorer's space; units in the names."""
-
-    replicas: int = 8
-    batch: int = 256                     # per replica
-    model_params_m: float = 25.0         # millions of parameters (ResNet-50 has about 25.6 M)
-    latency_us: float = 10.0             # alpha: per-message latency
-    bandwidth_gb_s: float = 100.0        # 1/beta: link bandwidth (NVLink-class; ~10 for 100 Gb/s Ethernet)
-    device_flops_per_s: float = 20e12    # FLOP/s of one replica; notebooks pass measured_matmul_flops_per_s()
-    n_samples: int = 1_281_167           # samples per epoch (ImageNet-1k train)
-    bytes_per_param: int = 4             # fp32 gradients
-    algorithm: str = "ring"
-
-    def __post_init__(self) -> None:
-        for name in ("replicas", "batch", "n_samples", "bytes_per_param"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-                raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
-        for name in ("model_params_m", "bandwidth_gb_s", "device_flops_per_s"):
-            if not getattr(self, name) > 0:
-                raise ValueError(f"{name} must be > 0, got {getattr(self, name)!r}")
-        if self.latency_us < 0:
-            raise ValueError(f"latency_us must be >= 0, got {self.latency_us!r}")
-
-
-@dataclass(frozen=True)
-class ExplorerResult:
-    """What the model predicts for one ExplorerSettings; times in seconds."""
-
-    t_comp_s: float
-    t_sync_s: float
-    epoch_time_alone_s: float
-    epoch_time_s: float
-    speedup: float
-    efficiency: float
-    pays: bool
-
-
-def step_compute_s(settings: ExplorerSettings) -> float:
-    """T_comp of one step: 6 * params * batch FLOPs at the device's sustained rate."""
-    flops = FLOPS_PER_PARAM_PER_SAMPLE * settings.model_params_m * 1e6 * settings.batch
-    return flops / settings.device_flops_per_s
-
-
-def measured_matmul_flops_per_s(device: str | torch.device | None = None, size: int | None = None,
-                                repeats: int = 5) -> tuple[float, str]:
-    """(FLOP/s, where) a dense fp32 matmul really reaches on this device: the explorer's default T_comp rate.
-
-    Measured, not assumed: a hard-coded 20 TFLOP/s is 100x off on a laptop CPU and 3x off on an H100 (TF32).
-    A training step reaches less than a bare GEMM, so this is an optimistic compute rate (and so a
-    pessimistic speedup); the note says which device it came from.
-    """
-    dev = torch.device(device) if device is not None else torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    n = size or (4096 if dev.type == "cuda" else 512)
-    a, b = torch.randn(n, n, device=dev), torch.randn(n, n, device=dev)
-    median_s = time_fn(lambda: a @ b, warmup=2, repeats=repeats, device=dev).median_s
-    flops = 2.0 * n ** 3 / median_s
-    return flops, f"{flops / 1e12:.3g} TFLOP/s measured: fp32 {n}x{n} matmul on {device_label(dev)}"
-
-
-def explore(settings: ExplorerSettings) -> ExplorerResult:
-    """Predicted epoch time, speedup and efficiency of ``settings.replicas`` synchronous replicas."""
-    s = settings
-    t_comp = step_compute_s(s)
-    nbytes = int(s.model_params_m * 1e6 * s.bytes_per_param)
-    t_sync = sync_time_s(nbytes, s.replicas, s.latency_us * 1e-6, s.bandwidth_gb_s * 1e9, s.algorithm)
-    alone = epoch_time_s(s.n_samples, s.batch, t_comp)
-    with_r = epoch_time_s(s.n_samples, s.batch, t_comp, t_sync, s.replicas)
-    speedup = predicted_speedup(t_comp, t_sync, s.replicas)
-    return ExplorerResult(t_comp, t_sync, alone, with_r, speedup, speedup / s.replicas,
-                          pays_off(t_comp, t_sync, s.replicas) or s.replicas == 1)
-
-
-def speedup_curve(settings: ExplorerSettings, replicas: list[int]) -> np.ndarray:
-    """Predicted speedup for each replica count, everything else as in ``settings``."""
-    return np.array([explore(replace(settings, replicas=int(r))).speedup for r in replicas])
-
-
-def readout_text(settings: ExplorerSettings, result: ExplorerResult) -> str:
-    """The one-paragraph readout: predicted speedup, efficiency, epoch times and the verdict."""
-    verdict = "pays off" if result.pays else "does NOT pay off"
-    return (f"R={settings.replicas}: predicted speedup {result.speedup:.2f}x, efficiency "
-            f"{100 * result.efficiency:.1f}% | epoch {result.epoch_time_s:.1f} s vs {result.epoch_time_alone_s:.1f} s "
-            f"alone | T_comp {1e3 * result.t_comp_s:.2f} ms, T_sync {1e3 * result.t_sync_s:.2f} ms per step | "
-            f"{verdict} (needs T_sync < (R-1) T_comp)")
-
-
-def measured_overlay_text(points: list[ScalingPoint]) -> str:
-    """One line per measured point: predicted vs measured speedup and the relative error."""
-    return "; ".join(f"R={p.replicas}: measured {p.measured_speedup:.2f}x, predicted {p.predicted_speedup:.2f}x "
-                     f"({100 * p.relative_error:+.0f}%)" for p in points if p.replicas > 1)
-
-
-def plot_explorer(settings: ExplorerSettings, measured: list[ScalingPoint] | None = None, max_replicas: int = 64):
+def plot_explorer(settings: ExplorerSettings, measured: list[ScalingPoint] | None = None,
+                  max_world_size: int = 64) -> Figure:
     """Speedup and efficiency against R for ``settings``; measured points (and their predictions) overlaid."""
-    import matplotlib.pyplot as plt
-
-    rs = list(range(1, max(max_replicas, settings.replicas) + 1))
-    curve = speedup_curve(settings, rs)
+    sizes = list(range(1, max(max_world_size, settings.world_size) + 1))
+    curve = speedup_curve(settings, sizes)
     fig, (ax_s, ax_e) = plt.subplots(1, 2, figsize=(9, 3.4))
-    ax_s.plot(rs, rs, "k--", lw=1, label="ideal")
-    ax_s.plot(rs, curve, label="predicted")
-    ax_s.plot([settings.replicas], [explore(settings).speedup], "o", color="C0")
-    ax_e.plot(rs, 100 * curve / np.array(rs), color="C1")
-    ax_e.axvline(settings.replicas, color="gray", lw=0.8)
+    ax_s.plot(sizes, sizes, "k--", lw=1, label="ideal")
+    ax_s.plot(sizes, curve, label="predicted")
+    ax_s.plot([settings.world_size], [explore(settings).speedup], "o", color="C0")
+    ax_e.plot(sizes, 100 * curve / np.array(sizes), color="C1")
+    ax_e.axvline(settings.world_size, color="gray", lw=0.8)
     for i, p in enumerate(measured or []):
-        ax_s.plot(p.replicas, p.measured_speedup, "r^", label=None if i else "measured run (gloo)")
-        ax_s.plot(p.replicas, p.predicted_speedup, "rx", label=None if i else "its prediction")
+        ax_s.plot(p.world_size, p.measured_speedup, "r^", label=None if i else "measured run (gloo)")
+        ax_s.plot(p.world_size, p.predicted_speedup, "rx", label=None if i else "its prediction")
     ax_s.set(xlabel="replicas R", ylabel="speedup", title="Speedup (x: measured run's prediction)")
     ax_e.set(xlabel="replicas R", ylabel="efficiency (%)", ylim=(0, 105), title="Efficiency = speedup / R")
     ax_s.legend(fontsize=8)
@@ -146,14 +48,13 @@ class SpeedupExplorer:
     """The ipywidgets panel around ``explore``: ``SpeedupExplorer().widget`` in a notebook cell."""
 
     def __init__(self, settings: ExplorerSettings | None = None, measured: list[ScalingPoint] | None = None,
-                 max_replicas: int = 64, draw: bool = True) -> None:
-        import ipywidgets as w
-
+                 max_world_size: int = 64, draw: bool = True) -> None:
         s = settings or ExplorerSettings()
-        self.base, self.measured, self.max_replicas, self.draw = s, list(measured or []), max_replicas, draw
+        self.base, self.measured, self.max_world_size, self.draw = s, list(measured or []), max_world_size, draw
         d, style = SLIDER_DESCRIPTIONS, {"description_width": "120px"}
         self.sliders = {
-            "replicas": w.IntSlider(value=s.replicas, min=1, max=max_replicas, description=d["replicas"], style=style),
+            "world_size": w.IntSlider(value=s.world_size, min=1, max=max_world_size, description=d["world_size"],
+                                      style=style),
             "batch": w.IntSlider(value=s.batch, min=1, max=1024, description=d["batch"], style=style),
             "model_params_m": w.FloatLogSlider(value=s.model_params_m, base=10, min=-1, max=3,
                                                description=d["model_params_m"], style=style),
@@ -175,7 +76,7 @@ class SpeedupExplorer:
 
     def settings(self) -> ExplorerSettings:
         """The settings the sliders show now."""
-        return replace(self.base, **{k: (int(v.value) if k in ("replicas", "batch") else float(v.value))
+        return replace(self.base, **{k: (int(v.value) if k in ("world_size", "batch") else float(v.value))
                                      for k, v in self.sliders.items()})
 
     def update(self, change: object = None) -> ExplorerResult:
@@ -184,12 +85,11 @@ class SpeedupExplorer:
         result = explore(settings)
         self.readout.value = f"<span>{readout_text(settings, result)}</span>"
         if self.draw:
-            import matplotlib.pyplot as plt
             from IPython.display import clear_output, display
 
             with self.plot:
                 clear_output(wait=True)
-                fig = plot_explorer(settings, self.measured, self.max_replicas)
+                fig = plot_explorer(settings, self.measured, self.max_world_size)
                 display(fig)
                 plt.close(fig)
         return result
@@ -197,4 +97,3 @@ class SpeedupExplorer:
     def _ipython_display_(self) -> None:
         from IPython.display import display
 
-        display(self.widget)

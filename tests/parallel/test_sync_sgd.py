@@ -99,7 +99,6 @@ def test_bad_world_size_is_one_clear_error(world_size):
 
 def test_the_proof_runs_on_gloo_even_on_a_gpu_box(monkeypatch):
     """CPU tensors and a CPU reference: NCCL (picked by 'auto' with a GPU per rank) would reject them."""
-    import labkit.comm.launch as ld
     from labkit.parallel import sync_sgd
 
     seen = {}
@@ -108,6 +107,13 @@ def test_the_proof_runs_on_gloo_even_on_a_gpu_box(monkeypatch):
         seen.update(kwargs)
         return [{"scratch": {}, "scratch_bucketed": {}, "ddp": {}}] * world_size
 
-    monkeypatch.setattr(ld, "launch", fake_launch)
+    monkeypatch.setattr(sync_sgd, "launch", fake_launch)      # the name sync_sgd imported at its top
     sync_sgd.run_sync_sgd_comparison(world_size=2, steps=1)
     assert seen["backend"] == "gloo"
+
+
+def test_toy_problem_validates_its_sizes():
+    with pytest.raises(ValueError, match=r"^lr must be a number > 0, got 0"):
+        s.ToyProblem(lr=0)
+    with pytest.raises(ValueError, match=r"^micro_batch must be an integer >= 1, got 0$"):
+        s.ToyProblem(micro_batch=0)

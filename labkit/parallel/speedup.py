@@ -1,0 +1,113 @@
+"""The speedup explorer's maths: predicted epoch time, speedup and efficiency of synchronous data parallelism.
+
+Vary replicas, per-replica batch, model size, link latency and bandwidth; ``explore()`` answers with the
+performance model of ``labkit.parallel.costmodel``. Plain Python, no widgets: ``labkit.ui.explorer`` puts
+sliders on it. Compute per step uses the 6*N FLOPs-per-sample rule of thumb for dense layers (Kaplan et al.
+2020, "Scaling Laws for Neural Language Models", section 2.1); T_sync is the ring all-reduce of the fp32
+gradients (``labkit.parallel.costmodel.sync_time_s``; Patarasuk & Yuan 2009).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import numpy as np
+import torch
+
+from labkit.core.device import device_label, get_device
+from labkit.core.timing import time_fn
+from labkit.core.validation import checked_int, positive_int, positive_number
+from labkit.parallel.costmodel import epoch_time_s, pays_off, predicted_speedup, sync_time_s
+from labkit.parallel.scaling import ScalingPoint
+
+FLOPS_PER_PARAM_PER_SAMPLE = 6.0   # forward 2N + backward 4N (Kaplan et al. 2020)
+
+
+@dataclass(frozen=True)
+class ExplorerSettings:
+    """One point in the explorer's space; units in the names."""
+
+    world_size: int = 8                  # R replicas
+    batch: int = 256                     # per replica
+    model_params_m: float = 25.0         # millions of parameters (ResNet-50 has about 25.6 M)
+    latency_us: float = 10.0             # alpha: per-message latency
+    bandwidth_gb_s: float = 100.0        # 1/beta: link bandwidth (NVLink-class; ~10 for 100 Gb/s Ethernet)
+    device_flops_per_s: float = 20e12    # FLOP/s of one replica; notebooks pass measured_matmul_flops_per_s()
+    n_samples: int = 1_281_167           # samples per epoch (ImageNet-1k train)
+    bytes_per_param: int = 4             # fp32 gradients
+    algorithm: str = "ring"
+
+    def __post_init__(self) -> None:
+        for name in ("world_size", "batch", "n_samples", "bytes_per_param"):
+            positive_int(getattr(self, name), name)
+        for name in ("model_params_m", "bandwidth_gb_s", "device_flops_per_s"):
+            positive_number(getattr(self, name), name)
+        if not self.latency_us >= 0:                  # 0 is allowed: an ideal link
+            raise ValueError(f"latency_us must be >= 0, got {self.latency_us!r}")
+
+
+@dataclass(frozen=True)
+class ExplorerResult:
+    """What the model predicts for one ExplorerSettings; times in seconds."""
+
+    t_comp_s: float
+    t_sync_s: float
+    epoch_time_alone_s: float
+    epoch_time_s: float
+    speedup: float
+    efficiency: float
+    pays: bool
+
+
+def step_compute_s(settings: ExplorerSettings) -> float:
+    """T_comp of one step: 6 * params * batch FLOPs at the device's sustained rate."""
+    flops = FLOPS_PER_PARAM_PER_SAMPLE * settings.model_params_m * 1e6 * settings.batch
+    return flops / settings.device_flops_per_s
+
+
+def measured_matmul_flops_per_s(device: str | torch.device | None = None, size: int | None = None,
+                                repeats: int = 5) -> tuple[float, str]:
+    """(FLOP/s, where) a dense fp32 matmul really reaches on this device: the explorer's default T_comp rate.
+
+    Measured, not assumed: a hard-coded 20 TFLOP/s is 100x off on a laptop CPU and 3x off on an H100 (TF32).
+    A training step reaches less than a bare GEMM, so this is an optimistic compute rate (and so a
+    pessimistic speedup); the note says which device it came from.
+    """
+    dev = get_device(device)
+    n = checked_int(size, "size", allow_none=True) or (4096 if dev.type == "cuda" else 512)
+    a, b = torch.randn(n, n, device=dev), torch.randn(n, n, device=dev)
+    median_s = time_fn(lambda: a @ b, warmup=2, repeats=repeats, device=dev).median_s
+    flops = 2.0 * n ** 3 / median_s
+    return flops, f"{flops / 1e12:.3g} TFLOP/s measured: fp32 {n}x{n} matmul on {device_label(dev)}"
+
+
+def explore(settings: ExplorerSettings) -> ExplorerResult:
+    """Predicted epoch time, speedup and efficiency of ``settings.world_size`` synchronous replicas."""
+    s = settings
+    t_comp = step_compute_s(s)
+    nbytes = int(s.model_params_m * 1e6 * s.bytes_per_param)
+    t_sync = sync_time_s(nbytes, s.world_size, s.latency_us * 1e-6, s.bandwidth_gb_s * 1e9, s.algorithm)
+    alone = epoch_time_s(s.n_samples, s.batch, t_comp)
+    with_r = epoch_time_s(s.n_samples, s.batch, t_comp, t_sync, s.world_size)
+    speedup = predicted_speedup(t_comp, t_sync, s.world_size)
+    return ExplorerResult(t_comp, t_sync, alone, with_r, speedup, speedup / s.world_size,
+                          pays_off(t_comp, t_sync, s.world_size) or s.world_size == 1)
+
+
+def speedup_curve(settings: ExplorerSettings, world_sizes: list[int]) -> np.ndarray:
+    """Predicted speedup for each world size, everything else as in ``settings``."""
+    return np.array([explore(replace(settings, world_size=int(size))).speedup for size in world_sizes])
+
+
+def readout_text(settings: ExplorerSettings, result: ExplorerResult) -> str:
+    """The one-paragraph readout: predicted speedup, efficiency, epoch times and the verdict."""
+    verdict = "pays off" if result.pays else "does NOT pay off"
+    return (f"R={settings.world_size}: predicted speedup {result.speedup:.2f}x, efficiency "
+            f"{100 * result.efficiency:.1f}% | epoch {result.epoch_time_s:.1f} s vs {result.epoch_time_alone_s:.1f} s "
+            f"alone | T_comp {1e3 * result.t_comp_s:.2f} ms, T_sync {1e3 * result.t_sync_s:.2f} ms per step | "
+            f"{verdict} (needs T_sync < (R-1) T_comp)")
+
+
+def measured_overlay_text(points: list[ScalingPoint]) -> str:
+    """One line per measured point: predicted vs measured speedup and the relative error."""
+    return "; ".join(f"R={p.world_size}: measured {p.measured_speedup:.2f}x, predicted {p.predicted_speedup:.2f}x "
+                     f"({100 * p.relative_error:+.0f}%)" for p in points if p.world_size > 1)
