@@ -25,6 +25,11 @@ def process_time_s() -> float:
     return time.process_time()
 
 
+def thread_time_s() -> float:
+    """CPU seconds the calling thread has used: how much of a core one rank's step really got."""
+    return time.thread_time()
+
+
 def timestamp_s() -> float:
     """Wall-clock seconds since the epoch: comparable across processes (e.g. which rank failed first)."""
     return time.time()

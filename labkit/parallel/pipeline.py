@@ -10,7 +10,6 @@ two, otherwise as two real CPU processes (gloo ``send``/``recv``) whose timestam
 from __future__ import annotations
 
 import statistics
-import time
 from dataclasses import dataclass
 
 import torch
@@ -18,7 +17,7 @@ import torch.distributed as dist
 from torch import nn
 
 from labkit.comm.launch import launch
-from labkit.core.clock import now_s
+from labkit.core.clock import now_s, thread_time_s
 from labkit.core.timing import synchronize
 from labkit.core.validation import positive_int, positive_ints
 from labkit.parallel.costmodel import predicted_bubble
@@ -91,12 +90,12 @@ def _run_pipeline(stage: nn.Module, cfg: SplitConfig, m: int, micro_batch: int, 
             a = torch.empty(micro_batch, cfg.hidden, device=device)
             dist.recv(a, rank - 1)
             a.requires_grad_(True)
-        c0, t0 = time.thread_time(), _now(device)
+        c0, t0 = thread_time_s(), _now(device)
         out = stage(a)
         if rank == world_size - 1:
             out = nn.functional.cross_entropy(out, ys[i]) / m
         t1 = _now(device)
-        events.append(Event(rank, i, "F", t0, t1, time.thread_time() - c0))
+        events.append(Event(rank, i, "F", t0, t1, thread_time_s() - c0))
         inputs.append(a); outputs.append(out)
         if rank < world_size - 1:
             pending.append(dist.isend(out.detach(), rank + 1))
@@ -105,10 +104,10 @@ def _run_pipeline(stage: nn.Module, cfg: SplitConfig, m: int, micro_batch: int, 
         if rank < world_size - 1:
             grad = torch.empty_like(outputs[i])
             dist.recv(grad, rank + 1)
-        c0, t0 = time.thread_time(), _now(device)
+        c0, t0 = thread_time_s(), _now(device)
         outputs[i].backward(grad)
         t1 = _now(device)
-        events.append(Event(rank, i, "B", t0, t1, time.thread_time() - c0))
+        events.append(Event(rank, i, "B", t0, t1, thread_time_s() - c0))
         if rank > 0:
             pending.append(dist.isend(inputs[i].grad, rank - 1))
     for req in pending:

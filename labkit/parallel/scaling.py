@@ -8,7 +8,6 @@ core sharing and the fitted all-reduce cost (``labkit.parallel.costmodel``) and 
 from __future__ import annotations
 
 import statistics
-import time
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -18,7 +17,7 @@ from torch import nn
 
 from labkit.comm.collectives import allreduce_cost
 from labkit.comm.launch import choose_backend, launch
-from labkit.core.clock import now_s, percentile
+from labkit.core.clock import now_s, percentile, thread_time_s
 from labkit.core.device import device_label
 from labkit.core.machine import cpu_count
 from labkit.core.timing import Stopwatch, synchronize
@@ -78,18 +77,18 @@ def _step_phases(model: nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor, 
                  all_reduce: AllreduceSum | None, world_size: int,
                  device: torch.device) -> tuple[float, float, float, float]:
     """One sync-SGD step, synchronised at each phase edge: (compute s, all-reduce s, step s, CPU s computing)."""
-    c0, t0 = time.thread_time(), now_s()
+    c0, t0 = thread_time_s(), now_s()
     opt.zero_grad()
     nn.functional.cross_entropy(model(x), y).backward()
     synchronize(device)
-    c1, t1 = time.thread_time(), now_s()
+    c1, t1 = thread_time_s(), now_s()
     if all_reduce is not None:
         sync_gradients(model, all_reduce, world_size, bucket=True)
         synchronize(device)
-    c2, t2 = time.thread_time(), now_s()
+    c2, t2 = thread_time_s(), now_s()
     opt.step()
     synchronize(device)
-    c3, t3 = time.thread_time(), now_s()
+    c3, t3 = thread_time_s(), now_s()
     return (t1 - t0) + (t3 - t2), t2 - t1, t3 - t0, (c1 - c0) + (c3 - c2)
 
 

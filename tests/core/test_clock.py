@@ -65,3 +65,11 @@ def test_process_time_counts_cpu_work_not_sleep():
     start = process_time_s()
     sum(i * i for i in range(300_000))
     assert slept < 0.03 and process_time_s() - start > 0
+
+
+def test_thread_time_counts_this_threads_cpu_work_not_sleep():
+    from labkit.core.clock import thread_time_s
+
+    start = thread_time_s()
+    time.sleep(0.05)
+    assert thread_time_s() - start < 0.03
