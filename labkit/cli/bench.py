@@ -37,7 +37,7 @@ def sizes_from_args(args: argparse.Namespace) -> list[int]:
 def check_args(args: argparse.Namespace) -> tuple[list[int], str]:
     """Validate everything before any process starts; return the sizes and the backend that will run."""
     from labkit.comm.bench import check_memory
-    from labkit.comm.launch import check_world_size, resolve_backend
+    from labkit.comm.backend import check_world_size, resolve_backend
 
     sizes = sizes_from_args(args)
     itemsize = DTYPES[args.dtype]

@@ -201,7 +201,7 @@ def torch_sgd(steps: int = 5, seed: int = 0, micro_batch: int = 8, lr: float = 0
     """
     import torch.distributed as dist
 
-    from labkit.comm.launch import init_from_env
+    from labkit.comm.worker import init_from_env
     from labkit.comm.launch_env import detect_launcher_env
     from labkit.parallel.sync_sgd import sync_sgd_worker
 

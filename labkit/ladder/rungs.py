@@ -139,7 +139,7 @@ def tf32_status(device: torch.device) -> tuple[bool, str]:
 def ddp_plan(device: torch.device, requested: int | None, cores: int) -> tuple[int, str]:
     """(processes for the DDP rung, why). On a GPU box the kit's one backend rule decides (NCCL, one GPU per
     rank); a world size it would run as gloo CPU ranks is refused here, since those would not time these GPUs."""
-    from labkit.comm.launch import choose_backend
+    from labkit.comm.backend import choose_backend
 
     if device.type == "cuda":
         gpus = torch.cuda.device_count()

@@ -21,7 +21,7 @@ import torch
 from torch import nn
 from torch.utils.data.distributed import DistributedSampler
 
-from labkit.comm.launch import check_data_size
+from labkit.comm.backend import check_data_size
 from labkit.core.timing import time_fn
 
 

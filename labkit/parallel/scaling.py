@@ -216,11 +216,12 @@ def measure_scaling(replica_counts: tuple[int, ...] = (1, 2, 4), *, backend: str
                     **worker_kwargs) -> list[StepTimes]:
     """Real runs, one torch thread per rank: T_comp, T_sync and step time for each replica count.
 
-    ``backend='auto'`` follows ``labkit.comm.launch.choose_backend``: NCCL on the GPUs when each rank has its
+    ``backend='auto'`` follows ``labkit.comm.backend.choose_backend``: NCCL on the GPUs when each rank has its
     own, else gloo with every rank a CPU process (print ``choose_backend(max(counts)).reason`` next to the
     numbers so a reader on a 1-GPU box knows they are CPU timings).
     """
-    from labkit.comm.launch import choose_backend, launch
+    from labkit.comm.backend import choose_backend
+    from labkit.comm.launch import launch
 
     if not replica_counts or any(isinstance(r, bool) or not isinstance(r, int) or r < 1 for r in replica_counts):
         raise ValueError(f"replica_counts must be integers >= 1, got {replica_counts!r}")
@@ -353,7 +354,8 @@ def verdict_worker(cases: dict, replicas: int, rounds: int, steps: int) -> dict:
 def pays_verdicts(replicas: int = 2, cases: dict | None = None, *, rounds: int = 3, steps: int = 6,
                   cores: int | None = None, backend: str = "auto", timeout_s: float = 120.0) -> list[Verdict]:
     """Measure R=1 vs R=``replicas`` for each sized case (interleaved rounds, fastest round) and compare."""
-    from labkit.comm.launch import choose_backend, launch
+    from labkit.comm.backend import choose_backend
+    from labkit.comm.launch import launch
     from labkit.core.machine import cpu_count
 
     cases = cases or SIZED_CASES
