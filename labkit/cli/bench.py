@@ -37,14 +37,14 @@ def sizes_from_args(args: argparse.Namespace) -> list[int]:
 def check_args(args: argparse.Namespace) -> tuple[list[int], str]:
     """Validate everything before any process starts; return the sizes and the backend that will run."""
     from labkit.comm.bench import check_memory
-    from labkit.comm.backend import check_world_size, resolve_backend
+    from labkit.comm.backend import check_world_size, choose_backend
 
     sizes = sizes_from_args(args)
     itemsize = DTYPES[args.dtype]
     bad = [s for s in sizes if s % itemsize]
     if bad:
         raise ValueError(f"message sizes must be whole {args.dtype} elements ({itemsize} B each), got {bad} B")
-    backend = resolve_backend(args.backend, args.world_size)
+    backend = choose_backend(args.world_size, args.backend).backend
     check_world_size(args.world_size, backend)
     check_memory(args.world_size, max(sizes), backend)
     return sizes, backend

@@ -58,11 +58,6 @@ def choose_backend(world_size: int, backend: str = "auto", local_world_size: int
     return BackendChoice("gloo", why, False)
 
 
-def resolve_backend(backend: str, world_size: int) -> str:
-    """The backend name ``choose_backend`` picks (kept for callers that need only the name)."""
-    return choose_backend(world_size, backend).backend
-
-
 def check_data_size(world_size: int, num_samples: int, what: str = "the dataset") -> None:
     """One clear error when there are more ranks than samples to shard (a rank would get no data)."""
     checked_int(world_size, "world_size", maximum=max(1, int(num_samples)),
