@@ -37,7 +37,7 @@ def sizes_from_args(args: argparse.Namespace) -> list[int]:
 def check_args(args: argparse.Namespace) -> tuple[list[int], str]:
     """Validate everything before any process starts; return the sizes and the backend that will run."""
     from labkit.comm.bench import check_memory
-    from labkit.comm.backend import check_world_size, choose_backend
+    from labkit.comm.backend import check_world_size, choose_backend, world_size_limit
 
     sizes = sizes_from_args(args)
     itemsize = DTYPES[args.dtype]
@@ -45,7 +45,7 @@ def check_args(args: argparse.Namespace) -> tuple[list[int], str]:
     if bad:
         raise ValueError(f"message sizes must be whole {args.dtype} elements ({itemsize} B each), got {bad} B")
     backend = choose_backend(args.world_size, args.backend).backend
-    check_world_size(args.world_size, backend)
+    check_world_size(args.world_size, world_size_limit(backend))
     check_memory(args.world_size, max(sizes), backend)
     return sizes, backend
 

@@ -12,7 +12,7 @@ import torch
 import torch.distributed as dist
 
 from labkit.core.machine import cpu_count
-from labkit.core.validation import checked_int
+from labkit.core.validation import checked_int, positive_int
 
 BACKENDS = ("auto", "gloo", "nccl")
 GLOO_RANKS_PER_CORE = 4  # each gloo rank is a whole Python process with torch (~300 MB, ~2-3 s to start)
@@ -64,11 +64,27 @@ def check_data_size(world_size: int, num_samples: int, what: str = "the dataset"
                 hint=f"{what} has {num_samples} samples, so each rank needs at least one; use fewer ranks")
 
 
-def check_world_size(world_size: int, backend: str) -> None:
-    """Raise a clear ValueError when ``world_size`` is not an int >= 1 or more than this machine allows."""
-    checked_int(world_size, "world_size")
-    limit = GLOO_RANKS_PER_CORE * cpu_count()
-    if backend == "gloo" and world_size > limit:
-        raise ValueError(f"world_size={world_size} is more than this machine allows for gloo: at most "
-                         f"{GLOO_RANKS_PER_CORE} processes per CPU core x {cpu_count()} cores = {limit}. "
-                         "Every rank is a full Python process with torch; use fewer ranks, or GPUs with NCCL")
+def check_world_size(world_size: object, limit: tuple[int, str] | None = None) -> int:
+    """The one world-size check: an integer >= 1 (the kit's validator), then at most the launcher's own limit.
+
+    ``limit`` is (most ranks, why), e.g. :func:`world_size_limit` for a torch.distributed backend or
+    ``labkit.comm.mpi.rank_limit`` for MPI; the why ends the error message. Returns ``world_size``.
+    """
+    world_size = positive_int(world_size, "world_size")
+    if limit is not None:
+        most, why = limit
+        positive_int(world_size, "world_size", maximum=most, hint=why)
+    return world_size
+
+
+def world_size_limit(backend: str) -> tuple[int, str] | None:
+    """(most ranks this machine runs on ``backend``, why): gloo GLOO_RANKS_PER_CORE per core; None for NCCL.
+
+    NCCL's limit is one GPU per rank, which :func:`choose_backend` enforces.
+    """
+    if backend != "gloo":
+        return None
+    cores = cpu_count()
+    return GLOO_RANKS_PER_CORE * cores, (f"gloo runs at most {GLOO_RANKS_PER_CORE} processes per CPU core x "
+                                         f"{cores} cores here, and every rank is a full Python process with torch: "
+                                         "use fewer ranks, or GPUs with NCCL")

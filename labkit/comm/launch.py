@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
-from labkit.comm.backend import BACKENDS, check_world_size, choose_backend
+from labkit.comm.backend import BACKENDS, check_world_size, choose_backend, world_size_limit
 
 FAILURE_GRACE_S = 1.0    # after one rank fails, how long the others get to finish or report their own error
 _WORKER_CODE = "import sys; from labkit.comm.worker import run_rank; run_rank(sys.argv[1])"
@@ -109,9 +109,8 @@ def launch(fn: Callable | str, world_size: int, args: tuple = (), kwargs: dict |
         raise ValueError(f"pg_timeout_s must be > 0 seconds or None, got {pg_timeout_s!r}")
     if not isinstance(threads_per_rank, int) or threads_per_rank < 1:
         raise ValueError(f"threads_per_rank must be an integer >= 1, got {threads_per_rank!r}")
-    check_world_size(world_size, "gloo" if backend == "auto" else backend)
     backend = choose_backend(world_size, backend).backend
-    check_world_size(world_size, backend)
+    check_world_size(world_size, world_size_limit(backend))
     module, qualname = target_name(fn)
     payload = {"module": module, "qualname": qualname, "args": tuple(args), "kwargs": dict(kwargs or {}),
                "backend": backend, "pg_timeout_s": pg_timeout_s, "threads": threads_per_rank}

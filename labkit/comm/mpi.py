@@ -23,6 +23,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from labkit.comm import mpi_demos
+from labkit.comm.backend import check_world_size
 from labkit.core.machine import cpu_count
 
 INSTALL_HINT = 'pip install -e ".[mpi]"  (mpi4py plus the MPICH runtime wheel, from PyPI)'
@@ -133,16 +134,14 @@ class DemoRun:
                 print(f"[rank {rank}] {line}")
 
 
-def check_world_size(world_size: int, oversubscribe: bool) -> None:
-    """A clear ValueError for a world size that is not an int >= 1, or more ranks than cores without consent."""
-    if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
-        raise ValueError(f"world_size must be an integer >= 1, got {world_size!r}")
+def rank_limit(oversubscribe: bool) -> tuple[int, str] | None:
+    """(most MPI ranks without oversubscribing the cores, why), or None when oversubscription was asked for."""
+    if oversubscribe:
+        return None
     cores = cpu_count()
-    if world_size > cores and not oversubscribe:
-        raise ValueError(f"world_size={world_size} is more ranks than the {cores} CPU core(s) here. MPI ranks busy-"
-                         "poll while they wait, so oversubscribed ranks run slowly; pass oversubscribe=True to allow "
-                         "it anyway (fine for correctness demos; Open MPI's mpiexec also needs --oversubscribe, "
-                         "which run_demo adds)")
+    return cores, (f"more ranks than the {cores} CPU core(s) here run slowly, since MPI ranks busy-poll while they "
+                   "wait; pass oversubscribe=True to allow it anyway (fine for correctness demos; Open MPI's mpiexec "
+                   "also needs --oversubscribe, which run_demo adds)")
 
 
 def mpiexec_command(info: MpiInfo, world_size: int, oversubscribe: bool) -> list[str]:
@@ -179,7 +178,7 @@ def run_demo(demo: str, world_size: int, *, launcher: str = "mpiexec", timeout_s
         raise ValueError(f"launcher must be one of {LAUNCHERS}, got {launcher!r}")
     if not timeout_s > 0:
         raise ValueError(f"timeout_s must be > 0 seconds, got {timeout_s!r}")
-    check_world_size(world_size, oversubscribe)
+    check_world_size(world_size, rank_limit(oversubscribe))
     script = [sys.executable, str(Path(mpi_demos.__file__).resolve()), demo]
     script += [f"{k}={json.dumps(v)}" for k, v in kwargs.items()]
     if launcher == "mpiexec":

@@ -37,3 +37,23 @@ def test_more_ranks_than_samples_is_one_clear_error():
                                          r"samples, so each rank needs at least one; use fewer ranks$"):
         bk.check_data_size(4, 3)
     bk.check_data_size(3, 3)
+
+
+# ---- the one world-size check: the validator, then the launcher's own limit
+@pytest.mark.parametrize("world_size", [0, -1, 2.0, "2", True, None])
+def test_world_size_must_be_a_positive_integer(world_size):
+    with pytest.raises(ValueError, match=r"^world_size must be an integer >= 1, got"):
+        bk.check_world_size(world_size)
+
+
+def test_world_size_within_the_launchers_limit(monkeypatch):
+    monkeypatch.setattr(bk, "cpu_count", lambda: 2)
+    assert bk.world_size_limit("gloo")[0] == bk.GLOO_RANKS_PER_CORE * 2
+    assert bk.world_size_limit("nccl") is None
+    assert bk.check_world_size(8, bk.world_size_limit("gloo")) == 8
+    assert bk.check_world_size(1000, bk.world_size_limit("nccl")) == 1000
+    with pytest.raises(ValueError, match=r"^world_size must be an integer between 1 and 8, got 9; gloo runs at most "
+                                         r"4 processes per CPU core x 2 cores here"):
+        bk.check_world_size(9, bk.world_size_limit("gloo"))
+    with pytest.raises(ValueError, match=r"^world_size must be an integer between 1 and 3, got 4; why$"):
+        bk.check_world_size(4, (3, "why"))
