@@ -7,14 +7,13 @@ run has a timeout; a failing rank's traceback is re-raised here; worker output i
 child process outlives the call.
 
 Under ``torchrun`` (or an MPI launcher) a script calls ``labkit.comm.worker.init_from_env()`` instead, so the
-same training entry point scales from one CPU process to several nodes::
+same training entry point scales from one CPU process to several nodes; ``labkit launch`` does either::
 
-    torchrun --nproc-per-node=2 -m labkit.comm.launch labkit.comm.demos:all_reduce_sum
-    python -m labkit.comm.launch --nproc 3 labkit.comm.demos:all_reduce_sum      # same, via launch()
+    torchrun --nproc-per-node=2 -m labkit launch labkit.comm.demos:all_reduce_sum
+    python -m labkit launch --world-size 3 labkit.comm.demos:all_reduce_sum      # same, via launch()
 """
 from __future__ import annotations
 
-import argparse
 import contextlib
 import importlib
 import os
@@ -27,9 +26,9 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping, Sequence
+from typing import Any, Callable, Iterator, Mapping
 
-from labkit.comm.backend import BACKENDS, check_world_size, choose_backend, world_size_limit
+from labkit.comm.backend import check_world_size, choose_backend, world_size_limit
 
 FAILURE_GRACE_S = 1.0    # after one rank fails, how long the others get to finish or report their own error
 _WORKER_CODE = "import sys; from labkit.comm.worker import run_rank; run_rank(sys.argv[1])"
@@ -258,10 +257,10 @@ def _collect(run_dir: Path, procs: list[subprocess.Popen], target: str) -> list:
     return results
 
 
-# ---------------------------------------------------------------------------------------------- script entry
+# ---------------------------------------------------------------------------------------------- torchrun
 def torchrun_command(target: str, nproc_per_node: int, *, nnodes: int = 1, node_rank: int = 0,
                      master_addr: str = "127.0.0.1", master_port: int | None = None) -> list[str]:
-    """The torchrun command line that runs ``target`` ('package.module:function') through this module's entry point."""
+    """The torchrun command line that runs ``target`` ('package.module:function') through ``labkit launch``."""
     target_name(target)
     if nproc_per_node < 1 or nnodes < 1 or not 0 <= node_rank < nnodes:
         raise ValueError(f"need nproc_per_node >= 1, nnodes >= 1 and 0 <= node_rank < nnodes, got "
@@ -269,45 +268,4 @@ def torchrun_command(target: str, nproc_per_node: int, *, nnodes: int = 1, node_
     torchrun = str(Path(sys.executable).with_name("torchrun"))
     return [torchrun, f"--nnodes={nnodes}", f"--node-rank={node_rank}", f"--nproc-per-node={nproc_per_node}",
             f"--master-addr={master_addr}", f"--master-port={master_port or free_port()}",
-            "-m", "labkit.comm.launch", target]
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m labkit.comm.launch [--nproc N] module:function``; under torchrun, joins torchrun's group."""
-    parser = argparse.ArgumentParser(prog="python -m labkit.comm.launch", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("target", help="the function to run, as package.module:function")
-    parser.add_argument("--nproc", type=int, default=2, help="processes to launch when not under torchrun/mpiexec")
-    parser.add_argument("--backend", default="auto", choices=BACKENDS)
-    parser.add_argument("--timeout", type=float, default=120.0, help="seconds before every process is killed")
-    args = parser.parse_args(argv)
-    try:
-        return _run_target(args.target, args.nproc, args.backend, args.timeout)
-    except ValueError as err:  # bad input: one line, exit 2
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    except LaunchError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 1
-
-
-def _run_target(target: str, nproc: int, backend: str, timeout_s: float) -> int:
-    from labkit.comm.launch_env import detect_launcher_env
-    from labkit.comm.worker import init_from_env
-
-    if detect_launcher_env(os.environ).launcher != "single":  # started by torchrun / mpiexec: we are one rank
-        import torch.distributed as dist
-
-        fn = resolve_target(*target_name(target))
-        rank, world_size = init_from_env(backend, pg_timeout_s=timeout_s)
-        result = fn()
-        print(f"[rank {rank}/{world_size}] {target} -> {result!r}", flush=True)
-        dist.destroy_process_group()
-        return 0
-    for rank, result in enumerate(launch(target, nproc, backend=backend, timeout_s=timeout_s)):
-        print(f"rank {rank}: {result!r}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+            "-m", "labkit", "launch", target]

@@ -3,7 +3,8 @@
 ``run_rank`` is what every process that :func:`labkit.comm.launch.launch` starts runs: it arms the parent-death
 watchdogs (no orphans when a notebook crashes), joins the process group, calls the function named in the
 payload and writes its result, or its traceback, where the launcher collects it. Under ``torchrun`` or an MPI
-launcher a script calls :func:`init_from_env` instead and joins the group the launcher describes.
+launcher a script calls :func:`init_from_env` instead and joins the group the launcher describes
+(``labkit launch`` does that through :func:`run_in_launcher_group`).
 """
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ import torch
 import torch.distributed as dist
 
 from labkit.comm.backend import choose_backend
-from labkit.comm.launch import free_port, resolve_target
+from labkit.comm.launch import free_port, resolve_target, target_name
 from labkit.comm.launch_env import detect_launcher_env
 
 PR_SET_PDEATHSIG = 1     # linux/prctl.h
@@ -54,6 +55,19 @@ def init_from_env(backend: str = "auto", pg_timeout_s: float | None = None) -> t
     place = detect_launcher_env(os.environ)
     init_process_group(place.rank, place.world_size, place.local_rank, backend, pg_timeout_s)
     return place.rank, place.world_size
+
+
+def run_in_launcher_group(target: str, backend: str = "auto", pg_timeout_s: float | None = None) -> tuple[int, int, Any]:
+    """One rank under torchrun or mpiexec: join the launcher's group, call ``target`` ('module:function'), leave it.
+
+    The function is imported before joining, so a bad name fails on every rank at once instead of leaving peers
+    waiting for it. Returns (rank, world_size, what the function returned).
+    """
+    fn = resolve_target(*target_name(target))
+    rank, world_size = init_from_env(backend, pg_timeout_s)
+    result = fn()
+    dist.destroy_process_group()
+    return rank, world_size, result
 
 
 def _die_with_parent(parent_pid: int) -> None:
