@@ -20,7 +20,7 @@ EXAMPLES = """examples (`labkit ...` is the same command, installed into .venv/b
   python -m labkit sweep --model small_cnn --batch-sizes 16,32,64
   python -m labkit profile --batch-size 64 --active 3
   python -m labkit allreduce-bench --world-size 2 --sizes 1K,64K,1M
-  python -m labkit simulate --algorithm ring --workers 4 --size 1M
+  python -m labkit simulate --algorithm ring --world-size 4 --size 1M
   python -m labkit ladder --budget-epochs 1 --skip compile ddp
   python -m labkit launch --world-size 2 labkit.comm.demos:all_reduce_sum"""
 

@@ -57,7 +57,8 @@ def init_from_env(backend: str = "auto", pg_timeout_s: float | None = None) -> t
     return place.rank, place.world_size
 
 
-def run_in_launcher_group(target: str, backend: str = "auto", pg_timeout_s: float | None = None) -> tuple[int, int, Any]:
+def run_in_launcher_group(target: str, backend: str = "auto",
+                          pg_timeout_s: float | None = None) -> tuple[int, int, Any]:
     """One rank under torchrun or mpiexec: join the launcher's group, call ``target`` ('module:function'), leave it.
 
     The function is imported before joining, so a bad name fails on every rank at once instead of leaving peers
