@@ -8,10 +8,10 @@ from __future__ import annotations
 import argparse
 import sys
 import threading
-import time
 
 from labkit.cli.common import (byte_list, nonnegative_int, parse_bytes, positive_float, positive_int, print_json,
                                subparser)
+from labkit.core.clock import now_s
 
 DTYPES = {"float32": 4, "float64": 8, "float16": 2, "bfloat16": 2, "int32": 4}  # name -> bytes per element
 MAX_SIZES = 64
@@ -81,11 +81,11 @@ def run(args: argparse.Namespace) -> int:
 
     sizes, backend = check_args(args)
     desc = f"all_reduce on {args.world_size} ranks ({backend}), {len(sizes)} sizes"
-    start = time.perf_counter()
+    start_s = now_s()
     with ElapsedBar(desc, enabled=not args.no_progress):
         rows = allreduce_benchmark(args.world_size, sizes, backend=backend, iters=args.iters,
                                    warmup=args.warmup, dtype=args.dtype, timeout_s=args.timeout_s)
-    wall_s = time.perf_counter() - start
+    wall_s = now_s() - start_s
     wrong = sum(r.wrong for r in rows)
     if args.json:
         print_json({"world_size": args.world_size, "rows": rows, "wall_s": wall_s, "wrong": wrong})

@@ -13,6 +13,8 @@ import statistics
 from dataclasses import asdict, dataclass
 from typing import Sequence
 
+from labkit.core.machine import cpu_count
+
 DEFAULT_SIZES_BYTES = tuple(4 ** k for k in range(2, 13))   # 16 B .. 16 MiB, x4 steps
 _DTYPES = {"float32": 4, "float64": 8, "float16": 2, "bfloat16": 2, "int32": 4}
 
@@ -134,7 +136,7 @@ def bench_worker(sizes: list[int], iters: int, warmup: int, dtype: str, repeats:
 
     world, backend = dist.get_world_size(), dist.get_backend()
     device = torch.device("cuda", torch.cuda.current_device()) if backend == "nccl" else torch.device("cpu")
-    label = device_label(device) if device.type == "cuda" else f"CPU ({world} gloo processes on {_cores()} cores)"
+    label = device_label(device) if device.type == "cuda" else f"CPU ({world} gloo processes on {cpu_count()} cores)"
     rows = []
     for size in sizes:
         t = torch.zeros(size // _DTYPES[dtype], dtype=getattr(torch, dtype), device=device)
@@ -169,12 +171,6 @@ def fit_latency_bandwidth(rows: Sequence[BenchRow]) -> tuple[float, float]:
     design = np.stack([np.ones_like(size), size], axis=1) / t[:, None]  # divide by t: every size counts equally
     (a, b), *_ = np.linalg.lstsq(design, np.ones_like(t), rcond=None)
     return float(a), float(b)
-
-
-def _cores() -> int:
-    from labkit.core.machine import cpu_count
-
-    return cpu_count()
 
 
 def format_nccl_tests_table(rows: Sequence[BenchRow]) -> str:

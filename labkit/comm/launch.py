@@ -29,8 +29,10 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping
 
 from labkit.comm.backend import check_world_size, choose_backend, world_size_limit
+from labkit.core.clock import Deadline
 
 FAILURE_GRACE_S = 1.0    # after one rank fails, how long the others get to finish or report their own error
+POLL_S = 0.02            # how often the launcher looks at its ranks
 _WORKER_CODE = "import sys; from labkit.comm.worker import run_rank; run_rank(sys.argv[1])"
 
 
@@ -184,20 +186,19 @@ def _run(run_dir: Path, target: str, world_size: int, timeout_s: float, env: dic
 
 def _wait(procs: list[subprocess.Popen], timeout_s: float) -> list[int]:
     """Wait for all ranks, or a failure plus a short grace; the ranks still running at the timeout (else [])."""
-    deadline = time.monotonic() + timeout_s
-    grace_end = None
+    deadline, grace = Deadline(timeout_s), None
     while True:
         codes = [p.poll() for p in procs]
         running = [r for r, c in enumerate(codes) if c is None]
         if not running:
             return []
-        if grace_end is None and any(c not in (None, 0) for c in codes):
-            grace_end = time.monotonic() + FAILURE_GRACE_S
-        if grace_end is not None and time.monotonic() > grace_end:
+        if grace is None and any(c not in (None, 0) for c in codes):
+            grace = Deadline(FAILURE_GRACE_S)
+        if grace is not None and grace.expired:
             return []
-        if time.monotonic() > deadline:
+        if deadline.expired:
             return running
-        time.sleep(0.02)
+        time.sleep(POLL_S)
 
 
 def kill_tree(pid: int) -> None:

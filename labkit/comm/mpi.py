@@ -24,6 +24,7 @@ import numpy as np
 
 from labkit.comm import mpi_demos
 from labkit.comm.backend import check_world_size
+from labkit.core.clock import Deadline, now_s
 from labkit.core.machine import cpu_count
 
 INSTALL_HINT = 'pip install -e ".[mpi]"  (mpi4py plus the MPICH runtime wheel, from PyPI)'
@@ -201,6 +202,7 @@ def run_demo(demo: str, world_size: int, *, launcher: str = "mpiexec", timeout_s
 
 
 FAILURE_GRACE_S = 1.0  # after one rank reports an error, how long the others get before everything is stopped
+POLL_S = 0.05          # how often the runner looks at the launcher and the ranks' records
 
 
 def _launch(command: list[str], result_dir: Path, env: dict, timeout_s: float, demo: str,
@@ -208,28 +210,26 @@ def _launch(command: list[str], result_dir: Path, env: dict, timeout_s: float, d
     """Start the launcher in its own session; stop it on timeout or soon after a rank fails; kill what is left."""
     from labkit.comm.launch import kill_tree
 
-    start = time.perf_counter()
-    failed_at = None
+    start_s, deadline, grace = now_s(), Deadline(timeout_s), None
     with open(result_dir / "launcher.out", "wb") as out:
         proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
                                 start_new_session=True)
         try:
             while proc.poll() is None:
-                now = time.perf_counter()
-                if now - start > timeout_s:
+                if deadline.expired:
                     kill_tree(proc.pid)
                     proc.wait()
                     raise MpiTimeout(f"MPI demo {demo!r} on {world_size} ranks did not finish within "
                                      f"timeout_s={timeout_s:g}; every process was killed. Last launcher output:\n"
                                      f"{_tail(result_dir / 'launcher.out')}")
-                if failed_at is None and _a_rank_failed(result_dir):
-                    failed_at = now  # peers blocked in a collective would wait for the failed rank forever
-                if failed_at is not None and now - failed_at > FAILURE_GRACE_S:
+                if grace is None and _a_rank_failed(result_dir):
+                    grace = Deadline(FAILURE_GRACE_S)  # peers blocked in a collective would wait for it forever
+                if grace is not None and grace.expired:
                     break
-                time.sleep(0.05)
+                time.sleep(POLL_S)
         finally:
             kill_tree(proc.pid)  # no-op after a clean exit; stops everything on an error or Ctrl-C
-    return time.perf_counter() - start, proc.wait()
+    return now_s() - start_s, proc.wait()
 
 
 def _a_rank_failed(result_dir: Path) -> bool:

@@ -24,6 +24,8 @@ from typing import Any, Callable
 
 import numpy as np
 
+from labkit.core.clock import now_s, timestamp_s
+
 RESULT_DIR_ENV = "LABKIT_MPI_RESULT_DIR"
 
 
@@ -106,8 +108,9 @@ def bench(comm: Any, sizes_bytes: list[int] | None = None, iters: int = 20, warm
     """Time in-place ``Allreduce`` (sum, float32) per message size, the way nccl-tests and labkit.comm.bench do.
 
     Per size: check the sum once (fill with rank+1, count wrong elements), warm up, Barrier, then time ``iters``
-    back-to-back calls with ``MPI.Wtime``; the time per call is averaged over ranks. Bandwidths are derived by
-    the caller (``labkit.comm.mpi.mpi_allreduce_benchmark``) with the same formulas as the gloo benchmark.
+    back-to-back calls on the kit's one clock (``labkit.core.clock.now_s``, a monotonic high-resolution timer, as
+    ``MPI.Wtime`` is); the time per call is averaged over ranks. Bandwidths are derived by the caller
+    (``labkit.comm.mpi.mpi_allreduce_benchmark``) with the same formulas as the gloo benchmark.
     """
     from mpi4py import MPI
 
@@ -121,10 +124,10 @@ def bench(comm: Any, sizes_bytes: list[int] | None = None, iters: int = 20, warm
         for _ in range(warmup):
             comm.Allreduce(MPI.IN_PLACE, [buf, MPI.FLOAT], op=MPI.SUM)
         comm.Barrier()
-        t0 = MPI.Wtime()
+        start_s = now_s()
         for _ in range(iters):
             comm.Allreduce(MPI.IN_PLACE, [buf, MPI.FLOAT], op=MPI.SUM)
-        per_call_s = (MPI.Wtime() - t0) / iters
+        per_call_s = (now_s() - start_s) / iters
         rows.append({"size_bytes": int(buf.nbytes), "count": int(buf.size),
                      "time_s": comm.allreduce(per_call_s, op=MPI.SUM) / size,
                      "wrong": comm.allreduce(wrong, op=MPI.SUM)})
@@ -301,13 +304,13 @@ def main(argv: list[str] | None = None) -> int:
     except BaseException:  # noqa: BLE001 - every failure is reported, then the whole job is stopped
         tb = traceback.format_exc()
         if result_dir is not None:
-            write_record(result_dir, rank, {"ok": False, "time": time.time(), "traceback": tb})
+            write_record(result_dir, rank, {"ok": False, "time": timestamp_s(), "traceback": tb})
         print(tb, file=sys.__stderr__, flush=True)
         if comm is not None and comm.Get_size() > 1:
             comm.Abort(1)  # peers blocked in a collective would otherwise wait forever
         return 1
     if result_dir is not None:
-        write_record(result_dir, rank, {"ok": True, "time": time.time(), "result": result})
+        write_record(result_dir, rank, {"ok": True, "time": timestamp_s(), "result": result})
     elif rank == 0:
         print(json.dumps(_plain(result))[:2000])
     if kind == "torch":  # the result is safe on disk: skip interpreter teardown, where torch's C++ threads

@@ -26,8 +26,10 @@ import torch.distributed as dist
 from labkit.comm.backend import choose_backend
 from labkit.comm.launch import free_port, resolve_target, target_name
 from labkit.comm.launch_env import detect_launcher_env
+from labkit.core.clock import timestamp_s
 
 PR_SET_PDEATHSIG = 1     # linux/prctl.h
+PARENT_POLL_S = 0.5      # how often the watchdog thread checks that the launcher is still there
 
 
 def init_process_group(rank: int, world_size: int, local_rank: int, backend: str = "auto",
@@ -88,7 +90,7 @@ def _watch_parent(parent_pid: int) -> None:
     while True:
         if os.getppid() != parent_pid:
             os._exit(3)
-        time.sleep(0.5)
+        time.sleep(PARENT_POLL_S)
 
 
 def _to_cpu(value: Any) -> Any:
@@ -106,7 +108,7 @@ def _write_result(run_dir: Path, rank: int, record: tuple) -> None:
     try:
         tmp.write_bytes(pickle.dumps(record))
     except Exception as err:  # noqa: BLE001 - an unpicklable return value becomes an error report
-        tmp.write_bytes(pickle.dumps(("error", {"time": time.time(), "type": "ValueError", "traceback":
+        tmp.write_bytes(pickle.dumps(("error", {"time": timestamp_s(), "type": "ValueError", "traceback":
                         f"ValueError: the function's return value cannot be pickled back to the parent: {err}\n"})))
     os.replace(tmp, run_dir / f"{rank}.result")
 
@@ -131,7 +133,7 @@ def run_rank(run_dir_text: str) -> None:
         code = 0
     except BaseException as err:  # noqa: BLE001 - every failure is reported to the parent
         summary = f"{type(err).__name__}: {err}".splitlines()[0][:300] if str(err) else type(err).__name__
-        _write_result(run_dir, rank, ("error", {"time": time.time(), "type": summary,
+        _write_result(run_dir, rank, ("error", {"time": timestamp_s(), "type": summary,
                                                 "traceback": traceback.format_exc()}))
     finally:
         sys.stdout.flush()
