@@ -13,7 +13,6 @@ from labkit.cli.common import (byte_list, nonnegative_int, parse_bytes, positive
                                subparser)
 from labkit.core.clock import now_s
 
-DTYPES = {"float32": 4, "float64": 8, "float16": 2, "bfloat16": 2, "int32": 4}  # name -> bytes per element
 MAX_SIZES = 64
 
 
@@ -36,14 +35,10 @@ def sizes_from_args(args: argparse.Namespace) -> list[int]:
 
 def check_args(args: argparse.Namespace) -> tuple[list[int], str]:
     """Validate everything before any process starts; return the sizes and the backend that will run."""
-    from labkit.comm.bench import check_memory
     from labkit.comm.backend import check_world_size, choose_backend, world_size_limit
+    from labkit.comm.bench import check_memory, check_sizes
 
-    sizes = sizes_from_args(args)
-    itemsize = DTYPES[args.dtype]
-    bad = [s for s in sizes if s % itemsize]
-    if bad:
-        raise ValueError(f"message sizes must be whole {args.dtype} elements ({itemsize} B each), got {bad} B")
+    sizes = check_sizes(sizes_from_args(args), args.dtype)
     backend = choose_backend(args.world_size, args.backend).backend
     check_world_size(args.world_size, world_size_limit(backend))
     check_memory(args.world_size, max(sizes), backend)
@@ -102,6 +97,9 @@ def run(args: argparse.Namespace) -> int:
 
 def add_parser(sub) -> None:
     """Register `allreduce-bench`."""
+    from labkit.comm.backend import BACKENDS
+    from labkit.comm.bench import DTYPES
+
     p = subparser(sub, "allreduce-bench", help="benchmark a real all-reduce (gloo/NCCL) by message size",
                   description="Time a real torch.distributed all_reduce across world-size processes for each "
                               "message size and print time, algbw and busbw in the nccl-tests layout. "
@@ -111,7 +109,7 @@ def add_parser(sub) -> None:
                             "python -m labkit allreduce-bench --world-size 2 --sizes 1K,64K,1M -n 50 -w 5",
                             "python -m labkit allreduce-bench --backend nccl --world-size 8 -b 1M -e 1G --json"])
     p.add_argument("--world-size", "-g", type=positive_int, default=2, help="number of ranks (processes; default 2)")
-    p.add_argument("--backend", choices=("auto", "gloo", "nccl"), default="auto",
+    p.add_argument("--backend", choices=BACKENDS, default="auto",
                    help="auto = nccl if there is a GPU per rank, else gloo (default auto)")
     p.add_argument("--sizes", type=byte_list, default=None, help="explicit sizes per rank, e.g. 1K,64K,1M")
     p.add_argument("--min-bytes", "-b", type=parse_bytes, default=parse_bytes("16"), help="smallest size (default 16)")

@@ -12,6 +12,7 @@ import numpy as np
 
 from labkit.cli.common import (fmt, format_bytes, format_table, nonnegative_int, parse_bytes, positive_float,
                                positive_int, print_json, subparser)
+from labkit.core.validation import checked_int
 
 MAX_SIMULATED_BYTES = 2**30   # every worker's array lives in this one process
 MAX_WORLD_SIZE = 512
@@ -28,9 +29,8 @@ def _worker_arrays(world_size: int, elements: int, dtype: str, seed: int) -> lis
 def _check(args: argparse.Namespace) -> int:
     """Validate sizes together; return the element count per worker."""
     itemsize = np.dtype(args.dtype).itemsize
-    if args.world_size > MAX_WORLD_SIZE:
-        raise ValueError(f"--world-size {args.world_size} is more than this simulator handles ({MAX_WORLD_SIZE}); "
-                         "use allreduce_cost for the closed-form time at larger scale")
+    checked_int(args.world_size, "--world-size", maximum=MAX_WORLD_SIZE,
+                hint="the simulator holds every worker in this process; use allreduce_cost for larger world sizes")
     if args.size < itemsize:
         raise ValueError(f"--size {args.size} B is smaller than one {args.dtype} element ({itemsize} B)")
     if args.size % itemsize:

@@ -14,9 +14,10 @@ from dataclasses import asdict, dataclass
 from typing import Sequence
 
 from labkit.core.machine import cpu_count
+from labkit.core.validation import checked_int, positive_int, positive_ints
 
 DEFAULT_SIZES_BYTES = tuple(4 ** k for k in range(2, 13))   # 16 B .. 16 MiB, x4 steps
-_DTYPES = {"float32": 4, "float64": 8, "float16": 2, "bfloat16": 2, "int32": 4}
+DTYPES = {"float32": 4, "float64": 8, "float16": 2, "bfloat16": 2, "int32": 4}  # name -> bytes per element
 
 
 @dataclass(frozen=True)
@@ -50,15 +51,22 @@ def bandwidths_gb_s(size_bytes: int, time_s: float, world_size: int) -> tuple[fl
     return algbw, algbw * busbw_factor(world_size)
 
 
-def _check_sizes(sizes_bytes: Sequence[int], itemsize: int) -> list[int]:
-    sizes = [int(s) for s in sizes_bytes]
-    if not sizes:
-        raise ValueError("sizes_bytes must list at least one message size")
-    bad = [s for s in sizes if s < itemsize or s % itemsize]
+def check_sizes(sizes_bytes: Sequence[int], dtype: str = "float32") -> list[int]:
+    """The message sizes as a list, each a positive whole number of ``dtype`` elements, or one clear ValueError."""
+    itemsize = DTYPES[check_dtype(dtype)]
+    sizes = list(positive_ints(sizes_bytes, "sizes_bytes"))
+    bad = [s for s in sizes if s % itemsize]
     if bad:
-        raise ValueError(f"every size in sizes_bytes must be a positive multiple of the element size "
-                         f"({itemsize} B), got {bad}")
+        raise ValueError(f"every size in sizes_bytes must be a positive multiple of the element size: whole {dtype} "
+                         f"elements of {itemsize} B each, got {bad}")
     return sizes
+
+
+def check_dtype(dtype: str) -> str:
+    """``dtype`` when the benchmark knows its element size, else one clear ValueError."""
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype must be one of {tuple(DTYPES)}, got {dtype!r}")
+    return dtype
 
 
 BUFFERS_PER_RANK = 2            # the message plus the backend's own receive/staging copy of it
@@ -104,12 +112,9 @@ def allreduce_benchmark(world_size: int, sizes_bytes: Sequence[int] = DEFAULT_SI
     """Time a real in-place all_reduce(SUM) over ``world_size`` processes for each size; one BenchRow per size."""
     from labkit.comm.launch import launch
 
-    if dtype not in _DTYPES:
-        raise ValueError(f"dtype must be one of {tuple(_DTYPES)}, got {dtype!r}")
-    if iters < 1 or warmup < 0 or repeats < 1:
-        raise ValueError(f"need iters >= 1, warmup >= 0 and repeats >= 1, got iters={iters}, warmup={warmup}, "
-                         f"repeats={repeats}")
-    sizes = _check_sizes(sizes_bytes, _DTYPES[dtype])
+    sizes = check_sizes(sizes_bytes, dtype)
+    iters, repeats = positive_int(iters, "iters"), positive_int(repeats, "repeats")
+    warmup = checked_int(warmup, "warmup", minimum=0)
     per_rank = launch(bench_worker, world_size, args=(sizes, iters, warmup, dtype, repeats), backend=backend,
                       timeout_s=timeout_s, show_output=False)
     return per_rank[0]
@@ -139,7 +144,7 @@ def bench_worker(sizes: list[int], iters: int, warmup: int, dtype: str, repeats:
     label = device_label(device) if device.type == "cuda" else f"CPU ({world} gloo processes on {cpu_count()} cores)"
     rows = []
     for size in sizes:
-        t = torch.zeros(size // _DTYPES[dtype], dtype=getattr(torch, dtype), device=device)
+        t = torch.zeros(size // DTYPES[dtype], dtype=getattr(torch, dtype), device=device)
         wrong = _check_sum(t, world)
         t.zero_()  # zeros stay zeros however often they are summed: no overflow, no denormals
         for _ in range(warmup):

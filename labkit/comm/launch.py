@@ -30,6 +30,7 @@ from typing import Any, Callable, Iterator, Mapping
 
 from labkit.comm.backend import check_world_size, choose_backend, world_size_limit
 from labkit.core.clock import Deadline
+from labkit.core.validation import checked_int, positive_int, positive_number
 
 FAILURE_GRACE_S = 1.0    # after one rank fails, how long the others get to finish or report their own error
 POLL_S = 0.02            # how often the launcher looks at its ranks
@@ -104,12 +105,10 @@ def launch(fn: Callable | str, world_size: int, args: tuple = (), kwargs: dict |
     ``threads_per_rank`` defaults to 1: N ranks each starting one torch thread per core would oversubscribe the
     cores N-fold and time mostly contention. ``pg_timeout_s`` is torch.distributed's collective timeout.
     """
-    if not timeout_s > 0:
-        raise ValueError(f"timeout_s must be > 0 seconds, got {timeout_s!r}")
-    if pg_timeout_s is not None and not pg_timeout_s > 0:
-        raise ValueError(f"pg_timeout_s must be > 0 seconds or None, got {pg_timeout_s!r}")
-    if not isinstance(threads_per_rank, int) or threads_per_rank < 1:
-        raise ValueError(f"threads_per_rank must be an integer >= 1, got {threads_per_rank!r}")
+    positive_number(timeout_s, "timeout_s", hint="a number of seconds")
+    if pg_timeout_s is not None:
+        positive_number(pg_timeout_s, "pg_timeout_s", hint="a number of seconds, or None for torch's default")
+    positive_int(threads_per_rank, "threads_per_rank")
     backend = choose_backend(world_size, backend).backend
     check_world_size(world_size, world_size_limit(backend))
     module, qualname = target_name(fn)
@@ -263,9 +262,9 @@ def torchrun_command(target: str, nproc_per_node: int, *, nnodes: int = 1, node_
                      master_addr: str = "127.0.0.1", master_port: int | None = None) -> list[str]:
     """The torchrun command line that runs ``target`` ('package.module:function') through ``labkit launch``."""
     target_name(target)
-    if nproc_per_node < 1 or nnodes < 1 or not 0 <= node_rank < nnodes:
-        raise ValueError(f"need nproc_per_node >= 1, nnodes >= 1 and 0 <= node_rank < nnodes, got "
-                         f"{nproc_per_node}, {nnodes}, {node_rank}")
+    positive_int(nproc_per_node, "nproc_per_node")
+    nnodes = positive_int(nnodes, "nnodes")
+    checked_int(node_rank, "node_rank", minimum=0, maximum=nnodes - 1, hint=f"nodes are numbered 0..{nnodes - 1}")
     torchrun = str(Path(sys.executable).with_name("torchrun"))
     return [torchrun, f"--nnodes={nnodes}", f"--node-rank={node_rank}", f"--nproc-per-node={nproc_per_node}",
             f"--master-addr={master_addr}", f"--master-port={master_port or free_port()}",

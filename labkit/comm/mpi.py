@@ -26,6 +26,7 @@ from labkit.comm import mpi_demos
 from labkit.comm.backend import check_world_size
 from labkit.core.clock import Deadline, now_s
 from labkit.core.machine import cpu_count
+from labkit.core.validation import checked_int, positive_int, positive_number
 
 INSTALL_HINT = 'pip install -e ".[mpi]"  (mpi4py plus the MPICH runtime wheel, from PyPI)'
 LAUNCHERS = ("mpiexec", "torchrun")
@@ -177,8 +178,7 @@ def run_demo(demo: str, world_size: int, *, launcher: str = "mpiexec", timeout_s
         raise ValueError(f"demo must be one of {sorted(mpi_demos.DEMOS)}, got {demo!r}")
     if launcher not in LAUNCHERS:
         raise ValueError(f"launcher must be one of {LAUNCHERS}, got {launcher!r}")
-    if not timeout_s > 0:
-        raise ValueError(f"timeout_s must be > 0 seconds, got {timeout_s!r}")
+    positive_number(timeout_s, "timeout_s", hint="a number of seconds")
     check_world_size(world_size, rank_limit(oversubscribe))
     script = [sys.executable, str(Path(mpi_demos.__file__).resolve()), demo]
     script += [f"{k}={json.dumps(v)}" for k, v in kwargs.items()]
@@ -278,13 +278,10 @@ def simulated_ring_log(run: DemoRun) -> list[tuple[int, int, int, int, int]]:
 def mpi_allreduce_benchmark(world_size: int, sizes_bytes: Sequence[int] | None = None, iters: int = 20,
                             warmup: int = 5, *, oversubscribe: bool = False, timeout_s: float = 300.0) -> list:
     """MPI ``Allreduce`` timed like ``labkit.comm.bench.allreduce_benchmark`` (gloo/NCCL): same rows, same busbw."""
-    from labkit.comm.bench import DEFAULT_SIZES_BYTES, BenchRow, bandwidths_gb_s
+    from labkit.comm.bench import DEFAULT_SIZES_BYTES, BenchRow, bandwidths_gb_s, check_sizes
 
-    sizes = [int(s) for s in (sizes_bytes or DEFAULT_SIZES_BYTES)]
-    if not sizes or any(s < 4 or s % 4 for s in sizes):
-        raise ValueError(f"sizes_bytes must be positive multiples of 4 bytes (float32), got {sizes}")
-    if iters < 1 or warmup < 0:
-        raise ValueError(f"need iters >= 1 and warmup >= 0, got iters={iters}, warmup={warmup}")
+    sizes = check_sizes(sizes_bytes or DEFAULT_SIZES_BYTES, "float32")
+    iters, warmup = positive_int(iters, "iters"), checked_int(warmup, "warmup", minimum=0)
     info = mpi_info()
     run = run_demo("bench", world_size, oversubscribe=oversubscribe, timeout_s=timeout_s, echo=False,
                    sizes_bytes=sizes, iters=iters, warmup=warmup)

@@ -37,10 +37,11 @@ def test_table_layout():
 
 
 @pytest.mark.parametrize("kwargs,match", [({"sizes_bytes": [6]}, "multiple of the element size"),
-                                          ({"sizes_bytes": []}, "at least one"),
+                                          ({"sizes_bytes": []}, "sizes_bytes is empty"),
                                           ({"dtype": "complex64"}, "dtype must be one of"),
-                                          ({"iters": 0}, "iters >= 1"),
-                                          ({"repeats": 0}, "repeats >= 1")])
+                                          ({"iters": 0}, "iters must be an integer >= 1"),
+                                          ({"repeats": 0}, "repeats must be an integer >= 1"),
+                                          ({"warmup": -1}, "warmup must be an integer >= 0")])
 def test_bad_input(kwargs, match):
     with pytest.raises(ValueError, match=match):
         allreduce_benchmark(2, **kwargs)

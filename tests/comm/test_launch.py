@@ -158,8 +158,8 @@ def test_nccl_without_enough_gpus():
 
 
 @pytest.mark.parametrize("kwargs,match", [({"backend": "mpi"}, "backend must be one of"),
-                                          ({"timeout_s": 0}, "timeout_s must be > 0"),
-                                          ({"pg_timeout_s": -1}, "pg_timeout_s must be > 0"),
+                                          ({"timeout_s": 0}, "timeout_s must be a number > 0"),
+                                          ({"pg_timeout_s": -1}, "pg_timeout_s must be a number > 0"),
                                           ({"threads_per_rank": 0}, "threads_per_rank"),
                                           ({"args": (threading.Lock(),)}, "cannot be pickled")])
 def test_bad_options(kwargs, match):
