@@ -53,8 +53,8 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     "comm.worker": ("init_from_env",),
     "comm.collectives": ("ALGORITHMS", "OPS", "AllreduceResult", "Step", "allreduce", "allreduce_cost",
                     "reference_allreduce"),
-    "comm.bench": ("BenchRow", "allreduce_benchmark", "fit_latency_bandwidth", "format_nccl_tests_table",
-                   "plot_busbw"),
+    "comm.bench": ("BenchRow", "allreduce_benchmark", "fit_latency_bandwidth", "format_nccl_tests_table"),
+    "comm.bench_report": ("plot_busbw",),
     "ui.ring_view": ("chunk_contributions", "draw_step"),  # the ring_view() widget: from labkit.ui.ring_view import ring_view
     "comm.launch_env": ("LaunchEnv", "LaunchEnvError", "detect_launcher_env"),
     "comm.mpi": ("DemoRun", "MpiError", "MpiInfo", "MpiRankError", "MpiTimeout", "MpiUnavailableError",

@@ -10,7 +10,7 @@ gloo over loopback TCP here; NCCL over NVLink/PCIe/InfiniBand when there is one 
 from __future__ import annotations
 
 import statistics
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Sequence
 
 from labkit.core.machine import cpu_count
@@ -192,32 +192,3 @@ def format_nccl_tests_table(rows: Sequence[BenchRow]) -> str:
 
 def _short(dtype: str) -> str:
     return {"float32": "float", "float64": "double", "float16": "half", "bfloat16": "bfloat16"}.get(dtype, dtype)
-
-
-def rows_to_dataframe(rows: Sequence[BenchRow]):
-    """The rows as a pandas DataFrame (one column per BenchRow field)."""
-    import pandas as pd
-
-    return pd.DataFrame([asdict(r) for r in rows])
-
-
-def plot_busbw(rows: Sequence[BenchRow], ax=None):
-    """busbw (GB/s) against message size, one line per (world size, backend); returns the axes."""
-    import matplotlib.pyplot as plt
-
-    if ax is None:
-        _, ax = plt.subplots(figsize=(6, 3.5))
-    groups: dict[tuple[int, str], list[BenchRow]] = {}
-    for r in rows:
-        groups.setdefault((r.world_size, r.backend), []).append(r)
-    for (world, backend), group in sorted(groups.items()):
-        group = sorted(group, key=lambda r: r.size_bytes)
-        ax.plot([r.size_bytes for r in group], [r.busbw_gb_s for r in group], marker="o",
-                label=f"{world} ranks, {backend}")
-    ax.set_xscale("log", base=2)
-    ax.set_xlabel("message size per rank (bytes)")
-    ax.set_ylabel("bus bandwidth (GB/s)")
-    ax.set_title("all_reduce busbw = S/t x 2(n-1)/n (nccl-tests)")
-    ax.grid(True, alpha=0.3)
-    ax.legend()
-    return ax
