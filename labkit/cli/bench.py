@@ -6,12 +6,12 @@ uses. Flags follow nccl-tests' all_reduce_perf: -b/-e/-f (sizes), -n (iterations
 from __future__ import annotations
 
 import argparse
-import sys
 import threading
 
 from labkit.cli.common import (byte_list, nonnegative_int, parse_bytes, positive_float, positive_int, print_json,
                                subparser)
 from labkit.core.clock import now_s
+from labkit.core.progress import progress_bar
 
 MAX_SIZES = 64
 
@@ -33,26 +33,12 @@ def sizes_from_args(args: argparse.Namespace) -> list[int]:
     return sizes
 
 
-def check_args(args: argparse.Namespace) -> tuple[list[int], str]:
-    """Validate everything before any process starts; return the sizes and the backend that will run."""
-    from labkit.comm.backend import check_world_size, choose_backend, world_size_limit
-    from labkit.comm.bench import check_memory, check_sizes
-
-    sizes = check_sizes(sizes_from_args(args), args.dtype)
-    backend = choose_backend(args.world_size, args.backend).backend
-    check_world_size(args.world_size, world_size_limit(backend))
-    check_memory(args.world_size, max(sizes), backend)
-    return sizes, backend
-
-
 class ElapsedBar:
     """A progress line on stderr that ticks every half second while a single blocking call runs."""
 
     def __init__(self, desc: str, enabled: bool) -> None:
-        from tqdm.auto import tqdm
-
-        self.bar = tqdm(desc=desc, total=None, unit="s", file=sys.stderr, disable=not enabled, leave=False,
-                        bar_format="{desc}: {elapsed} elapsed")
+        self.bar = progress_bar(total=None, desc=desc, unit="s", enabled=enabled,
+                                bar_format="{desc}: {elapsed} elapsed")
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._tick, daemon=True)
 
@@ -71,10 +57,14 @@ class ElapsedBar:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Benchmark and print the nccl-tests table (or JSON)."""
-    from labkit.comm.bench import allreduce_benchmark, format_nccl_tests_table
+    """Check everything before any process starts, benchmark, and print the nccl-tests table (or JSON)."""
+    from labkit.comm.backend import check_world_size, choose_backend, world_size_limit
+    from labkit.comm.bench import allreduce_benchmark, check_memory, check_sizes, format_nccl_tests_table
 
-    sizes, backend = check_args(args)
+    sizes = check_sizes(sizes_from_args(args), args.dtype)
+    backend = choose_backend(args.world_size, args.backend).backend
+    check_world_size(args.world_size, world_size_limit(backend))
+    check_memory(args.world_size, max(sizes), backend)
     desc = f"all_reduce on {args.world_size} ranks ({backend}), {len(sizes)} sizes"
     start_s = now_s()
     with ElapsedBar(desc, enabled=not args.no_progress):
@@ -86,13 +76,20 @@ def run(args: argparse.Namespace) -> int:
         print_json({"world_size": args.world_size, "rows": rows, "wall_s": wall_s, "wrong": wrong})
     else:
         print(format_nccl_tests_table(rows))
-        print(f"# Out of bounds values : {wrong} {'OK' if wrong == 0 else 'FAILED'}")
-        if rows:
-            avg_busbw = sum(r.busbw_gb_s for r in rows) / len(rows)
-            print(f"# Avg bus bandwidth    : {avg_busbw:.3f} GB/s  (busbw = algbw x 2(n-1)/n; "
-                  "nccl-tests doc/PERFORMANCE.md)")
-        print(f"# {len(rows)} sizes in {wall_s:.1f} s wall time, including process start-up")
+        print(summary_lines(rows, wall_s))
     return 0 if wrong == 0 else 1
+
+
+def summary_lines(rows: list, wall_s: float) -> str:
+    """nccl-tests' two closing lines (wrong elements, average busbw), then the wall time."""
+    wrong = sum(r.wrong for r in rows)
+    lines = [f"# Out of bounds values : {wrong} {'OK' if wrong == 0 else 'FAILED'}"]
+    if rows:
+        avg_busbw = sum(r.busbw_gb_s for r in rows) / len(rows)
+        lines.append(f"# Avg bus bandwidth    : {avg_busbw:.3f} GB/s  (busbw = algbw x 2(n-1)/n; "
+                     "nccl-tests doc/PERFORMANCE.md)")
+    lines.append(f"# {len(rows)} sizes in {wall_s:.1f} s wall time, including process start-up")
+    return "\n".join(lines)
 
 
 def add_parser(sub) -> None:

@@ -12,6 +12,7 @@ import numpy as np
 
 from labkit.cli.common import (fmt, format_bytes, format_table, nonnegative_int, parse_bytes, positive_float,
                                positive_int, print_json, subparser)
+from labkit.comm.collectives import ALGORITHMS, OPS, allreduce, allreduce_cost, reference_allreduce
 from labkit.core.validation import checked_int
 
 MAX_SIMULATED_BYTES = 2**30   # every worker's array lives in this one process
@@ -44,8 +45,6 @@ def _check(args: argparse.Namespace) -> int:
 
 def simulate_one(algorithm: str, arrays: list[np.ndarray], args: argparse.Namespace) -> dict:
     """Run one algorithm, verify it against the exact reduction, and model its time."""
-    from labkit.comm.collectives import allreduce, allreduce_cost, reference_allreduce
-
     alpha, beta = args.latency_us * 1e-6, 1.0 / (args.bandwidth_gbs * 1e9)
     result = allreduce(arrays, algorithm=algorithm, op=args.op)
     exact = reference_allreduce(arrays, op=args.op)
@@ -67,8 +66,6 @@ def simulate_one(algorithm: str, arrays: list[np.ndarray], args: argparse.Namesp
 
 def run(args: argparse.Namespace) -> int:
     """Simulate, check and print."""
-    from labkit.comm.collectives import ALGORITHMS
-
     elements = _check(args)
     algorithms = list(ALGORITHMS) if args.algorithm == "all" else [args.algorithm]
     if "halving_doubling" in algorithms and args.world_size & (args.world_size - 1):
@@ -124,8 +121,6 @@ def _log_table(log: list, limit: int) -> str:
 
 def add_parser(sub) -> None:
     """Register `simulate`."""
-    from labkit.comm.collectives import ALGORITHMS, OPS
-
     p = subparser(sub, "simulate", help="simulate an all-reduce: steps, bytes per worker, modelled time",
                   description="Simulate an all-reduce of one array per worker in this process, check every output "
                               "against the exact reduction, and print the steps, bytes sent per worker and the "

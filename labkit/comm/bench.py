@@ -13,7 +13,15 @@ import statistics
 from dataclasses import dataclass
 from typing import Sequence
 
+import numpy as np
+import psutil
+import torch
+import torch.distributed as dist
+
+from labkit.comm.launch import launch
+from labkit.core.device import device_label
 from labkit.core.machine import cpu_count
+from labkit.core.timing import Stopwatch
 from labkit.core.validation import checked_int, positive_int, positive_ints
 
 DEFAULT_SIZES_BYTES = tuple(4 ** k for k in range(2, 13))   # 16 B .. 16 MiB, x4 steps
@@ -94,11 +102,7 @@ def check_memory(world_size: int, max_size_bytes: int, backend: str, available_b
 
 def _available_bytes(backend: str) -> int:
     if backend == "nccl":
-        import torch
-
         return int(torch.cuda.get_device_properties(0).total_memory)
-    import psutil
-
     return int(psutil.virtual_memory().available)
 
 
@@ -110,8 +114,6 @@ def allreduce_benchmark(world_size: int, sizes_bytes: Sequence[int] = DEFAULT_SI
                         iters: int = 20, warmup: int = 5, dtype: str = "float32", repeats: int = 3,
                         timeout_s: float = 300.0) -> list[BenchRow]:
     """Time a real in-place all_reduce(SUM) over ``world_size`` processes for each size; one BenchRow per size."""
-    from labkit.comm.launch import launch
-
     sizes = check_sizes(sizes_bytes, dtype)
     iters, repeats = positive_int(iters, "iters"), positive_int(repeats, "repeats")
     warmup = checked_int(warmup, "warmup", minimum=0)
@@ -120,10 +122,8 @@ def allreduce_benchmark(world_size: int, sizes_bytes: Sequence[int] = DEFAULT_SI
     return per_rank[0]
 
 
-def _check_sum(t, world_size: int) -> int:
+def _check_sum(t: torch.Tensor, world_size: int) -> int:
     """Fill with rank+1, all-reduce once, count elements that differ from n(n+1)/2 (nccl-tests' #wrong)."""
-    import torch.distributed as dist
-
     t.fill_(dist.get_rank() + 1)
     dist.all_reduce(t)
     expected = world_size * (world_size + 1) / 2
@@ -133,12 +133,6 @@ def _check_sum(t, world_size: int) -> int:
 
 def bench_worker(sizes: list[int], iters: int, warmup: int, dtype: str, repeats: int = 1) -> list[BenchRow]:
     """Runs on every rank under ``launch``: check, warm up, then time ``iters`` calls with honest synchronisation."""
-    import torch
-    import torch.distributed as dist
-
-    from labkit.core.device import device_label
-    from labkit.core.timing import Stopwatch
-
     world, backend = dist.get_world_size(), dist.get_backend()
     device = torch.device("cuda", torch.cuda.current_device()) if backend == "nccl" else torch.device("cpu")
     label = device_label(device) if device.type == "cuda" else f"CPU ({world} gloo processes on {cpu_count()} cores)"
@@ -147,16 +141,8 @@ def bench_worker(sizes: list[int], iters: int, warmup: int, dtype: str, repeats:
         t = torch.zeros(size // DTYPES[dtype], dtype=getattr(torch, dtype), device=device)
         wrong = _check_sum(t, world)
         t.zero_()  # zeros stay zeros however often they are summed: no overflow, no denormals
-        for _ in range(warmup):
-            dist.all_reduce(t)
-        loop_times_s = []
-        for _ in range(repeats):
-            dist.barrier()
-            with Stopwatch(device) as watch:
-                for _ in range(iters):
-                    dist.all_reduce(t)
-            loop_times_s.append(watch.elapsed_s / iters)
-        elapsed = torch.tensor([statistics.median(loop_times_s), float(wrong)], dtype=torch.float64, device=device)
+        per_call_s = _time_all_reduce(t, iters, warmup, repeats, device)
+        elapsed = torch.tensor([per_call_s, float(wrong)], dtype=torch.float64, device=device)
         dist.all_reduce(elapsed)  # average the time over ranks, total the wrong elements
         time_s = elapsed[0].item() / world
         algbw, busbw = bandwidths_gb_s(size, time_s, world)
@@ -165,10 +151,23 @@ def bench_worker(sizes: list[int], iters: int, warmup: int, dtype: str, repeats:
     return rows
 
 
+def _time_all_reduce(t: torch.Tensor, iters: int, warmup: int, repeats: int, device: torch.device) -> float:
+    """Seconds per in-place all_reduce of ``t``: ``warmup`` untimed calls, then the median over ``repeats`` loops
+    of ``iters`` back-to-back calls, each loop started together (barrier) and timed on the device's clock."""
+    for _ in range(warmup):
+        dist.all_reduce(t)
+    loop_times_s = []
+    for _ in range(repeats):
+        dist.barrier()
+        with Stopwatch(device) as watch:
+            for _ in range(iters):
+                dist.all_reduce(t)
+        loop_times_s.append(watch.elapsed_s / iters)
+    return statistics.median(loop_times_s)
+
+
 def fit_latency_bandwidth(rows: Sequence[BenchRow]) -> tuple[float, float]:
     """Fit t(S) = a + b*S to measured rows (least squares on relative error); (a seconds, b seconds per byte)."""
-    import numpy as np
-
     if len(rows) < 2:
         raise ValueError("need at least two message sizes to fit latency and bandwidth")
     size = np.array([r.size_bytes for r in rows], dtype=float)

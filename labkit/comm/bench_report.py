@@ -8,20 +8,19 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Sequence
 
+import matplotlib.pyplot as plt
+import pandas as pd
+
 from labkit.comm.bench import BenchRow
 
 
-def rows_to_dataframe(rows: Sequence[BenchRow]):
+def rows_to_dataframe(rows: Sequence[BenchRow]) -> pd.DataFrame:
     """The rows as a pandas DataFrame (one column per BenchRow field)."""
-    import pandas as pd
-
     return pd.DataFrame([asdict(r) for r in rows])
 
 
-def plot_busbw(rows: Sequence[BenchRow], ax=None):
+def plot_busbw(rows: Sequence[BenchRow], ax: plt.Axes | None = None) -> plt.Axes:
     """busbw (GB/s) against message size, one line per (world size, backend); returns the axes."""
-    import matplotlib.pyplot as plt
-
     if ax is None:
         _, ax = plt.subplots(figsize=(6, 3.5))
     groups: dict[tuple[int, str], list[BenchRow]] = {}

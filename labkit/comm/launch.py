@@ -28,6 +28,8 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping
 
+import psutil
+
 from labkit.comm.backend import check_world_size, choose_backend, world_size_limit
 from labkit.core.clock import Deadline
 from labkit.core.validation import checked_int, positive_int, positive_number
@@ -202,8 +204,6 @@ def _wait(procs: list[subprocess.Popen], timeout_s: float) -> list[int]:
 
 def kill_tree(pid: int) -> None:
     """Kill a process and all its descendants (a rank may have started data-loader workers)."""
-    import psutil
-
     try:
         parent = psutil.Process(pid)
         family = parent.children(recursive=True) + [parent]

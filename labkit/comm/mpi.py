@@ -9,6 +9,7 @@ package imports torch (~3 s per rank on a small CPU), which those demos do not n
 """
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
@@ -24,6 +25,9 @@ import numpy as np
 
 from labkit.comm import mpi_demos
 from labkit.comm.backend import check_world_size
+from labkit.comm.bench import DEFAULT_SIZES_BYTES, BenchRow, bandwidths_gb_s, check_sizes
+from labkit.comm.collectives import allreduce
+from labkit.comm.launch import free_port, kill_tree
 from labkit.core.clock import Deadline, now_s
 from labkit.core.machine import cpu_count
 from labkit.core.validation import checked_int, positive_int, positive_number
@@ -98,8 +102,6 @@ _VENDOR_CODE = ("import mpi4py; mpi4py.rc.initialize = False; from mpi4py import
 
 def mpi_info(timeout_s: float = 30.0) -> MpiInfo:
     """Detect mpi4py, the MPI library it loads and an ``mpiexec`` (in a subprocess: MPI never starts here)."""
-    import importlib.util
-
     mpiexec = find_mpiexec()
     if importlib.util.find_spec("mpi4py") is None:
         return MpiInfo(False, None, None, mpiexec, f"mpi4py is not installed; {INSTALL_HINT}")
@@ -158,8 +160,6 @@ def mpiexec_command(info: MpiInfo, world_size: int, oversubscribe: bool) -> list
 
 
 def _child_env(result_dir: Path, extra: Mapping[str, str] | None) -> dict[str, str]:
-    from labkit.comm.launch import free_port
-
     env = {k: v for k, v in os.environ.items() if k not in STALE_VARIABLES}
     repo_root = str(Path(mpi_demos.__file__).resolve().parents[2])
     env["PYTHONPATH"] = os.pathsep.join([repo_root] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
@@ -208,8 +208,6 @@ POLL_S = 0.05          # how often the runner looks at the launcher and the rank
 def _launch(command: list[str], result_dir: Path, env: dict, timeout_s: float, demo: str,
             world_size: int) -> tuple[float, int]:
     """Start the launcher in its own session; stop it on timeout or soon after a rank fails; kill what is left."""
-    from labkit.comm.launch import kill_tree
-
     start_s, deadline, grace = now_s(), Deadline(timeout_s), None
     with open(result_dir / "launcher.out", "wb") as out:
         proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
@@ -269,8 +267,6 @@ def ring_log(run: DemoRun) -> list[tuple[int, int, int, int, int]]:
 
 def simulated_ring_log(run: DemoRun) -> list[tuple[int, int, int, int, int]]:
     """The same rows from ``labkit.comm.collectives``' simulated ring, fed the ranks' own inputs."""
-    from labkit.comm.collectives import allreduce
-
     sim = allreduce([np.asarray(r["input"]) for r in run.results], algorithm="ring", op="sum")
     return sorted((s.step, s.sender, s.receiver, int(s.chunk), s.nbytes) for s in sim.steps)
 
@@ -278,8 +274,6 @@ def simulated_ring_log(run: DemoRun) -> list[tuple[int, int, int, int, int]]:
 def mpi_allreduce_benchmark(world_size: int, sizes_bytes: Sequence[int] | None = None, iters: int = 20,
                             warmup: int = 5, *, oversubscribe: bool = False, timeout_s: float = 300.0) -> list:
     """MPI ``Allreduce`` timed like ``labkit.comm.bench.allreduce_benchmark`` (gloo/NCCL): same rows, same busbw."""
-    from labkit.comm.bench import DEFAULT_SIZES_BYTES, BenchRow, bandwidths_gb_s, check_sizes
-
     sizes = check_sizes(sizes_bytes or DEFAULT_SIZES_BYTES, "float32")
     iters, warmup = positive_int(iters, "iters"), checked_int(warmup, "warmup", minimum=0)
     info = mpi_info()

@@ -26,6 +26,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from labkit.comm.launch_env import detect_launcher_env
 from labkit.core.clock import now_s, timestamp_s
 
 RESULT_DIR_ENV = "LABKIT_MPI_RESULT_DIR"
@@ -152,8 +153,6 @@ def sleep(comm: Any, seconds: float = 60.0) -> dict:
 
 def raise_without_mpi(rank: int = 1) -> dict:
     """Error-path demo without MPI calls: rank ``rank`` raises, the others wait (nothing MPI-side stops them)."""
-    from labkit.comm.launch_env import detect_launcher_env
-
     if detect_launcher_env().rank == rank:
         raise ValueError(f"rank {rank} raises on purpose (no MPI.Abort here: the runner must stop the rest)")
     time.sleep(120)
@@ -228,8 +227,6 @@ def main(argv: list[str] | None = None) -> int:
         comm = MPI.COMM_WORLD
         rank = comm.Get_rank()
     else:
-        from labkit.comm.launch_env import detect_launcher_env
-
         rank = detect_launcher_env().rank
     result_dir = Path(os.environ[RESULT_DIR_ENV]) if os.environ.get(RESULT_DIR_ENV) else None
     if result_dir is not None:  # per-rank output file, shown in rank order by the caller

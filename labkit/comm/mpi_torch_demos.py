@@ -7,15 +7,21 @@ these demos runs, so the others start without torch.
 from __future__ import annotations
 
 import os
+import socket
 from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from labkit.comm.launch import free_port
+from labkit.comm.launch_env import detect_launcher_env
+from labkit.comm.worker import init_from_env
+from labkit.parallel.sync_sgd import sync_sgd_worker, train_replica
 
 
 def sgd(comm: Any, steps: int = 5, seed: int = 0, micro_batch: int = 8, lr: float = 0.1, bucket: bool = False) -> dict:
     """The from-scratch synchronous SGD of ``labkit.parallel.sync_sgd`` with MPI doing the broadcast and the all-reduce."""
-    import torch
     from mpi4py import MPI
-
-    from labkit.parallel.sync_sgd import train_replica
 
     torch.set_num_threads(1)
 
@@ -34,11 +40,7 @@ def ensure_master_addr_port() -> None:
     """Under an MPI launcher without MASTER_ADDR/MASTER_PORT: rank 0 picks them and broadcasts them by MPI."""
     if "MASTER_ADDR" in os.environ and "MASTER_PORT" in os.environ:
         return
-    import socket
-
     from mpi4py import MPI
-
-    from labkit.comm.launch import free_port
 
     comm = MPI.COMM_WORLD
     addr_port = (socket.gethostname(), free_port("0.0.0.0")) if comm.Get_rank() == 0 else None
@@ -53,12 +55,6 @@ def torch_sgd(steps: int = 5, seed: int = 0, micro_batch: int = 8, lr: float = 0
     ``mpi_too=True`` (under an MPI launcher) also runs the same training with MPI collectives in the same
     processes (``mpi_weights``), which saves a second launch and a second torch import per rank.
     """
-    import torch.distributed as dist
-
-    from labkit.comm.worker import init_from_env
-    from labkit.comm.launch_env import detect_launcher_env
-    from labkit.parallel.sync_sgd import sync_sgd_worker
-
     place = detect_launcher_env()
     under_mpi = place.launcher in ("hydra", "openmpi", "mvapich", "pmix")
     if mpi_too and not under_mpi:
