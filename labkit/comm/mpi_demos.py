@@ -111,7 +111,7 @@ def bench(comm: Any, sizes_bytes: list[int] | None = None, iters: int = 20, warm
     """Time in-place ``Allreduce`` (sum, float32) per message size, the way nccl-tests and labkit.comm.bench do.
 
     Per size: check the sum once (fill with rank+1, count wrong elements), warm up, Barrier, then time ``iters``
-    back-to-back calls on the kit's one clock (``labkit.core.clock.now_s``, a monotonic high-resolution timer, as
+    back-to-back calls on the kit's one clock (``labkit.core.clock.now_s``, a steady high-resolution timer, as
     ``MPI.Wtime`` is); the time per call is averaged over ranks. Bandwidths are derived by the caller
     (``labkit.comm.mpi.mpi_allreduce_benchmark``) with the same formulas as the gloo benchmark.
     """
