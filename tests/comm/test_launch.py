@@ -4,8 +4,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
-import textwrap
 import threading
 import time
 from pathlib import Path
@@ -17,6 +15,7 @@ import torch.distributed as dist
 
 import labkit.comm.launch as ld
 from labkit.comm.launch import LaunchTimeout, RankFailedError, launch, target_name
+from tests.launch_support import parent_of_sleeping_ranks
 
 REPO = Path(__file__).resolve().parents[2]
 WORKER_MARK = "labkit.comm.worker"
@@ -202,25 +201,10 @@ def test_explicit_nccl_on_too_few_gpus_is_refused_up_front(gpus):
 def test_sigterm_to_the_launcher_kills_workers_and_removes_the_temp_dir(tmp_path):
     tmp = tmp_path / "tmp"
     tmp.mkdir()
-    script = tmp_path / "parent.py"
-    script.write_text(textwrap.dedent(f"""
-        import sys; sys.path.insert(0, {str(Path(__file__).parent)!r})
-        from labkit.comm.launch import launch
-        import test_launch
-        launch(test_launch.sleep_forever, 2, timeout_s=300)
-    """))
-    parent = subprocess.Popen([sys.executable, str(script)], cwd=REPO, env={**os.environ, "TMPDIR": str(tmp)},
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        deadline = time.monotonic() + 60
-        kids: list[psutil.Process] = []
-        while time.monotonic() < deadline and len(kids) < 2:
-            time.sleep(0.2)
-            kids = psutil.Process(parent.pid).children()
+    with parent_of_sleeping_ranks(tmp_path, env={**os.environ, "TMPDIR": str(tmp)}, stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.DEVNULL) as (parent, kids):
         assert len(kids) == 2 and list(tmp.glob("labkit-launch-*"))
         parent.send_signal(signal.SIGTERM)
         assert parent.wait(timeout=30) == 143
         gone, alive = psutil.wait_procs(kids, timeout=1)
         assert alive == [] and list(tmp.glob("labkit-launch-*")) == []
-    finally:
-        ld.kill_tree(parent.pid)
