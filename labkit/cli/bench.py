@@ -6,14 +6,13 @@ uses. Flags follow nccl-tests' all_reduce_perf: -b/-e/-f (sizes), -n (iterations
 from __future__ import annotations
 
 import argparse
-import sys
 import threading
-import time
 
 from labkit.cli.common import (byte_list, nonnegative_int, parse_bytes, positive_float, positive_int, print_json,
                                subparser)
+from labkit.core.clock import now_s
+from labkit.core.progress import progress_bar
 
-DTYPES = {"float32": 4, "float64": 8, "float16": 2, "bfloat16": 2, "int32": 4}  # name -> bytes per element
 MAX_SIZES = 64
 
 
@@ -34,30 +33,12 @@ def sizes_from_args(args: argparse.Namespace) -> list[int]:
     return sizes
 
 
-def check_args(args: argparse.Namespace) -> tuple[list[int], str]:
-    """Validate everything before any process starts; return the sizes and the backend that will run."""
-    from labkit.comm.bench import check_memory
-    from labkit.comm.launch import check_world_size, resolve_backend
-
-    sizes = sizes_from_args(args)
-    itemsize = DTYPES[args.dtype]
-    bad = [s for s in sizes if s % itemsize]
-    if bad:
-        raise ValueError(f"message sizes must be whole {args.dtype} elements ({itemsize} B each), got {bad} B")
-    backend = resolve_backend(args.backend, args.world_size)
-    check_world_size(args.world_size, backend)
-    check_memory(args.world_size, max(sizes), backend)
-    return sizes, backend
-
-
 class ElapsedBar:
     """A progress line on stderr that ticks every half second while a single blocking call runs."""
 
     def __init__(self, desc: str, enabled: bool) -> None:
-        from tqdm.auto import tqdm
-
-        self.bar = tqdm(desc=desc, total=None, unit="s", file=sys.stderr, disable=not enabled, leave=False,
-                        bar_format="{desc}: {elapsed} elapsed")
+        self.bar = progress_bar(total=None, desc=desc, unit="s", enabled=enabled,
+                                bar_format="{desc}: {elapsed} elapsed")
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._tick, daemon=True)
 
@@ -76,32 +57,46 @@ class ElapsedBar:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Benchmark and print the nccl-tests table (or JSON)."""
-    from labkit.comm.bench import allreduce_benchmark, format_nccl_tests_table
+    """Check everything before any process starts, benchmark, and print the nccl-tests table (or JSON)."""
+    from labkit.comm.backend import check_world_size, choose_backend, world_size_limit
+    from labkit.comm.bench import allreduce_benchmark, check_memory, check_sizes, format_nccl_tests_table
 
-    sizes, backend = check_args(args)
+    sizes = check_sizes(sizes_from_args(args), args.dtype)
+    backend = choose_backend(args.world_size, args.backend).backend
+    check_world_size(args.world_size, world_size_limit(backend))
+    check_memory(args.world_size, max(sizes), backend)
     desc = f"all_reduce on {args.world_size} ranks ({backend}), {len(sizes)} sizes"
-    start = time.perf_counter()
+    start_s = now_s()
     with ElapsedBar(desc, enabled=not args.no_progress):
         rows = allreduce_benchmark(args.world_size, sizes, backend=backend, iters=args.iters,
                                    warmup=args.warmup, dtype=args.dtype, timeout_s=args.timeout_s)
-    wall_s = time.perf_counter() - start
+    wall_s = now_s() - start_s
     wrong = sum(r.wrong for r in rows)
     if args.json:
         print_json({"world_size": args.world_size, "rows": rows, "wall_s": wall_s, "wrong": wrong})
     else:
         print(format_nccl_tests_table(rows))
-        print(f"# Out of bounds values : {wrong} {'OK' if wrong == 0 else 'FAILED'}")
-        if rows:
-            avg_busbw = sum(r.busbw_gb_s for r in rows) / len(rows)
-            print(f"# Avg bus bandwidth    : {avg_busbw:.3f} GB/s  (busbw = algbw x 2(n-1)/n; "
-                  "nccl-tests doc/PERFORMANCE.md)")
-        print(f"# {len(rows)} sizes in {wall_s:.1f} s wall time, including process start-up")
+        print(summary_lines(rows, wall_s))
     return 0 if wrong == 0 else 1
+
+
+def summary_lines(rows: list, wall_s: float) -> str:
+    """nccl-tests' two closing lines (wrong elements, average busbw), then the wall time."""
+    wrong = sum(r.wrong for r in rows)
+    lines = [f"# Out of bounds values : {wrong} {'OK' if wrong == 0 else 'FAILED'}"]
+    if rows:
+        avg_busbw = sum(r.busbw_gb_s for r in rows) / len(rows)
+        lines.append(f"# Avg bus bandwidth    : {avg_busbw:.3f} GB/s  (busbw = algbw x 2(n-1)/n; "
+                     "nccl-tests doc/PERFORMANCE.md)")
+    lines.append(f"# {len(rows)} sizes in {wall_s:.1f} s wall time, including process start-up")
+    return "\n".join(lines)
 
 
 def add_parser(sub) -> None:
     """Register `allreduce-bench`."""
+    from labkit.comm.backend import BACKENDS
+    from labkit.comm.bench import DTYPES
+
     p = subparser(sub, "allreduce-bench", help="benchmark a real all-reduce (gloo/NCCL) by message size",
                   description="Time a real torch.distributed all_reduce across world-size processes for each "
                               "message size and print time, algbw and busbw in the nccl-tests layout. "
@@ -111,7 +106,7 @@ def add_parser(sub) -> None:
                             "python -m labkit allreduce-bench --world-size 2 --sizes 1K,64K,1M -n 50 -w 5",
                             "python -m labkit allreduce-bench --backend nccl --world-size 8 -b 1M -e 1G --json"])
     p.add_argument("--world-size", "-g", type=positive_int, default=2, help="number of ranks (processes; default 2)")
-    p.add_argument("--backend", choices=("auto", "gloo", "nccl"), default="auto",
+    p.add_argument("--backend", choices=BACKENDS, default="auto",
                    help="auto = nccl if there is a GPU per rank, else gloo (default auto)")
     p.add_argument("--sizes", type=byte_list, default=None, help="explicit sizes per rank, e.g. 1K,64K,1M")
     p.add_argument("--min-bytes", "-b", type=parse_bytes, default=parse_bytes("16"), help="smallest size (default 16)")

@@ -37,7 +37,8 @@ def max_ddp_world_size(device: str | None) -> tuple[int, str]:
     """(most processes the DDP rung may start here, why): one per GPU on a GPU, gloo's per-core limit on a CPU."""
     import torch
 
-    from labkit.comm.launch import GLOO_RANKS_PER_CORE
+    from labkit.comm.backend import GLOO_RANKS_PER_CORE
+    from labkit.core.machine import cpu_count
     from labkit.core.device import get_device
     from labkit.core.machine import cpu_count
 

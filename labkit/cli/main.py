@@ -12,14 +12,15 @@ from typing import Sequence
 
 # Subcommands that live in their own modules; each has `add_parser(subparsers)`.
 SUBCOMMAND_MODULES = ("labkit.cli.doctor", "labkit.cli.sweep", "labkit.cli.profile", "labkit.cli.memory",
-                      "labkit.cli.bench", "labkit.cli.simulate", "labkit.cli.ladder")
+                      "labkit.cli.bench", "labkit.cli.simulate", "labkit.cli.ladder", "labkit.cli.launch")
 EXAMPLES = """examples (`labkit ...` is the same command, installed into .venv/bin):
   python -m labkit doctor
   python -m labkit sweep --model small_cnn --batch-sizes 16,32,64
   python -m labkit profile --batch-size 64 --active 3
   python -m labkit allreduce-bench --world-size 2 --sizes 1K,64K,1M
-  python -m labkit simulate --algorithm ring --workers 4 --size 1M
-  python -m labkit ladder --budget-epochs 1 --skip compile ddp"""
+  python -m labkit simulate --algorithm ring --world-size 4 --size 1M
+  python -m labkit ladder --budget-epochs 1 --skip compile ddp
+  python -m labkit launch --world-size 2 labkit.comm.demos:all_reduce_sum"""
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -12,31 +12,32 @@ import numpy as np
 
 from labkit.cli.common import (fmt, format_bytes, format_table, nonnegative_int, parse_bytes, positive_float,
                                positive_int, print_json, subparser)
+from labkit.comm.collectives import ALGORITHMS, OPS, allreduce, allreduce_cost, reference_allreduce
+from labkit.core.validation import checked_int
 
 MAX_SIMULATED_BYTES = 2**30   # every worker's array lives in this one process
-MAX_WORKERS = 512
+MAX_WORLD_SIZE = 512
 DTYPES = ("float32", "float64", "float16", "int32", "int64")
 
 
-def _worker_arrays(workers: int, elements: int, dtype: str, seed: int) -> list[np.ndarray]:
+def _worker_arrays(world_size: int, elements: int, dtype: str, seed: int) -> list[np.ndarray]:
     rng = np.random.default_rng(seed)
     if np.issubdtype(np.dtype(dtype), np.integer):
-        return [rng.integers(-100, 100, elements).astype(dtype) for _ in range(workers)]
-    return [rng.standard_normal(elements).astype(dtype) for _ in range(workers)]
+        return [rng.integers(-100, 100, elements).astype(dtype) for _ in range(world_size)]
+    return [rng.standard_normal(elements).astype(dtype) for _ in range(world_size)]
 
 
 def _check(args: argparse.Namespace) -> int:
     """Validate sizes together; return the element count per worker."""
     itemsize = np.dtype(args.dtype).itemsize
-    if args.workers > MAX_WORKERS:
-        raise ValueError(f"--workers {args.workers} is more than this simulator handles ({MAX_WORKERS}); "
-                         "use allreduce_cost for the closed-form time at larger scale")
+    checked_int(args.world_size, "--world-size", maximum=MAX_WORLD_SIZE,
+                hint="the simulator holds every worker in this process; use allreduce_cost for larger world sizes")
     if args.size < itemsize:
         raise ValueError(f"--size {args.size} B is smaller than one {args.dtype} element ({itemsize} B)")
     if args.size % itemsize:
         raise ValueError(f"--size {args.size} B is not a whole number of {args.dtype} elements ({itemsize} B each)")
-    if args.size * args.workers > MAX_SIMULATED_BYTES:
-        raise ValueError(f"--workers x --size = {format_bytes(args.size * args.workers)} exceeds "
+    if args.size * args.world_size > MAX_SIMULATED_BYTES:
+        raise ValueError(f"--world-size x --size = {format_bytes(args.size * args.world_size)} exceeds "
                          f"{format_bytes(MAX_SIMULATED_BYTES)}: the simulator holds every worker's array in memory; "
                          "use a smaller --size (the modelled time scales linearly in size)")
     return args.size // itemsize
@@ -44,8 +45,6 @@ def _check(args: argparse.Namespace) -> int:
 
 def simulate_one(algorithm: str, arrays: list[np.ndarray], args: argparse.Namespace) -> dict:
     """Run one algorithm, verify it against the exact reduction, and model its time."""
-    from labkit.comm.collectives import allreduce, allreduce_cost, reference_allreduce
-
     alpha, beta = args.latency_us * 1e-6, 1.0 / (args.bandwidth_gbs * 1e9)
     result = allreduce(arrays, algorithm=algorithm, op=args.op)
     exact = reference_allreduce(arrays, op=args.op)
@@ -54,7 +53,7 @@ def simulate_one(algorithm: str, arrays: list[np.ndarray], args: argparse.Namesp
     if error > tol:
         raise RuntimeError(f"{algorithm}: outputs differ from the exact {args.op} by {error:g} (> {tol:g})")
     modelled_s = result.simulated_time_s(alpha, beta)
-    closed_s = allreduce_cost(algorithm, args.workers, result.nbytes, alpha, beta, itemsize=result.itemsize)
+    closed_s = allreduce_cost(algorithm, args.world_size, result.nbytes, alpha, beta, itemsize=result.itemsize)
     if not np.isclose(modelled_s, closed_s, rtol=1e-9, atol=0.0):
         raise RuntimeError(f"{algorithm}: the message log's time {modelled_s:g} s disagrees with the closed form "
                            f"{closed_s:g} s")
@@ -67,29 +66,27 @@ def simulate_one(algorithm: str, arrays: list[np.ndarray], args: argparse.Namesp
 
 def run(args: argparse.Namespace) -> int:
     """Simulate, check and print."""
-    from labkit.comm.collectives import ALGORITHMS
-
     elements = _check(args)
     algorithms = list(ALGORITHMS) if args.algorithm == "all" else [args.algorithm]
-    if "halving_doubling" in algorithms and args.workers & (args.workers - 1):
+    if "halving_doubling" in algorithms and args.world_size & (args.world_size - 1):
         if args.algorithm != "all":
-            raise ValueError(f"--algorithm halving_doubling needs a power-of-two --workers, got {args.workers}; "
+            raise ValueError(f"--algorithm halving_doubling needs a power-of-two --world-size, got {args.world_size}; "
                              "use ring or tree")
         algorithms.remove("halving_doubling")
-    arrays = _worker_arrays(args.workers, elements, args.dtype, args.seed)
+    arrays = _worker_arrays(args.world_size, elements, args.dtype, args.seed)
     try:
         rows = [simulate_one(a, arrays, args) for a in algorithms]
     except RuntimeError as err:   # an algorithm gave a wrong answer: say so, never print its numbers
         print(f"error: {err}", file=sys.stderr)
         return 1
-    head = {"workers": args.workers, "nbytes_per_worker": elements * np.dtype(args.dtype).itemsize,
+    head = {"world_size": args.world_size, "nbytes_per_worker": elements * np.dtype(args.dtype).itemsize,
             "dtype": args.dtype, "op": args.op, "latency_s": args.latency_us * 1e-6,
             "bandwidth_bytes_per_s": args.bandwidth_gbs * 1e9}
     if args.json:
         print_json({**head, "results": [{**r, "log": [vars(s) for s in r["log"]][:args.show_steps]} for r in rows]})
         return 0
     print(f"Simulated all-reduce ({args.op}) of {format_bytes(head['nbytes_per_worker'])} per worker "
-          f"({elements} x {args.dtype}) on {args.workers} workers; alpha-beta model: latency "
+          f"({elements} x {args.dtype}) on {args.world_size} workers; alpha-beta model: latency "
           f"{args.latency_us:g} us per message, bandwidth {args.bandwidth_gbs:g} GB/s")
     print("checked: every worker's output equals the exact reduction, and the step-by-step time equals the "
           "closed form\n")
@@ -97,17 +94,17 @@ def run(args: argparse.Namespace) -> int:
                               ("max_bytes_sent", "max sent/worker", format_bytes),
                               ("max_bytes_sent_fraction", "sent/array", fmt(".3f")),
                               ("modelled_time_s", "modelled ms", lambda s: f"{s * 1e3:.4f}")]))
-    print("\n" + _per_worker_table(rows, args.workers))
+    print("\n" + _per_worker_table(rows, args.world_size))
     for r in rows:
         if args.show_steps:
             print(f"\n{r['algorithm']}: " + _log_table(r["log"], args.show_steps))
     return 0
 
 
-def _per_worker_table(rows: list[dict], workers: int, limit: int = 16) -> str:
-    shown = list(range(min(workers, limit)))
+def _per_worker_table(rows: list[dict], world_size: int, limit: int = 16) -> str:
+    shown = list(range(min(world_size, limit)))
     table = [{"worker": w, **{r["algorithm"]: int(r["bytes_sent_per_worker"][w]) for r in rows}} for w in shown]
-    more = f" (first {limit} of {workers} workers)" if workers > limit else ""
+    more = f" (first {limit} of {world_size} workers)" if world_size > limit else ""
     return format_table(table, [("worker", "worker", str)] + [(r["algorithm"], r["algorithm"], format_bytes)
                                                              for r in rows], title=f"bytes sent per worker{more}")
 
@@ -124,18 +121,16 @@ def _log_table(log: list, limit: int) -> str:
 
 def add_parser(sub) -> None:
     """Register `simulate`."""
-    from labkit.comm.collectives import ALGORITHMS, OPS
-
     p = subparser(sub, "simulate", help="simulate an all-reduce: steps, bytes per worker, modelled time",
                   description="Simulate an all-reduce of one array per worker in this process, check every output "
                               "against the exact reduction, and print the steps, bytes sent per worker and the "
                               "alpha-beta modelled time (Thakur, Rabenseifner & Gropp 2005).",
-                  examples=["python -m labkit simulate --algorithm ring --workers 4 --size 1M",
-                            "python -m labkit simulate --algorithm all --workers 8 --size 64M --no-steps",
-                            "python -m labkit simulate --algorithm tree --workers 5 --size 4K --show-steps 50",
-                            "python -m labkit simulate --algorithm halving_doubling --workers 16 --json"])
+                  examples=["python -m labkit simulate --algorithm ring --world-size 4 --size 1M",
+                            "python -m labkit simulate --algorithm all --world-size 8 --size 64M --no-steps",
+                            "python -m labkit simulate --algorithm tree --world-size 5 --size 4K --show-steps 50",
+                            "python -m labkit simulate --algorithm halving_doubling --world-size 16 --json"])
     p.add_argument("--algorithm", choices=(*ALGORITHMS, "all"), default="ring", help="algorithm, or all (default ring)")
-    p.add_argument("--workers", type=positive_int, default=4, help="number of simulated workers R (default 4)")
+    p.add_argument("--world-size", type=positive_int, default=4, help="number of simulated workers R (default 4)")
     p.add_argument("--size", type=parse_bytes, default=parse_bytes("1M"),
                    help="bytes per worker, e.g. 4096, 64K, 1M (binary units; default 1M)")
     p.add_argument("--dtype", choices=DTYPES, default="float32", help="element type (default float32)")

@@ -1,3 +1,4 @@
-"""Communication: simulated all-reduce algorithms, real torch.distributed processes (launcher, worker, launcher
-environments), the nccl-tests style benchmark, and the MPI lane (notebooks 06, 06b).
+"""Communication: simulated all-reduce algorithms (collectives), real torch.distributed processes (backend, the
+launcher and the worker, launcher environments, demos), the nccl-tests style benchmark (bench, bench_report), and
+the MPI lane (mpi, mpi_demos, mpi_torch_demos) of notebooks 06 and 06b.
 """

@@ -10,11 +10,22 @@ gloo over loopback TCP here; NCCL over NVLink/PCIe/InfiniBand when there is one 
 from __future__ import annotations
 
 import statistics
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Sequence
 
+import numpy as np
+import psutil
+import torch
+import torch.distributed as dist
+
+from labkit.comm.launch import launch
+from labkit.core.device import device_label
+from labkit.core.machine import cpu_count
+from labkit.core.timing import Stopwatch
+from labkit.core.validation import checked_int, positive_int, positive_ints
+
 DEFAULT_SIZES_BYTES = tuple(4 ** k for k in range(2, 13))   # 16 B .. 16 MiB, x4 steps
-_DTYPES = {"float32": 4, "float64": 8, "float16": 2, "bfloat16": 2, "int32": 4}
+DTYPES = {"float32": 4, "float64": 8, "float16": 2, "bfloat16": 2, "int32": 4}  # name -> bytes per element
 
 
 @dataclass(frozen=True)
@@ -48,15 +59,22 @@ def bandwidths_gb_s(size_bytes: int, time_s: float, world_size: int) -> tuple[fl
     return algbw, algbw * busbw_factor(world_size)
 
 
-def _check_sizes(sizes_bytes: Sequence[int], itemsize: int) -> list[int]:
-    sizes = [int(s) for s in sizes_bytes]
-    if not sizes:
-        raise ValueError("sizes_bytes must list at least one message size")
-    bad = [s for s in sizes if s < itemsize or s % itemsize]
+def check_sizes(sizes_bytes: Sequence[int], dtype: str = "float32") -> list[int]:
+    """The message sizes as a list, each a positive whole number of ``dtype`` elements, or one clear ValueError."""
+    itemsize = DTYPES[check_dtype(dtype)]
+    sizes = list(positive_ints(sizes_bytes, "sizes_bytes"))
+    bad = [s for s in sizes if s % itemsize]
     if bad:
-        raise ValueError(f"every size in sizes_bytes must be a positive multiple of the element size "
-                         f"({itemsize} B), got {bad}")
+        raise ValueError(f"every size in sizes_bytes must be a positive multiple of the element size: whole {dtype} "
+                         f"elements of {itemsize} B each, got {bad}")
     return sizes
+
+
+def check_dtype(dtype: str) -> str:
+    """``dtype`` when the benchmark knows its element size, else one clear ValueError."""
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype must be one of {tuple(DTYPES)}, got {dtype!r}")
+    return dtype
 
 
 BUFFERS_PER_RANK = 2            # the message plus the backend's own receive/staging copy of it
@@ -84,11 +102,7 @@ def check_memory(world_size: int, max_size_bytes: int, backend: str, available_b
 
 def _available_bytes(backend: str) -> int:
     if backend == "nccl":
-        import torch
-
         return int(torch.cuda.get_device_properties(0).total_memory)
-    import psutil
-
     return int(psutil.virtual_memory().available)
 
 
@@ -100,23 +114,16 @@ def allreduce_benchmark(world_size: int, sizes_bytes: Sequence[int] = DEFAULT_SI
                         iters: int = 20, warmup: int = 5, dtype: str = "float32", repeats: int = 3,
                         timeout_s: float = 300.0) -> list[BenchRow]:
     """Time a real in-place all_reduce(SUM) over ``world_size`` processes for each size; one BenchRow per size."""
-    from labkit.comm.launch import launch
-
-    if dtype not in _DTYPES:
-        raise ValueError(f"dtype must be one of {tuple(_DTYPES)}, got {dtype!r}")
-    if iters < 1 or warmup < 0 or repeats < 1:
-        raise ValueError(f"need iters >= 1, warmup >= 0 and repeats >= 1, got iters={iters}, warmup={warmup}, "
-                         f"repeats={repeats}")
-    sizes = _check_sizes(sizes_bytes, _DTYPES[dtype])
+    sizes = check_sizes(sizes_bytes, dtype)
+    iters, repeats = positive_int(iters, "iters"), positive_int(repeats, "repeats")
+    warmup = checked_int(warmup, "warmup", minimum=0)
     per_rank = launch(bench_worker, world_size, args=(sizes, iters, warmup, dtype, repeats), backend=backend,
                       timeout_s=timeout_s, show_output=False)
     return per_rank[0]
 
 
-def _check_sum(t, world_size: int) -> int:
+def _check_sum(t: torch.Tensor, world_size: int) -> int:
     """Fill with rank+1, all-reduce once, count elements that differ from n(n+1)/2 (nccl-tests' #wrong)."""
-    import torch.distributed as dist
-
     t.fill_(dist.get_rank() + 1)
     dist.all_reduce(t)
     expected = world_size * (world_size + 1) / 2
@@ -126,30 +133,16 @@ def _check_sum(t, world_size: int) -> int:
 
 def bench_worker(sizes: list[int], iters: int, warmup: int, dtype: str, repeats: int = 1) -> list[BenchRow]:
     """Runs on every rank under ``launch``: check, warm up, then time ``iters`` calls with honest synchronisation."""
-    import torch
-    import torch.distributed as dist
-
-    from labkit.core.device import device_label
-    from labkit.core.timing import Stopwatch
-
     world, backend = dist.get_world_size(), dist.get_backend()
     device = torch.device("cuda", torch.cuda.current_device()) if backend == "nccl" else torch.device("cpu")
-    label = device_label(device) if device.type == "cuda" else f"CPU ({world} gloo processes on {_cores()} cores)"
+    label = device_label(device) if device.type == "cuda" else f"CPU ({world} gloo processes on {cpu_count()} cores)"
     rows = []
     for size in sizes:
-        t = torch.zeros(size // _DTYPES[dtype], dtype=getattr(torch, dtype), device=device)
+        t = torch.zeros(size // DTYPES[dtype], dtype=getattr(torch, dtype), device=device)
         wrong = _check_sum(t, world)
         t.zero_()  # zeros stay zeros however often they are summed: no overflow, no denormals
-        for _ in range(warmup):
-            dist.all_reduce(t)
-        loop_times_s = []
-        for _ in range(repeats):
-            dist.barrier()
-            with Stopwatch(device) as watch:
-                for _ in range(iters):
-                    dist.all_reduce(t)
-            loop_times_s.append(watch.elapsed_s / iters)
-        elapsed = torch.tensor([statistics.median(loop_times_s), float(wrong)], dtype=torch.float64, device=device)
+        per_call_s = _time_all_reduce(t, iters, warmup, repeats, device)
+        elapsed = torch.tensor([per_call_s, float(wrong)], dtype=torch.float64, device=device)
         dist.all_reduce(elapsed)  # average the time over ranks, total the wrong elements
         time_s = elapsed[0].item() / world
         algbw, busbw = bandwidths_gb_s(size, time_s, world)
@@ -158,10 +151,23 @@ def bench_worker(sizes: list[int], iters: int, warmup: int, dtype: str, repeats:
     return rows
 
 
+def _time_all_reduce(t: torch.Tensor, iters: int, warmup: int, repeats: int, device: torch.device) -> float:
+    """Seconds per in-place all_reduce of ``t``: ``warmup`` untimed calls, then the median over ``repeats`` loops
+    of ``iters`` back-to-back calls, each loop started together (barrier) and timed on the device's clock."""
+    for _ in range(warmup):
+        dist.all_reduce(t)
+    loop_times_s = []
+    for _ in range(repeats):
+        dist.barrier()
+        with Stopwatch(device) as watch:
+            for _ in range(iters):
+                dist.all_reduce(t)
+        loop_times_s.append(watch.elapsed_s / iters)
+    return statistics.median(loop_times_s)
+
+
 def fit_latency_bandwidth(rows: Sequence[BenchRow]) -> tuple[float, float]:
     """Fit t(S) = a + b*S to measured rows (least squares on relative error); (a seconds, b seconds per byte)."""
-    import numpy as np
-
     if len(rows) < 2:
         raise ValueError("need at least two message sizes to fit latency and bandwidth")
     size = np.array([r.size_bytes for r in rows], dtype=float)
@@ -169,12 +175,6 @@ def fit_latency_bandwidth(rows: Sequence[BenchRow]) -> tuple[float, float]:
     design = np.stack([np.ones_like(size), size], axis=1) / t[:, None]  # divide by t: every size counts equally
     (a, b), *_ = np.linalg.lstsq(design, np.ones_like(t), rcond=None)
     return float(a), float(b)
-
-
-def _cores() -> int:
-    from labkit.core.machine import cpu_count
-
-    return cpu_count()
 
 
 def format_nccl_tests_table(rows: Sequence[BenchRow]) -> str:
@@ -191,32 +191,3 @@ def format_nccl_tests_table(rows: Sequence[BenchRow]) -> str:
 
 def _short(dtype: str) -> str:
     return {"float32": "float", "float64": "double", "float16": "half", "bfloat16": "bfloat16"}.get(dtype, dtype)
-
-
-def rows_to_dataframe(rows: Sequence[BenchRow]):
-    """The rows as a pandas DataFrame (one column per BenchRow field)."""
-    import pandas as pd
-
-    return pd.DataFrame([asdict(r) for r in rows])
-
-
-def plot_busbw(rows: Sequence[BenchRow], ax=None):
-    """busbw (GB/s) against message size, one line per (world size, backend); returns the axes."""
-    import matplotlib.pyplot as plt
-
-    if ax is None:
-        _, ax = plt.subplots(figsize=(6, 3.5))
-    groups: dict[tuple[int, str], list[BenchRow]] = {}
-    for r in rows:
-        groups.setdefault((r.world_size, r.backend), []).append(r)
-    for (world, backend), group in sorted(groups.items()):
-        group = sorted(group, key=lambda r: r.size_bytes)
-        ax.plot([r.size_bytes for r in group], [r.busbw_gb_s for r in group], marker="o",
-                label=f"{world} ranks, {backend}")
-    ax.set_xscale("log", base=2)
-    ax.set_xlabel("message size per rank (bytes)")
-    ax.set_ylabel("bus bandwidth (GB/s)")
-    ax.set_title("all_reduce busbw = S/t x 2(n-1)/n (nccl-tests)")
-    ax.grid(True, alpha=0.3)
-    ax.legend()
-    return ax

@@ -25,6 +25,8 @@ from typing import Sequence
 
 import numpy as np
 
+from labkit.core.validation import positive_int
+
 ALGORITHMS = ("naive", "tree", "ring", "halving_doubling")
 OPS = ("sum", "mean", "max", "min")
 _UFUNC = {"sum": np.add, "mean": np.add, "max": np.maximum, "min": np.minimum}
@@ -67,7 +69,8 @@ class AllreduceResult:
     itemsize: int
 
     @property
-    def workers(self) -> int:
+    def world_size(self) -> int:
+        """How many workers took part (R)."""
         return len(self.outputs)
 
     @property
@@ -110,9 +113,17 @@ def _stack(arrays: Sequence[np.ndarray]) -> np.ndarray:
     return np.stack([a.reshape(-1) for a in arrays])
 
 
-def chunk_sizes(length: int, workers: int) -> np.ndarray:
-    """Elements in each of the R chunks, as ``np.array_split`` cuts them (the first ``length % R`` get one more)."""
-    return length // workers + (np.arange(workers) < length % workers).astype(np.int64)
+def chunk_sizes(length: int, world_size: int) -> np.ndarray:
+    """Elements in each of the R = ``world_size`` chunks, as ``np.array_split`` cuts them (the first
+    ``length % R`` get one more)."""
+    return length // world_size + (np.arange(world_size) < length % world_size).astype(np.int64)
+
+
+def _check_power_of_two(algorithm: str, world_size: int) -> None:
+    """Recursive halving-doubling pairs worker i with i XOR d, so this simulator needs a power-of-two world size."""
+    if algorithm == "halving_doubling" and world_size & (world_size - 1):
+        raise ValueError(f"algorithm='halving_doubling' needs a power-of-two world_size, got {world_size}; use "
+                         "'ring' or 'tree' (Thakur et al. 2005 handle other world sizes with an extra pre-step)")
 
 
 # ------------------------------------------------------------------------------------------ algorithms
@@ -131,61 +142,63 @@ class _Log:
         self.step += 1
 
 
-def _naive(flat: np.ndarray, ufunc, log: _Log, nbytes: int, R: int) -> None:
-    for j in range(1, R):
+def _naive(flat: np.ndarray, ufunc, log: _Log, nbytes: int, world_size: int) -> None:
+    for j in range(1, world_size):
         ufunc(flat[0], flat[j], out=flat[0])
-        log.add(j, 0, -1, R, nbytes, "reduce")
-    for j in range(1, R):
+        log.add(j, 0, -1, world_size, nbytes, "reduce")
+    for j in range(1, world_size):
         flat[j] = flat[0]
-        log.add(0, j, -1, R, nbytes, "broadcast")
+        log.add(0, j, -1, world_size, nbytes, "broadcast")
 
 
-def _tree(flat: np.ndarray, ufunc, log: _Log, nbytes: int, R: int) -> None:
-    levels = math.ceil(math.log2(R)) if R > 1 else 0
+def _tree(flat: np.ndarray, ufunc, log: _Log, nbytes: int, world_size: int) -> None:
+    levels = math.ceil(math.log2(world_size)) if world_size > 1 else 0
     for k in range(levels):  # binomial reduce: at distance d, worker i (i mod 2d == d) sends to i - d
         d = 1 << k
-        senders = np.arange(d, R, 2 * d)
+        senders = np.arange(d, world_size, 2 * d)
         for i in senders:  # row by row, in place: no R x n temporaries
             ufunc(flat[i - d], flat[i], out=flat[i - d])
-        log.add(senders, senders - d, np.full(len(senders), -1), R, np.full(len(senders), nbytes), "reduce")
+        no_chunk, sizes = np.full(len(senders), -1), np.full(len(senders), nbytes)
+        log.add(senders, senders - d, no_chunk, world_size, sizes, "reduce")
     for k in reversed(range(levels)):  # binomial broadcast, the same tree walked downwards
         d = 1 << k
-        senders = np.arange(0, R - d, 2 * d)
+        senders = np.arange(0, world_size - d, 2 * d)
         for i in senders:
             flat[i + d] = flat[i]
-        log.add(senders, senders + d, np.full(len(senders), -1), R, np.full(len(senders), nbytes), "broadcast")
+        no_chunk, sizes = np.full(len(senders), -1), np.full(len(senders), nbytes)
+        log.add(senders, senders + d, no_chunk, world_size, sizes, "broadcast")
 
 
-def _ring(buf: np.ndarray, ufunc, log: _Log, chunk_bytes: np.ndarray, R: int) -> None:
-    idx = np.arange(R)
-    right = (idx + 1) % R
-    for s in range(R - 1):  # reduce-scatter: afterwards worker i holds the full reduction of chunk (i+1) % R
-        k = (idx - s) % R   # worker i sends chunk k[i] to worker i+1, which combines it into its own copy
-        for i in range(R):  # in place, one (chunk,) slice at a time: 15x faster than fancy-indexed copies
+def _ring(buf: np.ndarray, ufunc, log: _Log, chunk_bytes: np.ndarray, world_size: int) -> None:
+    idx = np.arange(world_size)
+    right = (idx + 1) % world_size
+    for s in range(world_size - 1):  # reduce-scatter: then worker i holds the full reduction of chunk (i+1) % R
+        k = (idx - s) % world_size   # worker i sends chunk k[i] to worker i+1, which combines it into its own copy
+        for i in range(world_size):  # in place, one (chunk,) slice at a time: 15x faster than fancy-indexed copies
             ufunc(buf[right[i], k[i]], buf[i, k[i]], out=buf[right[i], k[i]])
         log.add(idx, right, k, 1, chunk_bytes[k], "reduce-scatter")
-    for s in range(R - 1):  # all-gather: pass the finished chunks around the ring
-        k = (idx + 1 - s) % R
-        for i in range(R):  # what worker i sends is never overwritten in the same step, so order is free
+    for s in range(world_size - 1):  # all-gather: pass the finished chunks around the ring
+        k = (idx + 1 - s) % world_size
+        for i in range(world_size):  # what worker i sends is never overwritten in the same step, so order is free
             buf[right[i], k[i]] = buf[i, k[i]]
         log.add(idx, right, k, 1, chunk_bytes[k], "all-gather")
 
 
-def _halving_doubling(buf: np.ndarray, ufunc, log: _Log, chunk_bytes: np.ndarray, R: int) -> None:
-    idx = np.arange(R)
-    levels = int(math.log2(R))
+def _halving_doubling(buf: np.ndarray, ufunc, log: _Log, chunk_bytes: np.ndarray, world_size: int) -> None:
+    idx = np.arange(world_size)
+    levels = int(math.log2(world_size))
     cum = np.concatenate([[0], np.cumsum(chunk_bytes)])
     for k in range(levels):  # recursive halving: exchange half the current block with the partner at distance d
-        d = R >> (k + 1)
+        d = world_size >> (k + 1)
         start = (idx ^ d) & ~(d - 1)  # worker i sends the half its partner keeps: chunks start[i] .. start[i]+d-1
-        for i in range(R):            # in place; what i sends is never written in this step, so order is free
+        for i in range(world_size):   # in place; what i sends is never written in this step, so order is free
             p, a = i ^ d, start[i]
             ufunc(buf[p, a:a + d], buf[i, a:a + d], out=buf[p, a:a + d])
         log.add(idx, idx ^ d, start, d, cum[start + d] - cum[start], "reduce-scatter")
     for k in reversed(range(levels)):  # recursive doubling: swap finished blocks, doubling them each step
-        d = R >> (k + 1)
+        d = world_size >> (k + 1)
         start = idx & ~(d - 1)        # the block of d chunks worker i has finished
-        for i in range(R):
+        for i in range(world_size):
             buf[i ^ d, start[i]:start[i] + d] = buf[i, start[i]:start[i] + d]
         log.add(idx, idx ^ d, start, d, cum[start + d] - cum[start], "all-gather")
 
@@ -196,32 +209,51 @@ def allreduce(arrays: Sequence[np.ndarray], algorithm: str = "ring", op: str = "
     _check_choice("algorithm", algorithm, ALGORITHMS)
     _check_choice("op", op, OPS)
     shape = np.asarray(arrays[0]).shape if len(arrays) else ()
-    data = _stack(arrays)                               # (R, n)
-    R, n = data.shape
-    if algorithm == "halving_doubling" and R & (R - 1):
-        raise ValueError(f"algorithm='halving_doubling' needs a power-of-two number of workers, got R={R}; "
-                         "use 'ring' or 'tree' (Thakur et al. 2005 handle other R with an extra pre-step)")
-    itemsize, nbytes = data.dtype.itemsize, int(data.nbytes // R)
+    data = _stack(arrays)                               # (world_size, n)
+    world_size, n = data.shape
+    _check_power_of_two(algorithm, world_size)
+    itemsize, nbytes = data.dtype.itemsize, int(data.nbytes // world_size)
     ufunc, log = _UFUNC[op], _Log()
-    sizes = chunk_sizes(n, R)
     if algorithm in ("naive", "tree"):
-        (_naive if algorithm == "naive" else _tree)(data, ufunc, log, nbytes, R)
+        (_naive if algorithm == "naive" else _tree)(data, ufunc, log, nbytes, world_size)
         flat = data
     else:
-        c = int(sizes.max()) if R else 0
-        starts = np.concatenate([[0], np.cumsum(sizes)])
-        buf = data.reshape(R, R, c) if c * R == n else np.zeros((R, R, c), data.dtype)  # (worker, chunk, elem)
-        if c * R != n:                                  # pad each chunk to the same length; padding is ignored
-            for k in range(R):
-                buf[:, k, :sizes[k]] = data[:, starts[k]:starts[k + 1]]
-        (_ring if algorithm == "ring" else _halving_doubling)(buf, ufunc, log, sizes * itemsize, R)
-        flat = buf.reshape(R, R * c) if c * R == n else np.concatenate(
-            [buf[:, k, :sizes[k]] for k in range(R)], axis=1)
+        sizes = chunk_sizes(n, world_size)
+        buf = _chunked(data, sizes)                     # (worker, chunk, element)
+        (_ring if algorithm == "ring" else _halving_doubling)(buf, ufunc, log, sizes * itemsize, world_size)
+        flat = _unchunked(buf, sizes)                   # (worker, n)
     if op == "mean":
-        flat = flat / R if not np.issubdtype(flat.dtype, np.floating) else np.divide(flat, R, out=flat)
+        floating = np.issubdtype(flat.dtype, np.floating)
+        flat = np.divide(flat, world_size, out=flat) if floating else flat / world_size
     steps = [Step(*row) for row in log.rows]
-    sent = np.bincount([s.sender for s in steps], weights=[s.nbytes for s in steps], minlength=R).astype(np.int64)
-    return AllreduceResult(algorithm, op, [flat[i].reshape(shape) for i in range(R)], steps, sent, nbytes, itemsize)
+    sent = np.bincount([s.sender for s in steps], weights=[s.nbytes for s in steps],
+                       minlength=world_size).astype(np.int64)
+    outputs = [flat[i].reshape(shape) for i in range(world_size)]
+    return AllreduceResult(algorithm, op, outputs, steps, sent, nbytes, itemsize)
+
+
+def _chunked(data: np.ndarray, sizes: np.ndarray) -> np.ndarray:
+    """(world_size, n) -> (world_size, world_size, c): each worker's array cut into equal chunks of c elements.
+
+    A view when the chunks divide n evenly; otherwise each chunk is padded to the longest (padding is ignored).
+    """
+    world_size, n = data.shape
+    c = int(sizes.max())
+    if c * world_size == n:
+        return data.reshape(world_size, world_size, c)
+    buf = np.zeros((world_size, world_size, c), data.dtype)
+    starts = np.concatenate([[0], np.cumsum(sizes)])
+    for k in range(world_size):
+        buf[:, k, :sizes[k]] = data[:, starts[k]:starts[k + 1]]
+    return buf
+
+
+def _unchunked(buf: np.ndarray, sizes: np.ndarray) -> np.ndarray:
+    """The inverse of :func:`_chunked`: (world_size, world_size, c) -> (world_size, n), padding dropped."""
+    world_size, _, c = buf.shape
+    if c * world_size == int(sizes.sum()):
+        return buf.reshape(world_size, world_size * c)
+    return np.concatenate([buf[:, k, :sizes[k]] for k in range(world_size)], axis=1)
 
 
 def reference_allreduce(arrays: Sequence[np.ndarray], op: str = "sum") -> np.ndarray:
@@ -232,35 +264,35 @@ def reference_allreduce(arrays: Sequence[np.ndarray], op: str = "sum") -> np.nda
     return fn(data, axis=0).reshape(np.asarray(arrays[0]).shape)
 
 
-def allreduce_cost(algorithm: str, workers: int, nbytes: int, alpha: float, beta: float, *,
+def allreduce_cost(algorithm: str, world_size: int, nbytes: int, alpha: float, beta: float, *,
                    itemsize: int | None = None) -> float:
     """Alpha-beta time (s) of an all-reduce of ``nbytes`` per worker (alpha: s per message, beta: s per byte).
 
-    naive 2(R-1)(a + n b); tree 2 ceil(log2 R)(a + n b); ring 2(R-1)(a + n b / R) (Patarasuk & Yuan 2009);
-    halving_doubling 2 log2(R) a + 2 (R-1)/R n b (Thakur et al. 2005). With ``itemsize`` the chunks are whole
-    elements (the largest is ceil(n/R) elements), exactly as ``allreduce`` cuts them, so
-    ``allreduce_cost(..., itemsize=k) == result.simulated_time_s(alpha, beta)``.
+    With R = ``world_size``: naive 2(R-1)(a + n b); tree 2 ceil(log2 R)(a + n b); ring 2(R-1)(a + n b / R)
+    (Patarasuk & Yuan 2009); halving_doubling 2 log2(R) a + 2 (R-1)/R n b (Thakur et al. 2005). With
+    ``itemsize`` the chunks are whole elements (the largest is ceil(n/R) elements), exactly as ``allreduce``
+    cuts them, so ``allreduce_cost(..., itemsize=k) == result.simulated_time_s(alpha, beta)``.
     """
     _check_choice("algorithm", algorithm, ALGORITHMS)
     _check_alpha_beta(alpha, beta)
-    if isinstance(workers, bool) or not isinstance(workers, (int, np.integer)) or workers < 1:
-        raise ValueError(f"workers must be an integer >= 1, got {workers!r}")
+    world_size = positive_int(world_size, "world_size")
     if nbytes < 0:
         raise ValueError(f"nbytes must be >= 0, got {nbytes}")
-    R = int(workers)
-    if algorithm == "halving_doubling" and R & (R - 1):
-        raise ValueError(f"algorithm='halving_doubling' needs a power-of-two number of workers, got {R}")
+    _check_power_of_two(algorithm, world_size)
     if algorithm in ("naive", "tree"):
-        steps = 2 * (R - 1) if algorithm == "naive" else 2 * (math.ceil(math.log2(R)) if R > 1 else 0)
+        levels = math.ceil(math.log2(world_size)) if world_size > 1 else 0
+        steps = 2 * (world_size - 1) if algorithm == "naive" else 2 * levels
         return steps * (alpha + nbytes * beta)
     if itemsize is None:
         if algorithm == "ring":
-            return 2 * (R - 1) * (alpha + nbytes / R * beta)
-        return 2 * math.log2(R) * alpha + 2 * (R - 1) / R * nbytes * beta
-    if itemsize < 1 or nbytes % itemsize:
+            return 2 * (world_size - 1) * (alpha + nbytes / world_size * beta)
+        return 2 * math.log2(world_size) * alpha + 2 * (world_size - 1) / world_size * nbytes * beta
+    itemsize = positive_int(itemsize, "itemsize")
+    if nbytes % itemsize:
         raise ValueError(f"nbytes={nbytes} must be a whole number of elements of itemsize={itemsize}")
-    sizes_bytes = chunk_sizes(nbytes // itemsize, R) * itemsize
+    sizes_bytes = chunk_sizes(nbytes // itemsize, world_size) * itemsize
     if algorithm == "ring":
-        return 2 * (R - 1) * (alpha + beta * float(sizes_bytes.max()))
-    blocks = [float(sizes_bytes[: R >> (k + 1)].sum()) for k in range(int(math.log2(R)))]  # largest block per step
+        return 2 * (world_size - 1) * (alpha + beta * float(sizes_bytes.max()))
+    blocks = [float(sizes_bytes[: world_size >> (k + 1)].sum())  # the largest block sent in each step
+              for k in range(int(math.log2(world_size)))]
     return float(sum(2 * (alpha + beta * b) for b in blocks))

@@ -3,7 +3,7 @@ before and after, so a notebook can check the real collectives against the simul
 
 Run one from a notebook with ``launch(collectives_demo, 3)``, or from a terminal under torchrun::
 
-    torchrun --nproc-per-node=3 -m labkit.comm.launch labkit.comm.demos:all_reduce_sum
+    torchrun --nproc-per-node=3 -m labkit launch labkit.comm.demos:all_reduce_sum
 """
 from __future__ import annotations
 

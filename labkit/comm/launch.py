@@ -1,21 +1,20 @@
-"""Run a function on N real processes with torch.distributed, from a notebook or a script.
+"""Run a function on N real processes with torch.distributed, from a notebook or a script: the launcher side.
 
 ``launch(fn, world_size)`` starts ``world_size`` fresh Python processes (gloo on CPU, NCCL when there is
-one GPU per rank), initialises the process group in each, calls ``fn(*args, **kwargs)`` and returns the
-per-rank results in rank order. Every run has a timeout; a failing rank's traceback is re-raised here;
-worker output is shown in rank order; no child process outlives the call.
+one GPU per rank), each running :func:`labkit.comm.worker.run_rank`, which initialises the process group,
+calls ``fn(*args, **kwargs)`` and reports back; ``launch`` returns the per-rank results in rank order. Every
+run has a timeout; a failing rank's traceback is re-raised here; worker output is shown in rank order; no
+child process outlives the call.
 
-Under ``torchrun`` (or an MPI launcher) a script calls ``init_from_env()`` instead, so the same training
-entry point scales from one CPU process to several nodes::
+Under ``torchrun`` (or an MPI launcher) a script calls ``labkit.comm.worker.init_from_env()`` instead, so the
+same training entry point scales from one CPU process to several nodes; ``labkit launch`` does either::
 
-    torchrun --nproc-per-node=2 -m labkit.comm.launch labkit.comm.demos:all_reduce_sum
-    python -m labkit.comm.launch --nproc 3 labkit.comm.demos:all_reduce_sum      # same, via launch()
+    torchrun --nproc-per-node=2 -m labkit launch labkit.comm.demos:all_reduce_sum
+    python -m labkit launch --world-size 3 labkit.comm.demos:all_reduce_sum      # same, via launch()
 """
 from __future__ import annotations
 
-import argparse
 import contextlib
-import ctypes
 import importlib
 import os
 import pickle
@@ -26,20 +25,18 @@ import sys
 import tempfile
 import threading
 import time
-import traceback
-from dataclasses import dataclass
-from datetime import timedelta
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping, Sequence
+from typing import Any, Callable, Iterator, Mapping
 
-from labkit.core.machine import cpu_count
-from labkit.core.validation import checked_int
+import psutil
 
-BACKENDS = ("auto", "gloo", "nccl")
-GLOO_RANKS_PER_CORE = 4  # each gloo rank is a whole Python process with torch (~300 MB, ~2-3 s to start)
+from labkit.comm.backend import check_world_size, choose_backend, world_size_limit
+from labkit.core.clock import Deadline
+from labkit.core.validation import checked_int, positive_int, positive_number
+
 FAILURE_GRACE_S = 1.0    # after one rank fails, how long the others get to finish or report their own error
-PR_SET_PDEATHSIG = 1     # linux/prctl.h
-_WORKER_CODE = "import sys; from labkit.comm.launch import _worker_main; _worker_main(sys.argv[1])"
+POLL_S = 0.02            # how often the launcher looks at its ranks
+_WORKER_CODE = "import sys; from labkit.comm.worker import run_rank; run_rank(sys.argv[1])"
 
 
 class LaunchError(RuntimeError):
@@ -60,71 +57,6 @@ class LaunchTimeout(LaunchError):
     """The run outlived its timeout; every process was killed."""
 
 
-# ---------------------------------------------------------------------------------------------- checks
-@dataclass(frozen=True)
-class BackendChoice:
-    """The backend a run uses and the one-line reason a notebook prints next to its numbers."""
-
-    backend: str      # "gloo" or "nccl"
-    reason: str
-    uses_gpus: bool   # True: rank r drives cuda:<local rank>; False: every rank computes on the CPU
-
-
-def choose_backend(world_size: int, backend: str = "auto", local_world_size: int | None = None) -> BackendChoice:
-    """The one backend rule: NCCL only when every rank on this node gets its own GPU, otherwise gloo (and why).
-
-    Two ranks on one GPU fail with "invalid device ordinal" under NCCL, so 'auto' never picks it then, and an
-    explicit 'nccl' that cannot work is refused up front. ``local_world_size`` is the ranks on this node
-    (torchrun's LOCAL_WORLD_SIZE); it defaults to ``world_size`` (one node).
-    """
-    import torch
-    import torch.distributed as dist
-
-    world_size = checked_int(world_size, "world_size")
-    local = world_size if local_world_size is None else checked_int(local_world_size, "local_world_size")
-    if backend not in BACKENDS:
-        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
-    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    nccl = dist.is_nccl_available()
-    fits = gpus >= local and nccl
-    if backend == "nccl" and not fits:
-        raise ValueError(f"backend='nccl' needs one CUDA GPU per rank: {local} rank(s) on this node but {gpus} "
-                         f"GPU(s) visible (NCCL available: {nccl}); use backend='gloo' or fewer ranks")
-    if backend == "nccl" or (backend == "auto" and fits):
-        return BackendChoice("nccl", f"NCCL: {local} rank(s) on {gpus} GPU(s), one GPU per rank", True)
-    if backend == "gloo":
-        why = "gloo as requested: every rank computes on the CPU"
-    elif gpus == 0:
-        why = "gloo: no CUDA GPU visible, so every rank is a CPU process"
-    elif not nccl:
-        why = f"gloo: {gpus} GPU(s) but this torch build has no NCCL, so every rank is a CPU process"
-    else:
-        why = (f"gloo: {local} ranks but only {gpus} GPU(s) (NCCL needs one GPU per rank), so every rank is a "
-               "CPU process and these timings are CPU timings")
-    return BackendChoice("gloo", why, False)
-
-
-def resolve_backend(backend: str, world_size: int) -> str:
-    """The backend name ``choose_backend`` picks (kept for callers that need only the name)."""
-    return choose_backend(world_size, backend).backend
-
-
-def check_data_size(world_size: int, num_samples: int, what: str = "the dataset") -> None:
-    """One clear error when there are more ranks than samples to shard (a rank would get no data)."""
-    checked_int(world_size, "world_size", maximum=max(1, int(num_samples)),
-                hint=f"{what} has {num_samples} samples, so each rank needs at least one; use fewer ranks")
-
-
-def check_world_size(world_size: int, backend: str) -> None:
-    """Raise a clear ValueError when ``world_size`` is not an int >= 1 or more than this machine allows."""
-    checked_int(world_size, "world_size")
-    limit = GLOO_RANKS_PER_CORE * cpu_count()
-    if backend == "gloo" and world_size > limit:
-        raise ValueError(f"world_size={world_size} is more than this machine allows for gloo: at most "
-                         f"{GLOO_RANKS_PER_CORE} processes per CPU core x {cpu_count()} cores = {limit}. "
-                         "Every rank is a full Python process with torch; use fewer ranks, or GPUs with NCCL")
-
-
 def target_name(fn: Callable | str) -> tuple[str, str]:
     """(module, qualified name) of an importable function; a clear error for lambdas and notebook functions."""
     if isinstance(fn, str):
@@ -142,7 +74,7 @@ def target_name(fn: Callable | str) -> tuple[str, str]:
                              f"(module {module!r}) has no importable name. Move it into a module (a .py file next "
                              "to the notebook, or labkit) and import it from there")
     try:
-        obj = _resolve(module, qualname)
+        obj = resolve_target(module, qualname)
     except (ImportError, AttributeError) as err:
         raise ValueError(f"cannot import {module}:{qualname} ({err}); pass a module-level function") from None
     if not isinstance(fn, str) and obj is not fn:
@@ -151,7 +83,8 @@ def target_name(fn: Callable | str) -> tuple[str, str]:
     return module, qualname
 
 
-def _resolve(module: str, qualname: str) -> Any:
+def resolve_target(module: str, qualname: str) -> Any:
+    """The object ``module:qualname`` names (imported here, or in a worker process)."""
     obj: Any = importlib.import_module(module)
     for part in qualname.split("."):
         obj = getattr(obj, part)
@@ -174,15 +107,12 @@ def launch(fn: Callable | str, world_size: int, args: tuple = (), kwargs: dict |
     ``threads_per_rank`` defaults to 1: N ranks each starting one torch thread per core would oversubscribe the
     cores N-fold and time mostly contention. ``pg_timeout_s`` is torch.distributed's collective timeout.
     """
-    if not timeout_s > 0:
-        raise ValueError(f"timeout_s must be > 0 seconds, got {timeout_s!r}")
-    if pg_timeout_s is not None and not pg_timeout_s > 0:
-        raise ValueError(f"pg_timeout_s must be > 0 seconds or None, got {pg_timeout_s!r}")
-    if not isinstance(threads_per_rank, int) or threads_per_rank < 1:
-        raise ValueError(f"threads_per_rank must be an integer >= 1, got {threads_per_rank!r}")
-    check_world_size(world_size, "gloo" if backend == "auto" else backend)
+    positive_number(timeout_s, "timeout_s", hint="a number of seconds")
+    if pg_timeout_s is not None:
+        positive_number(pg_timeout_s, "pg_timeout_s", hint="a number of seconds, or None for torch's default")
+    positive_int(threads_per_rank, "threads_per_rank")
     backend = choose_backend(world_size, backend).backend
-    check_world_size(world_size, backend)
+    check_world_size(world_size, world_size_limit(backend))
     module, qualname = target_name(fn)
     payload = {"module": module, "qualname": qualname, "args": tuple(args), "kwargs": dict(kwargs or {}),
                "backend": backend, "pg_timeout_s": pg_timeout_s, "threads": threads_per_rank}
@@ -214,17 +144,6 @@ def _sigterm_as_exit() -> Iterator[None]:
     finally:
         signal.signal(signal.SIGTERM, previous)
 
-
-def _die_with_parent(parent_pid: int) -> None:
-    """Linux: have the kernel SIGKILL this worker the moment its launcher dies (no orphans, no 0.5 s poll gap)."""
-    if sys.platform.startswith("linux"):
-        try:
-            libc = ctypes.CDLL(None, use_errno=True)
-            libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-        except (OSError, AttributeError):
-            pass  # the polling watchdog below still covers us
-    if os.getppid() != parent_pid:  # the parent died before the signal was armed
-        os._exit(3)
 
 
 def _child_env(extra: Mapping[str, str] | None, world_size: int, threads: int) -> dict[str, str]:
@@ -268,26 +187,23 @@ def _run(run_dir: Path, target: str, world_size: int, timeout_s: float, env: dic
 
 def _wait(procs: list[subprocess.Popen], timeout_s: float) -> list[int]:
     """Wait for all ranks, or a failure plus a short grace; the ranks still running at the timeout (else [])."""
-    deadline = time.monotonic() + timeout_s
-    grace_end = None
+    deadline, grace = Deadline(timeout_s), None
     while True:
         codes = [p.poll() for p in procs]
         running = [r for r, c in enumerate(codes) if c is None]
         if not running:
             return []
-        if grace_end is None and any(c not in (None, 0) for c in codes):
-            grace_end = time.monotonic() + FAILURE_GRACE_S
-        if grace_end is not None and time.monotonic() > grace_end:
+        if grace is None and any(c not in (None, 0) for c in codes):
+            grace = Deadline(FAILURE_GRACE_S)
+        if grace is not None and grace.expired:
             return []
-        if time.monotonic() > deadline:
+        if deadline.expired:
             return running
-        time.sleep(0.02)
+        time.sleep(POLL_S)
 
 
 def kill_tree(pid: int) -> None:
     """Kill a process and all its descendants (a rank may have started data-loader workers)."""
-    import psutil
-
     try:
         parent = psutil.Process(pid)
         family = parent.children(recursive=True) + [parent]
@@ -341,151 +257,15 @@ def _collect(run_dir: Path, procs: list[subprocess.Popen], target: str) -> list:
     return results
 
 
-# ---------------------------------------------------------------------------------------------- worker side
-def init_process_group(rank: int, world_size: int, local_rank: int, backend: str = "auto",
-                       pg_timeout_s: float | None = None) -> str:
-    """Initialise torch.distributed from MASTER_ADDR/MASTER_PORT; on NCCL bind this rank's GPU. Returns the backend."""
-    import torch
-    import torch.distributed as dist
-
-    if backend == "auto":
-        local = int(os.environ.get("LOCAL_WORLD_SIZE", world_size))
-        backend = choose_backend(world_size, "auto", local_world_size=local).backend
-    if backend == "nccl":
-        torch.cuda.set_device(local_rank)
-    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-    if "MASTER_PORT" not in os.environ:
-        if world_size > 1:
-            raise ValueError("MASTER_PORT is unset; torchrun sets it, otherwise export MASTER_ADDR and MASTER_PORT")
-        os.environ["MASTER_PORT"] = str(free_port())
-    timeout = {} if pg_timeout_s is None else {"timeout": timedelta(seconds=pg_timeout_s)}
-    dist.init_process_group(backend, init_method="env://", rank=rank, world_size=world_size, **timeout)
-    return backend
-
-
-def init_from_env(backend: str = "auto", pg_timeout_s: float | None = None) -> tuple[int, int]:
-    """For scripts under torchrun or mpiexec: join the process group the launcher describes; (rank, world_size)."""
-    import torch.distributed as dist
-
-    from labkit.comm.launch_env import detect_launcher_env
-
-    if dist.is_initialized():
-        return dist.get_rank(), dist.get_world_size()
-    place = detect_launcher_env(os.environ)
-    init_process_group(place.rank, place.world_size, place.local_rank, backend, pg_timeout_s)
-    return place.rank, place.world_size
-
-
-def _watch_parent(parent_pid: int) -> None:
-    """Exit this worker if the launching process disappears, so a crashed notebook leaves no orphans."""
-    while True:
-        if os.getppid() != parent_pid:
-            os._exit(3)
-        time.sleep(0.5)
-
-
-def _to_cpu(value: Any) -> Any:
-    import torch
-
-    if isinstance(value, torch.Tensor):
-        return value.detach().cpu()
-    if isinstance(value, dict):
-        return {k: _to_cpu(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return type(value)(_to_cpu(v) for v in value) if type(value) in (list, tuple) else value
-    return value
-
-
-def _write_result(run_dir: Path, rank: int, record: tuple) -> None:
-    tmp = run_dir / f"{rank}.result.tmp"
-    try:
-        tmp.write_bytes(pickle.dumps(record))
-    except Exception as err:  # noqa: BLE001 - an unpicklable return value becomes an error report
-        tmp.write_bytes(pickle.dumps(("error", {"time": time.time(), "type": "ValueError", "traceback":
-                        f"ValueError: the function's return value cannot be pickled back to the parent: {err}\n"})))
-    os.replace(tmp, run_dir / f"{rank}.result")
-
-
-def _worker_main(run_dir_text: str) -> None:
-    """Entry point of one launched rank (runs in the child process)."""
-    run_dir = Path(run_dir_text)
-    rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    parent_pid = int(os.environ["LABKIT_PARENT_PID"])
-    _die_with_parent(parent_pid)
-    threading.Thread(target=_watch_parent, args=(parent_pid,), daemon=True).start()
-    code = 1
-    try:
-        import torch
-        import torch.distributed as dist
-
-        payload = pickle.loads((run_dir / "payload.pkl").read_bytes())
-        torch.set_num_threads(payload["threads"])
-        init_process_group(rank, world_size, int(os.environ["LOCAL_RANK"]), payload["backend"],
-                           payload["pg_timeout_s"])
-        fn = _resolve(payload["module"], payload["qualname"])
-        value = _to_cpu(fn(*payload["args"], **payload["kwargs"]))
-        _write_result(run_dir, rank, ("ok", value))
-        dist.destroy_process_group()
-        code = 0
-    except BaseException as err:  # noqa: BLE001 - every failure is reported to the parent
-        summary = f"{type(err).__name__}: {err}".splitlines()[0][:300] if str(err) else type(err).__name__
-        _write_result(run_dir, rank, ("error", {"time": time.time(), "type": summary,
-                                                "traceback": traceback.format_exc()}))
-    finally:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
-
-
-# ---------------------------------------------------------------------------------------------- script entry
+# ---------------------------------------------------------------------------------------------- torchrun
 def torchrun_command(target: str, nproc_per_node: int, *, nnodes: int = 1, node_rank: int = 0,
                      master_addr: str = "127.0.0.1", master_port: int | None = None) -> list[str]:
-    """The torchrun command line that runs ``target`` ('package.module:function') through this module's entry point."""
+    """The torchrun command line that runs ``target`` ('package.module:function') through ``labkit launch``."""
     target_name(target)
-    if nproc_per_node < 1 or nnodes < 1 or not 0 <= node_rank < nnodes:
-        raise ValueError(f"need nproc_per_node >= 1, nnodes >= 1 and 0 <= node_rank < nnodes, got "
-                         f"{nproc_per_node}, {nnodes}, {node_rank}")
+    positive_int(nproc_per_node, "nproc_per_node")
+    nnodes = positive_int(nnodes, "nnodes")
+    checked_int(node_rank, "node_rank", minimum=0, maximum=nnodes - 1, hint=f"nodes are numbered 0..{nnodes - 1}")
     torchrun = str(Path(sys.executable).with_name("torchrun"))
     return [torchrun, f"--nnodes={nnodes}", f"--node-rank={node_rank}", f"--nproc-per-node={nproc_per_node}",
             f"--master-addr={master_addr}", f"--master-port={master_port or free_port()}",
-            "-m", "labkit.comm.launch", target]
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m labkit.comm.launch [--nproc N] module:function``; under torchrun, joins torchrun's group."""
-    parser = argparse.ArgumentParser(prog="python -m labkit.comm.launch", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("target", help="the function to run, as package.module:function")
-    parser.add_argument("--nproc", type=int, default=2, help="processes to launch when not under torchrun/mpiexec")
-    parser.add_argument("--backend", default="auto", choices=BACKENDS)
-    parser.add_argument("--timeout", type=float, default=120.0, help="seconds before every process is killed")
-    args = parser.parse_args(argv)
-    try:
-        return _run_target(args.target, args.nproc, args.backend, args.timeout)
-    except ValueError as err:  # bad input: one line, exit 2
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    except LaunchError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 1
-
-
-def _run_target(target: str, nproc: int, backend: str, timeout_s: float) -> int:
-    from labkit.comm.launch_env import detect_launcher_env
-
-    if detect_launcher_env(os.environ).launcher != "single":  # started by torchrun / mpiexec: we are one rank
-        import torch.distributed as dist
-
-        fn = _resolve(*target_name(target))
-        rank, world_size = init_from_env(backend, pg_timeout_s=timeout_s)
-        result = fn()
-        print(f"[rank {rank}/{world_size}] {target} -> {result!r}", flush=True)
-        dist.destroy_process_group()
-        return 0
-    for rank, result in enumerate(launch(target, nproc, backend=backend, timeout_s=timeout_s)):
-        print(f"rank {rank}: {result!r}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+            "-m", "labkit", "launch", target]

@@ -9,6 +9,7 @@ package imports torch (~3 s per rank on a small CPU), which those demos do not n
 """
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
@@ -23,7 +24,13 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from labkit.comm import mpi_demos
+from labkit.comm.backend import check_world_size
+from labkit.comm.bench import DEFAULT_SIZES_BYTES, BenchRow, bandwidths_gb_s, check_sizes
+from labkit.comm.collectives import allreduce
+from labkit.comm.launch import free_port, kill_tree
+from labkit.core.clock import Deadline, now_s
 from labkit.core.machine import cpu_count
+from labkit.core.validation import checked_int, positive_int, positive_number
 
 INSTALL_HINT = 'pip install -e ".[mpi]"  (mpi4py plus the MPICH runtime wheel, from PyPI)'
 LAUNCHERS = ("mpiexec", "torchrun")
@@ -95,8 +102,6 @@ _VENDOR_CODE = ("import mpi4py; mpi4py.rc.initialize = False; from mpi4py import
 
 def mpi_info(timeout_s: float = 30.0) -> MpiInfo:
     """Detect mpi4py, the MPI library it loads and an ``mpiexec`` (in a subprocess: MPI never starts here)."""
-    import importlib.util
-
     mpiexec = find_mpiexec()
     if importlib.util.find_spec("mpi4py") is None:
         return MpiInfo(False, None, None, mpiexec, f"mpi4py is not installed; {INSTALL_HINT}")
@@ -133,16 +138,14 @@ class DemoRun:
                 print(f"[rank {rank}] {line}")
 
 
-def check_world_size(world_size: int, oversubscribe: bool) -> None:
-    """A clear ValueError for a world size that is not an int >= 1, or more ranks than cores without consent."""
-    if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
-        raise ValueError(f"world_size must be an integer >= 1, got {world_size!r}")
+def rank_limit(oversubscribe: bool) -> tuple[int, str] | None:
+    """(most MPI ranks without oversubscribing the cores, why), or None when oversubscription was asked for."""
+    if oversubscribe:
+        return None
     cores = cpu_count()
-    if world_size > cores and not oversubscribe:
-        raise ValueError(f"world_size={world_size} is more ranks than the {cores} CPU core(s) here. MPI ranks busy-"
-                         "poll while they wait, so oversubscribed ranks run slowly; pass oversubscribe=True to allow "
-                         "it anyway (fine for correctness demos; Open MPI's mpiexec also needs --oversubscribe, "
-                         "which run_demo adds)")
+    return cores, (f"more ranks than the {cores} CPU core(s) here run slowly, since MPI ranks busy-poll while they "
+                   "wait; pass oversubscribe=True to allow it anyway (fine for correctness demos; Open MPI's mpiexec "
+                   "also needs --oversubscribe, which run_demo adds)")
 
 
 def mpiexec_command(info: MpiInfo, world_size: int, oversubscribe: bool) -> list[str]:
@@ -157,8 +160,6 @@ def mpiexec_command(info: MpiInfo, world_size: int, oversubscribe: bool) -> list
 
 
 def _child_env(result_dir: Path, extra: Mapping[str, str] | None) -> dict[str, str]:
-    from labkit.comm.launch import free_port
-
     env = {k: v for k, v in os.environ.items() if k not in STALE_VARIABLES}
     repo_root = str(Path(mpi_demos.__file__).resolve().parents[2])
     env["PYTHONPATH"] = os.pathsep.join([repo_root] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
@@ -177,9 +178,8 @@ def run_demo(demo: str, world_size: int, *, launcher: str = "mpiexec", timeout_s
         raise ValueError(f"demo must be one of {sorted(mpi_demos.DEMOS)}, got {demo!r}")
     if launcher not in LAUNCHERS:
         raise ValueError(f"launcher must be one of {LAUNCHERS}, got {launcher!r}")
-    if not timeout_s > 0:
-        raise ValueError(f"timeout_s must be > 0 seconds, got {timeout_s!r}")
-    check_world_size(world_size, oversubscribe)
+    positive_number(timeout_s, "timeout_s", hint="a number of seconds")
+    check_world_size(world_size, rank_limit(oversubscribe))
     script = [sys.executable, str(Path(mpi_demos.__file__).resolve()), demo]
     script += [f"{k}={json.dumps(v)}" for k, v in kwargs.items()]
     if launcher == "mpiexec":
@@ -202,35 +202,32 @@ def run_demo(demo: str, world_size: int, *, launcher: str = "mpiexec", timeout_s
 
 
 FAILURE_GRACE_S = 1.0  # after one rank reports an error, how long the others get before everything is stopped
+POLL_S = 0.05          # how often the runner looks at the launcher and the ranks' records
 
 
 def _launch(command: list[str], result_dir: Path, env: dict, timeout_s: float, demo: str,
             world_size: int) -> tuple[float, int]:
     """Start the launcher in its own session; stop it on timeout or soon after a rank fails; kill what is left."""
-    from labkit.comm.launch import kill_tree
-
-    start = time.perf_counter()
-    failed_at = None
+    start_s, deadline, grace = now_s(), Deadline(timeout_s), None
     with open(result_dir / "launcher.out", "wb") as out:
         proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
                                 start_new_session=True)
         try:
             while proc.poll() is None:
-                now = time.perf_counter()
-                if now - start > timeout_s:
+                if deadline.expired:
                     kill_tree(proc.pid)
                     proc.wait()
                     raise MpiTimeout(f"MPI demo {demo!r} on {world_size} ranks did not finish within "
                                      f"timeout_s={timeout_s:g}; every process was killed. Last launcher output:\n"
                                      f"{_tail(result_dir / 'launcher.out')}")
-                if failed_at is None and _a_rank_failed(result_dir):
-                    failed_at = now  # peers blocked in a collective would wait for the failed rank forever
-                if failed_at is not None and now - failed_at > FAILURE_GRACE_S:
+                if grace is None and _a_rank_failed(result_dir):
+                    grace = Deadline(FAILURE_GRACE_S)  # peers blocked in a collective would wait for it forever
+                if grace is not None and grace.expired:
                     break
-                time.sleep(0.05)
+                time.sleep(POLL_S)
         finally:
             kill_tree(proc.pid)  # no-op after a clean exit; stops everything on an error or Ctrl-C
-    return time.perf_counter() - start, proc.wait()
+    return now_s() - start_s, proc.wait()
 
 
 def _a_rank_failed(result_dir: Path) -> bool:
@@ -270,8 +267,6 @@ def ring_log(run: DemoRun) -> list[tuple[int, int, int, int, int]]:
 
 def simulated_ring_log(run: DemoRun) -> list[tuple[int, int, int, int, int]]:
     """The same rows from ``labkit.comm.collectives``' simulated ring, fed the ranks' own inputs."""
-    from labkit.comm.collectives import allreduce
-
     sim = allreduce([np.asarray(r["input"]) for r in run.results], algorithm="ring", op="sum")
     return sorted((s.step, s.sender, s.receiver, int(s.chunk), s.nbytes) for s in sim.steps)
 
@@ -279,13 +274,8 @@ def simulated_ring_log(run: DemoRun) -> list[tuple[int, int, int, int, int]]:
 def mpi_allreduce_benchmark(world_size: int, sizes_bytes: Sequence[int] | None = None, iters: int = 20,
                             warmup: int = 5, *, oversubscribe: bool = False, timeout_s: float = 300.0) -> list:
     """MPI ``Allreduce`` timed like ``labkit.comm.bench.allreduce_benchmark`` (gloo/NCCL): same rows, same busbw."""
-    from labkit.comm.bench import DEFAULT_SIZES_BYTES, BenchRow, bandwidths_gb_s
-
-    sizes = [int(s) for s in (sizes_bytes or DEFAULT_SIZES_BYTES)]
-    if not sizes or any(s < 4 or s % 4 for s in sizes):
-        raise ValueError(f"sizes_bytes must be positive multiples of 4 bytes (float32), got {sizes}")
-    if iters < 1 or warmup < 0:
-        raise ValueError(f"need iters >= 1 and warmup >= 0, got iters={iters}, warmup={warmup}")
+    sizes = check_sizes(sizes_bytes or DEFAULT_SIZES_BYTES, "float32")
+    iters, warmup = positive_int(iters, "iters"), checked_int(warmup, "warmup", minimum=0)
     info = mpi_info()
     run = run_demo("bench", world_size, oversubscribe=oversubscribe, timeout_s=timeout_s, echo=False,
                    sizes_bytes=sizes, iters=iters, warmup=warmup)

@@ -8,12 +8,14 @@ From a terminal (after ``pip install -e ".[mpi]"``)::
     torchrun --standalone --nproc-per-node=2 -m labkit.comm.mpi_demos torch_sgd steps=5
 
 From Python, ``labkit.comm.mpi.run_demo(name, world_size, **kwargs)`` does the launching, the timeout and the cleanup.
-This module imports only numpy at the top (mpi4py and torch inside the demos that need them), so run by file
-path (``mpiexec -n 3 python labkit/comm/mpi_demos.py ring``) the numpy-only demos start without importing the
-``labkit`` package and its torch on every rank (~3 s per rank on a small CPU).
+This module needs only numpy and the torch-free corners of ``labkit`` (mpi4py is optional, so it is imported by
+the demos that use it); the demos that need torch live in ``labkit.comm.mpi_torch_demos``, imported only when
+one of them runs. So run by file path (``mpiexec -n 3 python labkit/comm/mpi_demos.py ring``) the numpy-only
+demos start without torch on every rank (~3 s per rank on a small CPU).
 """
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import sys
@@ -23,6 +25,9 @@ from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
+
+from labkit.comm.launch_env import detect_launcher_env
+from labkit.core.clock import now_s, timestamp_s
 
 RESULT_DIR_ENV = "LABKIT_MPI_RESULT_DIR"
 
@@ -106,8 +111,9 @@ def bench(comm: Any, sizes_bytes: list[int] | None = None, iters: int = 20, warm
     """Time in-place ``Allreduce`` (sum, float32) per message size, the way nccl-tests and labkit.comm.bench do.
 
     Per size: check the sum once (fill with rank+1, count wrong elements), warm up, Barrier, then time ``iters``
-    back-to-back calls with ``MPI.Wtime``; the time per call is averaged over ranks. Bandwidths are derived by
-    the caller (``labkit.comm.mpi.mpi_allreduce_benchmark``) with the same formulas as the gloo benchmark.
+    back-to-back calls on the kit's one clock (``labkit.core.clock.now_s``, a steady high-resolution timer, as
+    ``MPI.Wtime`` is); the time per call is averaged over ranks. Bandwidths are derived by the caller
+    (``labkit.comm.mpi.mpi_allreduce_benchmark``) with the same formulas as the gloo benchmark.
     """
     from mpi4py import MPI
 
@@ -121,10 +127,10 @@ def bench(comm: Any, sizes_bytes: list[int] | None = None, iters: int = 20, warm
         for _ in range(warmup):
             comm.Allreduce(MPI.IN_PLACE, [buf, MPI.FLOAT], op=MPI.SUM)
         comm.Barrier()
-        t0 = MPI.Wtime()
+        start_s = now_s()
         for _ in range(iters):
             comm.Allreduce(MPI.IN_PLACE, [buf, MPI.FLOAT], op=MPI.SUM)
-        per_call_s = (MPI.Wtime() - t0) / iters
+        per_call_s = (now_s() - start_s) / iters
         rows.append({"size_bytes": int(buf.nbytes), "count": int(buf.size),
                      "time_s": comm.allreduce(per_call_s, op=MPI.SUM) / size,
                      "wrong": comm.allreduce(wrong, op=MPI.SUM)})
@@ -147,95 +153,26 @@ def sleep(comm: Any, seconds: float = 60.0) -> dict:
 
 def raise_without_mpi(rank: int = 1) -> dict:
     """Error-path demo without MPI calls: rank ``rank`` raises, the others wait (nothing MPI-side stops them)."""
-    from labkit.comm.launch_env import detect_launcher_env
-
     if detect_launcher_env().rank == rank:
         raise ValueError(f"rank {rank} raises on purpose (no MPI.Abort here: the runner must stop the rest)")
     time.sleep(120)
     return {}
 
 
-# ---------------------------------------------------------------------------------------- demos that need torch
-def sgd(comm: Any, steps: int = 5, seed: int = 0, micro_batch: int = 8, lr: float = 0.1, bucket: bool = False) -> dict:
-    """The from-scratch synchronous SGD of ``labkit.parallel.sync_sgd`` with MPI doing the broadcast and the all-reduce."""
-    import torch
-    from mpi4py import MPI
-
-    from labkit.parallel.sync_sgd import train_replica
-
-    torch.set_num_threads(1)
-
-    def broadcast(tensor: torch.Tensor, src: int) -> None:
-        comm.Bcast(tensor.numpy(), root=src)             # a CPU tensor's numpy() view shares its memory
-
-    def allreduce_sum(tensor: torch.Tensor) -> None:
-        comm.Allreduce(MPI.IN_PLACE, tensor.numpy(), op=MPI.SUM)
-
-    state = train_replica(comm.Get_rank(), comm.Get_size(), broadcast, allreduce_sum, steps=steps, seed=seed,
-                          micro_batch=micro_batch, lr=lr, bucket=bucket)
-    return {"weights": {k: v.numpy() for k, v in state.items()}}
-
-
-def ensure_master_addr_port() -> None:
-    """Under an MPI launcher without MASTER_ADDR/MASTER_PORT: rank 0 picks them and broadcasts them by MPI."""
-    if "MASTER_ADDR" in os.environ and "MASTER_PORT" in os.environ:
-        return
-    import socket
-
-    from mpi4py import MPI
-
-    from labkit.comm.launch import free_port
-
-    comm = MPI.COMM_WORLD
-    addr_port = (socket.gethostname(), free_port("0.0.0.0")) if comm.Get_rank() == 0 else None
-    addr, port = comm.bcast(addr_port, root=0)
-    os.environ.setdefault("MASTER_ADDR", addr)
-    os.environ.setdefault("MASTER_PORT", str(port))
-
-
-def torch_sgd(steps: int = 5, seed: int = 0, micro_batch: int = 8, lr: float = 0.1, mpi_too: bool = False) -> dict:
-    """torch.distributed (gloo) under whichever launcher started us: rank and world size come from launch_env.
-
-    ``mpi_too=True`` (under an MPI launcher) also runs the same training with MPI collectives in the same
-    processes (``mpi_weights``), which saves a second launch and a second torch import per rank.
-    """
-    import torch.distributed as dist
-
-    from labkit.comm.launch import init_from_env
-    from labkit.comm.launch_env import detect_launcher_env
-    from labkit.parallel.sync_sgd import sync_sgd_worker
-
-    place = detect_launcher_env()
-    under_mpi = place.launcher in ("hydra", "openmpi", "mvapich", "pmix")
-    if mpi_too and not under_mpi:
-        raise ValueError(f"mpi_too=True needs an MPI launcher (mpiexec), but this rank was started by {place.launcher}")
-    if under_mpi:
-        ensure_master_addr_port()
-    rank, world_size = init_from_env(backend="gloo", pg_timeout_s=60)
-    state = sync_sgd_worker(steps=steps, seed=seed, micro_batch=micro_batch, lr=lr)
-    dist.barrier()                                   # nobody tears the group down while a peer still uses it
-    dist.destroy_process_group()
-    print(f"rank {rank}/{world_size} via {place.launcher} (local_rank {place.local_rank}) trained {steps} steps")
-    seen = {k: v for k, v in sorted(os.environ.items()) if k in _LAUNCHER_VARIABLES}
-    out = {"weights": {k: v.numpy() for k, v in state.items()}, "launcher": place.launcher, "rank": rank,
-           "world_size": world_size, "local_rank": place.local_rank, "variables": seen}
-    if mpi_too:
-        from mpi4py import MPI
-
-        out["mpi_weights"] = sgd(MPI.COMM_WORLD, steps=steps, seed=seed, micro_batch=micro_batch, lr=lr)["weights"]
-    return out
-
-
-_LAUNCHER_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
-                       "TORCHELASTIC_RUN_ID", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS",
-                       "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", "PMIX_RANK")
-
-# name -> (function, kind): "mpi" demos get MPI.COMM_WORLD; "torch" demos find their rank from the launcher's env
-DEMOS: dict[str, tuple[Callable[..., dict], str]] = {
-    "p2p": (p2p, "mpi"), "allreduce": (allreduce, "mpi"), "ring": (ring, "mpi"), "bench": (bench, "mpi"),
-    "sgd": (sgd, "mpi"), "torch_sgd": (torch_sgd, "torch"),
-    "raise_on_rank": (raise_on_rank, "mpi"), "sleep": (sleep, "mpi"), "raise_without_mpi": (raise_without_mpi, "torch"),
+TORCH_DEMOS_MODULE = "labkit.comm.mpi_torch_demos"  # sgd, torch_sgd: imported only when one of them runs
+# name -> (kind, module): "mpi" demos get MPI.COMM_WORLD, "torch" demos find their rank from the launcher's env;
+# module None is this one, so the numpy-only demos start without importing torch
+DEMOS: dict[str, tuple[str, str | None]] = {
+    "p2p": ("mpi", None), "allreduce": ("mpi", None), "ring": ("mpi", None), "bench": ("mpi", None),
+    "sgd": ("mpi", TORCH_DEMOS_MODULE), "torch_sgd": ("torch", TORCH_DEMOS_MODULE),
+    "raise_on_rank": ("mpi", None), "sleep": ("mpi", None), "raise_without_mpi": ("torch", None),
 }
+
+
+def demo_function(name: str) -> Callable[..., dict]:
+    """The function that runs demo ``name`` (from this module, or imported from the torch demos' module)."""
+    kind, module = DEMOS[name]
+    return getattr(sys.modules[__name__] if module is None else importlib.import_module(module), name)
 
 
 # ---------------------------------------------------------------------------------------- plumbing
@@ -282,7 +219,7 @@ def parse_args(argv: list[str]) -> tuple[str, dict]:
 def main(argv: list[str] | None = None) -> int:
     """Run one demo on this rank; under ``labkit.comm.mpi.run_demo`` write its result/traceback and output to files."""
     name, kwargs = parse_args(sys.argv[1:] if argv is None else argv)
-    fn, kind = DEMOS[name]
+    fn, kind = demo_function(name), DEMOS[name][0]
     comm = None
     if kind == "mpi":
         from mpi4py import MPI
@@ -290,8 +227,6 @@ def main(argv: list[str] | None = None) -> int:
         comm = MPI.COMM_WORLD
         rank = comm.Get_rank()
     else:
-        from labkit.comm.launch_env import detect_launcher_env
-
         rank = detect_launcher_env().rank
     result_dir = Path(os.environ[RESULT_DIR_ENV]) if os.environ.get(RESULT_DIR_ENV) else None
     if result_dir is not None:  # per-rank output file, shown in rank order by the caller
@@ -301,13 +236,13 @@ def main(argv: list[str] | None = None) -> int:
     except BaseException:  # noqa: BLE001 - every failure is reported, then the whole job is stopped
         tb = traceback.format_exc()
         if result_dir is not None:
-            write_record(result_dir, rank, {"ok": False, "time": time.time(), "traceback": tb})
+            write_record(result_dir, rank, {"ok": False, "time": timestamp_s(), "traceback": tb})
         print(tb, file=sys.__stderr__, flush=True)
         if comm is not None and comm.Get_size() > 1:
             comm.Abort(1)  # peers blocked in a collective would otherwise wait forever
         return 1
     if result_dir is not None:
-        write_record(result_dir, rank, {"ok": True, "time": time.time(), "result": result})
+        write_record(result_dir, rank, {"ok": True, "time": timestamp_s(), "result": result})
     elif rank == 0:
         print(json.dumps(_plain(result))[:2000])
     if kind == "torch":  # the result is safe on disk: skip interpreter teardown, where torch's C++ threads

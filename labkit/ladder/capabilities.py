@@ -7,6 +7,7 @@ import shutil
 
 import torch
 
+from labkit.comm.backend import choose_backend
 from labkit.core.machine import cpu_count
 from labkit.ladder.rungs import Capabilities
 
@@ -41,8 +42,6 @@ def tf32_status(device: torch.device) -> tuple[bool, str]:
 def ddp_plan(device: torch.device, requested: int | None, cores: int) -> tuple[int, str]:
     """(processes for the DDP rung, why). On a GPU box the kit's one backend rule decides (NCCL, one GPU per
     rank); a world size it would run as gloo CPU ranks is refused here, since those would not time these GPUs."""
-    from labkit.comm.launch import choose_backend
-
     if device.type == "cuda":
         gpus = torch.cuda.device_count()
         world, what = (gpus if requested is None else requested), f"{gpus} GPU(s)"

@@ -20,7 +20,8 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset
 from torch.utils.data.distributed import DistributedSampler
 
-from labkit.comm.launch import check_data_size, launch
+from labkit.comm.backend import check_data_size
+from labkit.comm.launch import launch
 from labkit.core.models import MLP
 from labkit.core.timing import time_fn
 from labkit.core.validation import checked_int, positive_int, positive_ints, positive_number

@@ -15,8 +15,9 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from labkit.comm.backend import choose_backend
 from labkit.comm.collectives import allreduce_cost
-from labkit.comm.launch import choose_backend, launch
+from labkit.comm.launch import launch
 from labkit.core.clock import now_s, percentile, thread_time_s
 from labkit.core.device import device_label
 from labkit.core.machine import cpu_count
@@ -143,7 +144,7 @@ def measure_scaling(world_sizes: tuple[int, ...] = (1, 2, 4), *, backend: str = 
                     **worker_kwargs) -> list[StepTimes]:
     """Real runs, one torch thread per rank: T_comp, T_sync and step time for each world size.
 
-    ``backend='auto'`` follows ``labkit.comm.launch.choose_backend``: NCCL on the GPUs when each rank has its
+    ``backend='auto'`` follows ``labkit.comm.backend.choose_backend``: NCCL on the GPUs when each rank has its
     own, else gloo with every rank a CPU process (print ``choose_backend(max(world_sizes)).reason`` next to the
     numbers so a reader on a 1-GPU box knows they are CPU timings).
     """

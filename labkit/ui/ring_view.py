@@ -18,7 +18,7 @@ CSS_CLASS = "labkit-ring-view"
 
 def chunk_contributions(result: AllreduceResult) -> np.ndarray:
     """(steps+1, R, R) ints: after step s, how many inputs worker w's copy of chunk c combines (R = complete)."""
-    R = result.workers
+    R = result.world_size
     states = [np.ones((R, R), dtype=np.int64)]
     by_step: dict[int, list] = {}
     for msg in result.steps:
@@ -40,7 +40,7 @@ def step_caption(result: AllreduceResult, step: int) -> str:
     if not 0 <= step <= result.num_steps:
         raise ValueError(f"step must be in [0, {result.num_steps}], got {step}")
     if step == 0:
-        return f"{result.algorithm}: start, {result.workers} workers each hold only their own data"
+        return f"{result.algorithm}: start, {result.world_size} workers each hold only their own data"
     msgs = [m for m in result.steps if m.step == step - 1]
     what = ", ".join(f"{m.sender}->{m.receiver}" + ("" if m.chunk is None else f" [chunk {m.chunk}"
                      + (f"..{m.chunk + m.num_chunks - 1}]" if m.num_chunks > 1 else "]")) for m in msgs[:8])
@@ -56,8 +56,8 @@ def _positions(R: int) -> np.ndarray:
 
 def draw_step(result: AllreduceResult, step: int, ax=None, states: np.ndarray | None = None):
     """Draw the workers on a circle, each with its R chunks shaded by completeness, and this step's messages."""
-    if result.workers > MAX_VIEW_WORKERS:
-        raise ValueError(f"the step view draws at most {MAX_VIEW_WORKERS} workers, got {result.workers}; "
+    if result.world_size > MAX_VIEW_WORKERS:
+        raise ValueError(f"the step view draws at most {MAX_VIEW_WORKERS} workers, got {result.world_size}; "
                          "simulate a smaller R to look at, and a large one to measure")
     if ax is None:
         from matplotlib.figure import Figure
@@ -66,7 +66,7 @@ def draw_step(result: AllreduceResult, step: int, ax=None, states: np.ndarray | 
     import matplotlib
     from matplotlib.patches import Rectangle
 
-    R = result.workers
+    R = result.world_size
     states = chunk_contributions(result) if states is None else states
     pos = _positions(R)
     width = 0.9 * min(1.0, 2.4 / R) if R > 1 else 0.5
@@ -127,5 +127,5 @@ def ring_view(result: AllreduceResult):
 def complete_chunks_after(result: AllreduceResult, step: int) -> np.ndarray:
     """(R,) number of chunks each worker holds complete (all R inputs combined) after ``step``."""
     states = chunk_contributions(result)
-    return (states[step] == result.workers).sum(axis=1)
+    return (states[step] == result.world_size).sum(axis=1)
 

@@ -98,7 +98,7 @@ def test_argument_types_and_table_formatting():
 
 # ------------------------------------------------------------------------------------------ simulate
 def test_simulate_prints_steps_bytes_and_time():
-    proc = labkit("simulate", "--algorithm", "ring", "--workers", "4", "--size", "1K", "--show-steps", "8")
+    proc = labkit("simulate", "--algorithm", "ring", "--world-size", "4", "--size", "1K", "--show-steps", "8")
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
     assert "checked: every worker's output equals the exact reduction" in out
@@ -110,9 +110,10 @@ def test_simulate_prints_steps_bytes_and_time():
 def test_simulate_json_matches_the_closed_form():
     from labkit.comm.collectives import allreduce_cost
 
-    proc = labkit("simulate", "--algorithm", "all", "--workers", "8", "--size", "64K", "--json")
+    proc = labkit("simulate", "--algorithm", "all", "--world-size", "8", "--size", "64K", "--json")
     assert proc.returncode == 0, proc.stderr
     data = json.loads(proc.stdout)
+    assert data["world_size"] == 8
     by_algo = {r["algorithm"]: r for r in data["results"]}
     assert set(by_algo) == {"naive", "tree", "ring", "halving_doubling"}
     alpha, beta = data["latency_s"], 1 / data["bandwidth_bytes_per_s"]
@@ -123,12 +124,12 @@ def test_simulate_json_matches_the_closed_form():
 
 
 def test_simulate_usage_errors_exit_2(capsys):
-    proc = labkit("simulate", "--workers", "0")
-    assert proc.returncode == 2 and "--workers" in proc.stderr and "Traceback" not in proc.stderr
-    assert "power-of-two" in usage_error(["simulate", "--algorithm", "halving_doubling", "--workers", "6"], capsys)
+    proc = labkit("simulate", "--world-size", "0")
+    assert proc.returncode == 2 and "--world-size" in proc.stderr and "Traceback" not in proc.stderr
+    assert "power-of-two" in usage_error(["simulate", "--algorithm", "halving_doubling", "--world-size", "6"], capsys)
     assert "--size" in usage_error(["simulate", "--size", "12Q"], capsys)
     assert "whole number" in usage_error(["simulate", "--size", "10"], capsys)
-    assert "in memory" in usage_error(["simulate", "--workers", "8", "--size", "1G"], capsys)
+    assert "in memory" in usage_error(["simulate", "--world-size", "8", "--size", "1G"], capsys)
     assert "invalid choice" in usage_error(["simulate", "--algorithm", "butterfly"], capsys)
     assert "--latency-us" in usage_error(["simulate", "--latency-us", "-1"], capsys)
 

@@ -12,7 +12,7 @@ from labkit.comm.collectives import (ALGORITHMS, OPS, AllreduceResult, allreduce
                                 reference_allreduce)
 
 
-def _workers_for(algorithm: str) -> st.SearchStrategy[int]:
+def _world_sizes_for(algorithm: str) -> st.SearchStrategy[int]:
     if algorithm == "halving_doubling":
         return st.sampled_from([1, 2, 4, 8, 16])
     return st.integers(1, 13)
@@ -21,12 +21,12 @@ def _workers_for(algorithm: str) -> st.SearchStrategy[int]:
 @st.composite
 def cases(draw, dtype=np.int64):
     algorithm = draw(st.sampled_from(ALGORITHMS))
-    workers = draw(_workers_for(algorithm))
+    world_size = draw(_world_sizes_for(algorithm))
     length = draw(st.integers(0, 40))
     op = draw(st.sampled_from(OPS))
     seed = draw(st.integers(0, 2**31 - 1))
     rng = np.random.default_rng(seed)
-    arrays = [rng.integers(-1000, 1000, size=length).astype(dtype) for _ in range(workers)]
+    arrays = [rng.integers(-1000, 1000, size=length).astype(dtype) for _ in range(world_size)]
     return algorithm, op, arrays
 
 
@@ -60,6 +60,7 @@ def test_message_log_is_consistent(case):
     algorithm, op, arrays = case
     result = allreduce(arrays, algorithm, op)
     R = len(arrays)
+    assert result.world_size == R
     by_step: dict[int, list] = {}
     for s in result.steps:
         assert 0 <= s.sender < R and 0 <= s.receiver < R and s.sender != s.receiver
@@ -159,7 +160,7 @@ def test_bad_input_gets_a_clear_error(arrays, algorithm, op, match):
         allreduce(arrays, algorithm, op)
 
 
-@pytest.mark.parametrize("args,match", [(("ring", 0, 8, 1e-6, 1e-9), "workers must be"),
+@pytest.mark.parametrize("args,match", [(("ring", 0, 8, 1e-6, 1e-9), "world_size must be an integer >= 1, got 0"),
                                         (("ring", 2, -1, 1e-6, 1e-9), "nbytes"),
                                         (("ring", 2, 8, -1.0, 1e-9), "alpha"),
                                         (("halving_doubling", 6, 8, 1e-6, 1e-9), "power-of-two"),

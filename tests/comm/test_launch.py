@@ -4,8 +4,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
-import textwrap
 import threading
 import time
 from pathlib import Path
@@ -16,10 +14,11 @@ import torch
 import torch.distributed as dist
 
 import labkit.comm.launch as ld
-from labkit.comm.launch import LaunchTimeout, RankFailedError, init_from_env, launch, target_name
+from labkit.comm.launch import LaunchTimeout, RankFailedError, launch, target_name
+from tests.launch_support import parent_of_sleeping_ranks
 
 REPO = Path(__file__).resolve().parents[2]
-WORKER_MARK = "_worker_main"
+WORKER_MARK = "labkit.comm.worker"
 
 
 # ---- functions the worker processes import by name (this module is importable from the children)
@@ -31,14 +30,6 @@ def report_and_print(lines: int = 3) -> tuple:
     t = torch.tensor([float(rank + 1)])
     dist.all_reduce(t)
     return rank, dist.get_world_size(), dist.get_backend(), torch.get_num_threads(), t.item()
-
-
-def parent_death_signal() -> int:
-    import ctypes
-
-    value = ctypes.c_int(0)
-    ctypes.CDLL(None).prctl(2, ctypes.byref(value), 0, 0, 0)  # PR_GET_PDEATHSIG
-    return value.value
 
 
 def fail_on_rank_one() -> None:
@@ -127,30 +118,6 @@ def test_keyboard_interrupt_stops_all_children(monkeypatch):
     _assert_no_orphans()
 
 
-def test_workers_exit_when_the_launching_process_is_killed(tmp_path):
-    script = tmp_path / "parent.py"
-    script.write_text(textwrap.dedent(f"""
-        import sys; sys.path.insert(0, {str(Path(__file__).parent)!r})
-        from labkit.comm.launch import launch
-        import test_launch
-        launch(test_launch.sleep_forever, 2, timeout_s=300)
-    """))
-    parent = subprocess.Popen([sys.executable, str(script)], cwd=REPO)
-    try:
-        deadline = time.monotonic() + 60
-        kids: list[psutil.Process] = []
-        while time.monotonic() < deadline and len(kids) < 2:
-            time.sleep(0.2)
-            kids = psutil.Process(parent.pid).children()
-        assert len(kids) == 2  # killed at once: a watchdog that starts late still sees its parent gone
-        parent.send_signal(signal.SIGKILL)
-        parent.wait()
-        gone, alive = psutil.wait_procs(kids, timeout=30)
-        assert alive == []
-    finally:
-        ld.kill_tree(parent.pid)
-
-
 # ---- bad input: one clear error, no process started
 def _nested():
     def inner():
@@ -190,8 +157,8 @@ def test_nccl_without_enough_gpus():
 
 
 @pytest.mark.parametrize("kwargs,match", [({"backend": "mpi"}, "backend must be one of"),
-                                          ({"timeout_s": 0}, "timeout_s must be > 0"),
-                                          ({"pg_timeout_s": -1}, "pg_timeout_s must be > 0"),
+                                          ({"timeout_s": 0}, "timeout_s must be a number > 0"),
+                                          ({"pg_timeout_s": -1}, "pg_timeout_s must be a number > 0"),
                                           ({"threads_per_rank": 0}, "threads_per_rank"),
                                           ({"args": (threading.Lock(),)}, "cannot be pickled")])
 def test_bad_options(kwargs, match):
@@ -206,7 +173,7 @@ def test_bad_string_targets():
         launch("labkit.comm.demos:no_such_function", 2)
 
 
-# ---- scripts: torchrun and init_from_env
+# ---- scripts: torchrun runs `labkit launch` on every rank
 def test_same_entry_point_runs_under_torchrun():
     cmd = ld.torchrun_command("labkit.comm.demos:all_reduce_sum", 2)
     out = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=120,
@@ -223,125 +190,21 @@ def test_torchrun_command_checks_its_input():
     assert "--nnodes=2" in ld.torchrun_command("labkit.comm.demos:all_reduce_sum", 8, nnodes=2, master_port=29500)
 
 
-def test_init_from_env_single_process(monkeypatch):
-    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_PORT", "PMI_RANK", "OMPI_COMM_WORLD_RANK"):
-        monkeypatch.delenv(name, raising=False)
-    try:
-        assert init_from_env(backend="gloo") == (0, 1)
-        assert dist.get_backend() == "gloo"
-    finally:
-        if dist.is_initialized():
-            dist.destroy_process_group()
-
-
-def test_script_entry_gives_one_line_errors(capsys):
-    assert ld.main(["labkit.comm.demos.no_colon"]) == 2
-    assert ld.main(["--nproc", "0", "labkit.comm.demos:send_recv"]) == 2
-    err = capsys.readouterr().err
-    assert "error: a function given by name" in err and "error: world_size must be" in err
-
-
-# ---- one backend rule (NCCL only with one GPU per rank), exercised with a mocked device count
-@pytest.fixture
-def gpus(monkeypatch):
-    def set_gpus(count: int, nccl: bool = True) -> None:
-        monkeypatch.setattr(torch.cuda, "is_available", lambda: count > 0)
-        monkeypatch.setattr(torch.cuda, "device_count", lambda: count)
-        monkeypatch.setattr(dist, "is_nccl_available", lambda: nccl)
-    return set_gpus
-
-
-@pytest.mark.parametrize("count,world_size,local,expected", [
-    (0, 2, None, "gloo"), (1, 2, None, "gloo"), (1, 1, None, "nccl"), (2, 2, None, "nccl"),
-    (8, 8, None, "nccl"), (4, 8, None, "gloo"), (4, 8, 4, "nccl"),   # 2 nodes x 4 GPUs: one GPU per local rank
-])
-def test_auto_backend_is_nccl_only_with_one_gpu_per_rank(gpus, count, world_size, local, expected):
-    gpus(count)
-    choice = ld.choose_backend(world_size, "auto", local_world_size=local)
-    assert choice.backend == expected and choice.uses_gpus == (expected == "nccl")
-    assert choice.reason.startswith("NCCL" if expected == "nccl" else "gloo")
-
-
-def test_two_ranks_on_one_gpu_say_they_are_cpu_processes(gpus):
-    gpus(1)
-    choice = ld.choose_backend(2)
-    assert choice.reason == ("gloo: 2 ranks but only 1 GPU(s) (NCCL needs one GPU per rank), so every rank is a "
-                             "CPU process and these timings are CPU timings")
-
-
-def test_gpus_without_nccl_fall_back_to_gloo(gpus):
-    gpus(2, nccl=False)
-    assert ld.choose_backend(2).reason == "gloo: 2 GPU(s) but this torch build has no NCCL, so every rank is a CPU process"
-    with pytest.raises(ValueError, match=r"^backend='nccl' needs one CUDA GPU per rank: 2 rank\(s\) on this node "
-                                         r"but 2 GPU\(s\) visible \(NCCL available: False\)"):
-        ld.choose_backend(2, "nccl")
-
-
+# ---- the backend rule, applied before any process starts
 def test_explicit_nccl_on_too_few_gpus_is_refused_up_front(gpus):
     gpus(1)
     with pytest.raises(ValueError, match=r"one CUDA GPU per rank: 2 rank\(s\) on this node but 1 GPU\(s\)"):
         launch(report_and_print, 2, backend="nccl")
 
 
-def test_worker_under_torchrun_on_one_gpu_joins_with_gloo(gpus, monkeypatch):
-    """The H100 failure: torchrun --nproc-per-node 2 on one GPU; rank 1 must not bind cuda:1."""
-    gpus(1)
-    calls = {}
-    monkeypatch.setattr(dist, "init_process_group", lambda backend, **kw: calls.update(backend=backend, **kw))
-    monkeypatch.setattr(torch.cuda, "set_device", lambda i: calls.update(device=i))
-    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
-    monkeypatch.setenv("MASTER_PORT", "29999")
-    assert ld.init_process_group(1, 2, 1) == "gloo"
-    assert calls["backend"] == "gloo" and "device" not in calls
-
-
-def test_worker_with_a_gpu_per_rank_binds_its_own_gpu(gpus, monkeypatch):
-    gpus(2)
-    calls = {}
-    monkeypatch.setattr(dist, "init_process_group", lambda backend, **kw: calls.update(backend=backend, **kw))
-    monkeypatch.setattr(torch.cuda, "set_device", lambda i: calls.update(device=i))
-    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
-    monkeypatch.setenv("MASTER_PORT", "29999")
-    assert ld.init_process_group(1, 2, 1) == "nccl"
-    assert calls == {"backend": "nccl", "init_method": "env://", "rank": 1, "world_size": 2, "device": 1}
-
-
-def test_more_ranks_than_samples_is_one_clear_error():
-    with pytest.raises(ValueError, match=r"^world_size must be an integer between 1 and 3, got 4; the dataset has 3 "
-                                         r"samples, so each rank needs at least one; use fewer ranks$"):
-        ld.check_data_size(4, 3)
-    ld.check_data_size(3, 3)
-
-
 # ---- SIGTERM: like Ctrl-C, no live workers and no temp dir with the pickled payload left behind
 def test_sigterm_to_the_launcher_kills_workers_and_removes_the_temp_dir(tmp_path):
     tmp = tmp_path / "tmp"
     tmp.mkdir()
-    script = tmp_path / "parent.py"
-    script.write_text(textwrap.dedent(f"""
-        import sys; sys.path.insert(0, {str(Path(__file__).parent)!r})
-        from labkit.comm.launch import launch
-        import test_launch
-        launch(test_launch.sleep_forever, 2, timeout_s=300)
-    """))
-    parent = subprocess.Popen([sys.executable, str(script)], cwd=REPO, env={**os.environ, "TMPDIR": str(tmp)},
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        deadline = time.monotonic() + 60
-        kids: list[psutil.Process] = []
-        while time.monotonic() < deadline and len(kids) < 2:
-            time.sleep(0.2)
-            kids = psutil.Process(parent.pid).children()
+    with parent_of_sleeping_ranks(tmp_path, env={**os.environ, "TMPDIR": str(tmp)}, stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.DEVNULL) as (parent, kids):
         assert len(kids) == 2 and list(tmp.glob("labkit-launch-*"))
         parent.send_signal(signal.SIGTERM)
         assert parent.wait(timeout=30) == 143
         gone, alive = psutil.wait_procs(kids, timeout=1)
         assert alive == [] and list(tmp.glob("labkit-launch-*")) == []
-    finally:
-        ld.kill_tree(parent.pid)
-
-
-def test_parent_death_signal_is_armed_in_workers():
-    if not sys.platform.startswith("linux"):
-        pytest.skip("PR_SET_PDEATHSIG is Linux-only")
-    assert launch(parent_death_signal, 1, show_output=False) == [signal.SIGKILL]

@@ -1,0 +1,59 @@
+"""`python -m labkit launch`: run a module function on N processes joined in a torch.distributed group.
+
+Run by hand, it starts the ranks itself with `labkit.comm.launch.launch` (the notebooks' launcher: a timeout,
+output rank by rank, no orphaned processes) and prints each rank's result. Started by torchrun or mpiexec,
+each copy is one rank: it joins the group the launcher describes (`labkit.comm.worker.init_from_env`), runs
+the function and prints its result, so one command line scales from one CPU process to several nodes.
+"""
+from __future__ import annotations
+
+import argparse
+
+from labkit.cli.common import positive_float, subparser
+from labkit.comm.launch_env import detect_launcher_env
+
+DEFAULT_WORLD_SIZE = 2
+
+
+def run(args: argparse.Namespace) -> int:
+    """Under torchrun/mpiexec: be one rank of the launcher's group; otherwise start the ranks here."""
+    from labkit.comm.launch import launch
+    from labkit.comm.worker import run_in_launcher_group
+
+    place = detect_launcher_env()
+    if place.launcher != "single":
+        if args.world_size is not None and args.world_size != place.world_size:
+            raise ValueError(f"--world-size {args.world_size} disagrees with the {place.world_size} ranks that "
+                             f"{place.launcher} started; under a launcher, leave --world-size out")
+        rank, world_size, result = run_in_launcher_group(args.target, args.backend, pg_timeout_s=args.timeout)
+        print(f"[rank {rank}/{world_size}] {args.target} -> {result!r}", flush=True)
+        return 0
+    world_size = DEFAULT_WORLD_SIZE if args.world_size is None else args.world_size
+    for rank, result in enumerate(launch(args.target, world_size, backend=args.backend, timeout_s=args.timeout)):
+        print(f"rank {rank}: {result!r}")
+    return 0
+
+
+def add_parser(sub) -> None:
+    """Register `launch`."""
+    from labkit.comm.backend import BACKENDS
+
+    p = subparser(sub, "launch", help="run a module function on N processes (torch.distributed, gloo or NCCL)",
+                  description="Run package.module:function on --world-size processes joined in a torch.distributed "
+                              "process group and print each rank's return value. Under torchrun or mpiexec every "
+                              "copy is one rank of the launcher's group instead (export MASTER_ADDR and "
+                              "MASTER_PORT for mpiexec). Backend auto = NCCL with one GPU per rank, else gloo.",
+                  examples=["python -m labkit launch labkit.comm.demos:all_reduce_sum",
+                            "python -m labkit launch --world-size 3 --timeout 60 labkit.comm.demos:collectives_demo",
+                            "python -m labkit launch --backend nccl --world-size 8 labkit.comm.demos:all_reduce_sum",
+                            "torchrun --nproc-per-node=2 -m labkit launch labkit.comm.demos:all_reduce_sum"])
+    p.add_argument("target", help="the function to run, as package.module:function (called with no arguments)")
+    p.add_argument("--world-size", type=int, default=None,
+                   help=f"processes to start (default {DEFAULT_WORLD_SIZE}); under torchrun/mpiexec the launcher "
+                        "decides, so leave it out")
+    p.add_argument("--backend", choices=BACKENDS, default="auto",
+                   help="auto = nccl if there is a GPU per rank, else gloo (default auto)")
+    p.add_argument("--timeout", type=positive_float, default=120.0,
+                   help="seconds before every rank is killed; under a launcher, the collectives' timeout "
+                        "(default 120)")
+    p.set_defaults(func=run)

@@ -1,0 +1,141 @@
+"""The rank side of a multi-process run: join the process group, run the function, report back.
+
+``run_rank`` is what every process that :func:`labkit.comm.launch.launch` starts runs: it arms the parent-death
+watchdogs (no orphans when a notebook crashes), joins the process group, calls the function named in the
+payload and writes its result, or its traceback, where the launcher collects it. Under ``torchrun`` or an MPI
+launcher a script calls :func:`init_from_env` instead and joins the group the launcher describes
+(``labkit launch`` does that through :func:`run_in_launcher_group`).
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import pickle
+import signal
+import sys
+import threading
+import time
+import traceback
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from labkit.comm.backend import choose_backend
+from labkit.comm.launch import free_port, resolve_target, target_name
+from labkit.comm.launch_env import detect_launcher_env
+from labkit.core.clock import timestamp_s
+
+PR_SET_PDEATHSIG = 1     # linux/prctl.h
+PARENT_POLL_S = 0.5      # how often the watchdog thread checks that the launcher is still there
+
+
+def init_process_group(rank: int, world_size: int, local_rank: int, backend: str = "auto",
+                       pg_timeout_s: float | None = None) -> str:
+    """Initialise torch.distributed from MASTER_ADDR/MASTER_PORT; on NCCL bind this rank's GPU. Returns the backend."""
+    if backend == "auto":
+        local = int(os.environ.get("LOCAL_WORLD_SIZE", world_size))
+        backend = choose_backend(world_size, "auto", local_world_size=local).backend
+    if backend == "nccl":
+        torch.cuda.set_device(local_rank)
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    if "MASTER_PORT" not in os.environ:
+        if world_size > 1:
+            raise ValueError("MASTER_PORT is unset; torchrun sets it, otherwise export MASTER_ADDR and MASTER_PORT")
+        os.environ["MASTER_PORT"] = str(free_port())
+    timeout = {} if pg_timeout_s is None else {"timeout": timedelta(seconds=pg_timeout_s)}
+    dist.init_process_group(backend, init_method="env://", rank=rank, world_size=world_size, **timeout)
+    return backend
+
+
+def init_from_env(backend: str = "auto", pg_timeout_s: float | None = None) -> tuple[int, int]:
+    """For scripts under torchrun or mpiexec: join the process group the launcher describes; (rank, world_size)."""
+    if dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    place = detect_launcher_env(os.environ)
+    init_process_group(place.rank, place.world_size, place.local_rank, backend, pg_timeout_s)
+    return place.rank, place.world_size
+
+
+def run_in_launcher_group(target: str, backend: str = "auto",
+                          pg_timeout_s: float | None = None) -> tuple[int, int, Any]:
+    """One rank under torchrun or mpiexec: join the launcher's group, call ``target`` ('module:function'), leave it.
+
+    The function is imported before joining, so a bad name fails on every rank at once instead of leaving peers
+    waiting for it. Returns (rank, world_size, what the function returned).
+    """
+    fn = resolve_target(*target_name(target))
+    rank, world_size = init_from_env(backend, pg_timeout_s)
+    result = fn()
+    dist.destroy_process_group()
+    return rank, world_size, result
+
+
+def _die_with_parent(parent_pid: int) -> None:
+    """Linux: have the kernel SIGKILL this worker the moment its launcher dies (no orphans, no 0.5 s poll gap)."""
+    if sys.platform.startswith("linux"):
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        except (OSError, AttributeError):
+            pass  # the polling watchdog below still covers us
+    if os.getppid() != parent_pid:  # the parent died before the signal was armed
+        os._exit(3)
+
+
+def _watch_parent(parent_pid: int) -> None:
+    """Exit this worker if the launching process disappears, so a crashed notebook leaves no orphans."""
+    while True:
+        if os.getppid() != parent_pid:
+            os._exit(3)
+        time.sleep(PARENT_POLL_S)
+
+
+def _to_cpu(value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        return value.detach().cpu()
+    if isinstance(value, dict):
+        return {k: _to_cpu(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_to_cpu(v) for v in value) if type(value) in (list, tuple) else value
+    return value
+
+
+def _write_result(run_dir: Path, rank: int, record: tuple) -> None:
+    tmp = run_dir / f"{rank}.result.tmp"
+    try:
+        tmp.write_bytes(pickle.dumps(record))
+    except Exception as err:  # noqa: BLE001 - an unpicklable return value becomes an error report
+        tmp.write_bytes(pickle.dumps(("error", {"time": timestamp_s(), "type": "ValueError", "traceback":
+                        f"ValueError: the function's return value cannot be pickled back to the parent: {err}\n"})))
+    os.replace(tmp, run_dir / f"{rank}.result")
+
+
+def run_rank(run_dir_text: str) -> None:
+    """Entry point of one launched rank (runs in the child process)."""
+    run_dir = Path(run_dir_text)
+    rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    parent_pid = int(os.environ["LABKIT_PARENT_PID"])
+    _die_with_parent(parent_pid)
+    threading.Thread(target=_watch_parent, args=(parent_pid,), daemon=True).start()
+    code = 1
+    try:
+        payload = pickle.loads((run_dir / "payload.pkl").read_bytes())
+        torch.set_num_threads(payload["threads"])
+        init_process_group(rank, world_size, int(os.environ["LOCAL_RANK"]), payload["backend"],
+                           payload["pg_timeout_s"])
+        fn = resolve_target(payload["module"], payload["qualname"])
+        value = _to_cpu(fn(*payload["args"], **payload["kwargs"]))
+        _write_result(run_dir, rank, ("ok", value))
+        dist.destroy_process_group()
+        code = 0
+    except BaseException as err:  # noqa: BLE001 - every failure is reported to the parent
+        summary = f"{type(err).__name__}: {err}".splitlines()[0][:300] if str(err) else type(err).__name__
+        _write_result(run_dir, rank, ("error", {"time": timestamp_s(), "type": summary,
+                                                "traceback": traceback.format_exc()}))
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)

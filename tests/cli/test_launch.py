@@ -1,0 +1,91 @@
+"""`python -m labkit launch`: help, a real 2-rank gloo run, one-line usage errors (exit 2), and the torchrun side."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from labkit.cli import main as cli
+
+TARGET = "labkit.comm.demos:all_reduce_sum"
+LAUNCHER_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "TORCHELASTIC_RUN_ID", "PMI_RANK",
+                      "PMI_SIZE", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "MV2_COMM_WORLD_RANK", "PMIX_RANK")
+ENV = {k: v for k, v in {**os.environ, "OMP_NUM_THREADS": "1"}.items() if k not in LAUNCHER_VARIABLES}
+
+
+def labkit_launch(*args: str, timeout_s: float = 240) -> subprocess.CompletedProcess:
+    """Run `python -m labkit launch ARGS` outside any launcher and return the finished process."""
+    return subprocess.run([sys.executable, "-m", "labkit", "launch", *args], capture_output=True, text=True, env=ENV,
+                          timeout=timeout_s)
+
+
+@pytest.fixture
+def no_launcher(monkeypatch):
+    for name in LAUNCHER_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+
+
+def test_help_has_examples_for_both_ways_to_start(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["launch", "--help"])
+    assert exit_.value.code == 0
+    out = capsys.readouterr().out
+    assert "examples:" in out and "python -m labkit launch" in out
+    assert "torchrun --nproc-per-node=2 -m labkit launch" in out
+    for flag in ("--world-size", "--backend", "--timeout"):
+        assert flag in out
+
+
+def test_two_gloo_ranks_run_the_target_and_print_rank_by_rank():
+    proc = labkit_launch("--world-size", "2", "--backend", "gloo", "--timeout", "120", TARGET)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "rank 0: {'rank': 0, 'before': [1.0, 2.0, 3.0, 4.0], 'after': [12.0, 14.0, 16.0, 18.0]}" in proc.stdout
+    assert "rank 1: {'rank': 1, 'before': [11.0, 12.0, 13.0, 14.0], 'after': [12.0, 14.0, 16.0, 18.0]}" in proc.stdout
+
+
+def test_bad_world_size_is_a_usage_error_in_a_real_run():
+    proc = labkit_launch("--world-size", "0", TARGET)
+    assert proc.returncode == 2 and "error: world_size must be an integer >= 1, got 0" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_script_entry_gives_one_line_errors(capsys, no_launcher):
+    assert cli.main(["launch", "labkit.comm.demos.no_colon"]) == 2
+    assert cli.main(["launch", "--world-size", "0", "labkit.comm.demos:send_recv"]) == 2
+    err = capsys.readouterr().err
+    assert "error: a function given by name" in err and "error: world_size must be" in err
+
+
+def test_unimportable_target_and_bad_flags_exit_2(capsys, no_launcher):
+    assert cli.main(["launch", "labkit.comm.demos:no_such_function"]) == 2
+    assert "error: cannot import labkit.comm.demos:no_such_function" in capsys.readouterr().err
+    for argv in (["launch", "--backend", "mpi", TARGET], ["launch", "--timeout", "0", TARGET],
+                 ["launch", "--world-size", "two", TARGET], ["launch"]):
+        with pytest.raises(SystemExit) as exit_:
+            cli.main(argv)
+        assert exit_.value.code == 2
+
+
+def test_under_a_launcher_a_different_world_size_is_refused(capsys, no_launcher, monkeypatch):
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    assert cli.main(["launch", "--world-size", "3", TARGET]) == 2
+    assert "--world-size 3 disagrees with the 2 ranks" in capsys.readouterr().err
+
+
+def test_every_copy_under_mpiexec_is_one_rank_of_one_group():
+    from labkit.comm.launch import free_port
+    from labkit.comm.mpi import mpi_info, mpiexec_command
+
+    info = mpi_info()
+    if not info.available:
+        pytest.skip(f"MPI lane not installed: {info.reason}")
+    command = mpiexec_command(info, 2, oversubscribe=True) + [sys.executable, "-m", "labkit", "launch", TARGET]
+    env = {**ENV, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())}
+    proc = subprocess.run(command, capture_output=True, text=True, env=env, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    for rank in range(2):
+        assert f"[rank {rank}/2] {TARGET} -> {{'rank': {rank}," in proc.stdout
+    assert proc.stdout.count("'after': [12.0, 14.0, 16.0, 18.0]") == 2

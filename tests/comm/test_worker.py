@@ -1,0 +1,76 @@
+"""The rank side: joining the process group (from a launcher's environment), binding GPUs, parent watchdogs."""
+from __future__ import annotations
+
+import signal
+import sys
+
+import psutil
+import pytest
+import torch
+import torch.distributed as dist
+
+from labkit.comm import worker
+from labkit.comm.launch import launch
+from labkit.comm.worker import init_from_env
+from tests.launch_support import parent_of_sleeping_ranks
+
+
+# ---- functions the worker processes import by name (this module is importable from the children)
+def parent_death_signal() -> int:
+    import ctypes
+
+    value = ctypes.c_int(0)
+    ctypes.CDLL(None).prctl(2, ctypes.byref(value), 0, 0, 0)  # PR_GET_PDEATHSIG
+    return value.value
+
+
+# ---- joining a group
+def test_init_from_env_single_process(monkeypatch):
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_PORT", "PMI_RANK", "OMPI_COMM_WORLD_RANK"):
+        monkeypatch.delenv(name, raising=False)
+    try:
+        assert init_from_env(backend="gloo") == (0, 1)
+        assert dist.get_backend() == "gloo"
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+@pytest.fixture
+def recorded_init(monkeypatch) -> dict:
+    """What init_process_group hands torch (no group is made) for rank 1 of a 2-rank torchrun job on one node."""
+    calls: dict = {}
+    monkeypatch.setattr(dist, "init_process_group", lambda backend, **kw: calls.update(backend=backend, **kw))
+    monkeypatch.setattr(torch.cuda, "set_device", lambda i: calls.update(device=i))
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    monkeypatch.setenv("MASTER_PORT", "29999")
+    return calls
+
+
+def test_worker_under_torchrun_on_one_gpu_joins_with_gloo(gpus, recorded_init):
+    """The H100 failure: torchrun --nproc-per-node 2 on one GPU; rank 1 must not bind cuda:1."""
+    gpus(1)
+    assert worker.init_process_group(1, 2, 1) == "gloo"
+    assert recorded_init["backend"] == "gloo" and "device" not in recorded_init
+
+
+def test_worker_with_a_gpu_per_rank_binds_its_own_gpu(gpus, recorded_init):
+    gpus(2)
+    assert worker.init_process_group(1, 2, 1) == "nccl"
+    assert recorded_init == {"backend": "nccl", "init_method": "env://", "rank": 1, "world_size": 2, "device": 1}
+
+
+# ---- no orphans: the workers die with their launcher
+def test_workers_exit_when_the_launching_process_is_killed(tmp_path):
+    with parent_of_sleeping_ranks(tmp_path) as (parent, kids):
+        assert len(kids) == 2  # killed at once: a watchdog that starts late still sees its parent gone
+        parent.send_signal(signal.SIGKILL)
+        parent.wait()
+        gone, alive = psutil.wait_procs(kids, timeout=30)
+        assert alive == []
+
+
+def test_parent_death_signal_is_armed_in_workers():
+    if not sys.platform.startswith("linux"):
+        pytest.skip("PR_SET_PDEATHSIG is Linux-only")
+    assert launch(parent_death_signal, 1, show_output=False) == [signal.SIGKILL]

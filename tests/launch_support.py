@@ -1,0 +1,45 @@
+"""Shared by the launcher's tests: a parent process that launch()es sleeping ranks, to kill in different ways."""
+from __future__ import annotations
+
+import contextlib
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+from typing import Iterator
+
+import psutil
+
+from labkit.comm.launch import kill_tree
+from labkit.core.clock import Deadline
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def sleep_forever() -> None:
+    """What the ranks run: nothing, for ten minutes (a stand-in for a hang)."""
+    time.sleep(600)
+
+
+@contextlib.contextmanager
+def parent_of_sleeping_ranks(tmp_path: Path, **popen) -> Iterator[tuple[subprocess.Popen, list[psutil.Process]]]:
+    """Start a Python process that launch()es 2 sleeping ranks; yield it and its children (once both run).
+
+    Whatever the test does, the parent and everything it started are killed on the way out.
+    """
+    script = tmp_path / "parent.py"
+    script.write_text(textwrap.dedent(f"""
+        import sys; sys.path.insert(0, {str(REPO)!r})
+        from labkit.comm.launch import launch
+        launch("tests.launch_support:sleep_forever", 2, timeout_s=300)
+    """))
+    parent = subprocess.Popen([sys.executable, str(script)], cwd=REPO, **popen)
+    try:
+        deadline, kids = Deadline(60), []
+        while not deadline.expired and len(kids) < 2:
+            time.sleep(0.2)
+            kids = psutil.Process(parent.pid).children()
+        yield parent, kids
+    finally:
+        kill_tree(parent.pid)
