@@ -10,6 +10,7 @@ import threading
 
 from labkit.cli.common import (byte_list, nonnegative_int, parse_bytes, positive_float, positive_int, print_json,
                                subparser)
+from labkit.core.choices import BACKENDS, COMM_DTYPES
 from labkit.core.clock import now_s
 from labkit.core.progress import progress_bar
 
@@ -94,9 +95,6 @@ def summary_lines(rows: list, wall_s: float) -> str:
 
 def add_parser(sub) -> None:
     """Register `allreduce-bench`."""
-    from labkit.comm.backend import BACKENDS
-    from labkit.comm.bench import DTYPES
-
     p = subparser(sub, "allreduce-bench", help="benchmark a real all-reduce (gloo/NCCL) by message size",
                   description="Time a real torch.distributed all_reduce across world-size processes for each "
                               "message size and print time, algbw and busbw in the nccl-tests layout. "
@@ -114,7 +112,7 @@ def add_parser(sub) -> None:
     p.add_argument("--step-factor", "-f", type=positive_int, default=4, help="size multiplier (default 4)")
     p.add_argument("--iters", "-n", type=positive_int, default=20, help="timed all-reduces per size (default 20)")
     p.add_argument("--warmup", "-w", type=nonnegative_int, default=5, help="untimed warm-up calls per size (default 5)")
-    p.add_argument("--dtype", choices=DTYPES, default="float32", help="element type (default float32)")
+    p.add_argument("--dtype", choices=tuple(COMM_DTYPES), default="float32", help="element type (default float32)")
     p.add_argument("--timeout-s", type=positive_float, default=300.0,
                    help="kill every rank after this many seconds (default 300)")
     p.add_argument("--json", action="store_true", help="print the rows as JSON on stdout")

@@ -37,17 +37,13 @@ def max_ddp_world_size(device: str | None) -> tuple[int, str]:
     """(most processes the DDP rung may start here, why): one per GPU on a GPU, gloo's per-core limit on a CPU."""
     import torch
 
-    from labkit.comm.backend import GLOO_RANKS_PER_CORE
-    from labkit.core.machine import cpu_count
+    from labkit.comm.backend import world_size_limit
     from labkit.core.device import get_device
-    from labkit.core.machine import cpu_count
 
     if get_device(device).type == "cuda":
         gpus = torch.cuda.device_count()
         return gpus, f"NCCL runs one process per GPU and this machine has {gpus}"
-    cores = cpu_count()
-    return (GLOO_RANKS_PER_CORE * cores,
-            f"gloo runs at most {GLOO_RANKS_PER_CORE} processes per CPU core and this machine has {cores} core(s)")
+    return world_size_limit("gloo")
 
 
 def config_from_args(args: argparse.Namespace):

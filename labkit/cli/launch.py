@@ -11,6 +11,7 @@ import argparse
 
 from labkit.cli.common import positive_float, subparser
 from labkit.comm.launch_env import detect_launcher_env
+from labkit.core.choices import BACKENDS
 
 DEFAULT_WORLD_SIZE = 2
 
@@ -36,8 +37,6 @@ def run(args: argparse.Namespace) -> int:
 
 def add_parser(sub) -> None:
     """Register `launch`."""
-    from labkit.comm.backend import BACKENDS
-
     p = subparser(sub, "launch", help="run a module function on N processes (torch.distributed, gloo or NCCL)",
                   description="Run package.module:function on --world-size processes joined in a torch.distributed "
                               "process group and print each rank's return value. Under torchrun or mpiexec every "

@@ -11,10 +11,10 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
+from labkit.core.choices import BACKENDS
 from labkit.core.machine import cpu_count
 from labkit.core.validation import checked_int, positive_int
 
-BACKENDS = ("auto", "gloo", "nccl")
 GLOO_RANKS_PER_CORE = 4  # each gloo rank is a whole Python process with torch (~300 MB, ~2-3 s to start)
 
 

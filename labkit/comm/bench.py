@@ -19,13 +19,13 @@ import torch
 import torch.distributed as dist
 
 from labkit.comm.launch import launch
+from labkit.core.choices import COMM_DTYPES
 from labkit.core.device import device_label
 from labkit.core.machine import cpu_count
 from labkit.core.timing import Stopwatch
 from labkit.core.validation import checked_int, positive_int, positive_ints
 
 DEFAULT_SIZES_BYTES = tuple(4 ** k for k in range(2, 13))   # 16 B .. 16 MiB, x4 steps
-DTYPES = {"float32": 4, "float64": 8, "float16": 2, "bfloat16": 2, "int32": 4}  # name -> bytes per element
 
 
 @dataclass(frozen=True)
@@ -61,7 +61,7 @@ def bandwidths_gb_s(size_bytes: int, time_s: float, world_size: int) -> tuple[fl
 
 def check_sizes(sizes_bytes: Sequence[int], dtype: str = "float32") -> list[int]:
     """The message sizes as a list, each a positive whole number of ``dtype`` elements, or one clear ValueError."""
-    itemsize = DTYPES[check_dtype(dtype)]
+    itemsize = COMM_DTYPES[check_dtype(dtype)]
     sizes = list(positive_ints(sizes_bytes, "sizes_bytes"))
     bad = [s for s in sizes if s % itemsize]
     if bad:
@@ -72,8 +72,8 @@ def check_sizes(sizes_bytes: Sequence[int], dtype: str = "float32") -> list[int]
 
 def check_dtype(dtype: str) -> str:
     """``dtype`` when the benchmark knows its element size, else one clear ValueError."""
-    if dtype not in DTYPES:
-        raise ValueError(f"dtype must be one of {tuple(DTYPES)}, got {dtype!r}")
+    if dtype not in COMM_DTYPES:
+        raise ValueError(f"dtype must be one of {tuple(COMM_DTYPES)}, got {dtype!r}")
     return dtype
 
 
@@ -138,7 +138,7 @@ def bench_worker(sizes: list[int], iters: int, warmup: int, dtype: str, repeats:
     label = device_label(device) if device.type == "cuda" else f"CPU ({world} gloo processes on {cpu_count()} cores)"
     rows = []
     for size in sizes:
-        t = torch.zeros(size // DTYPES[dtype], dtype=getattr(torch, dtype), device=device)
+        t = torch.zeros(size // COMM_DTYPES[dtype], dtype=getattr(torch, dtype), device=device)
         wrong = _check_sum(t, world)
         t.zero_()  # zeros stay zeros however often they are summed: no overflow, no denormals
         per_call_s = _time_all_reduce(t, iters, warmup, repeats, device)

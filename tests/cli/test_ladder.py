@@ -36,13 +36,14 @@ def test_cli_out_is_checked_before_the_run(tmp_path, capsys, monkeypatch):
 
 def test_cli_ddp_world_size_is_checked_before_the_run(capsys, monkeypatch, tmp_path):
     import labkit.core.device
-    import labkit.core.machine
+    import labkit.comm.backend
 
-    monkeypatch.setattr(labkit.core.machine, "cpu_count", lambda: 2)
+    monkeypatch.setattr(labkit.comm.backend, "cpu_count", lambda: 2)
     assert cli_error(["ladder", "--device", "cpu", "--ddp-world-size", "100000", "--out", str(tmp_path)],
                      capsys, monkeypatch) == (
         2, "error: --ddp-world-size must be an integer between 1 and 8, got 100000; gloo runs at most 4 processes "
-           "per CPU core and this machine has 2 core(s)\n")
+           "per CPU core x 2 cores here, and every rank is a full Python process with torch: use fewer ranks, or "
+           "GPUs with NCCL\n")
     monkeypatch.setattr(labkit.core.device, "get_device", lambda device=None: torch.device("cuda"))
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
     code, err = cli_error(["ladder", "--ddp-world-size", "2", "--out", str(tmp_path)], capsys, monkeypatch)
