@@ -72,8 +72,9 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     "training.memory_timeline": ("LayerLine", "LayerMemory", "backward_peak_bytes", "layer_memory"),
     "training.memory": ("MemoryBreakdown", "MemoryModel", "build_memory_model", "optimizer_settings",
                "preserved_state", "release_cpu_memory", "saved_activation_bytes"),
-    "training.batch_size": ("FinderResult", "SweepResult", "SweepRow", "Trial", "batch_size_sweep", "find_max_batch",
-                   "knee_batch", "per_replica_batch", "scaled_lr", "search_from_hint", "search_largest"),
+    "training.finder": ("FinderResult", "Trial", "find_max_batch", "search_from_hint", "search_largest"),
+    "training.batch_size": ("SweepResult", "SweepRow", "batch_size_sweep", "knee_batch"),
+    "training.batch_rules": ("per_replica_batch", "scaled_lr"),
     "ui.dashboard": ("BatchSizeDashboard", "DashboardRun"),
     # profiling and input pipelines
     "profile.profiler": ("ProfileSchedule", "ProfileSummary", "profile_training"),

@@ -1,8 +1,8 @@
 """`python -m labkit sweep`: the batch-size sweep and the largest batch that fits, from the terminal.
 
-Calls `labkit.training.batch_size.batch_size_sweep` and `find_max_batch`, the same functions notebook 02 uses.
-On a GPU the finder runs real steps until CUDA runs out of memory; on a CPU it checks the memory model
-against a budget (default: the RAM available now).
+Calls `labkit.training.batch_size.batch_size_sweep` and `labkit.training.finder.find_max_batch`, the same
+functions notebook 02 uses. On a GPU the finder runs real steps until CUDA runs out of memory; on a CPU it
+checks the memory model against a budget (default: the RAM available now).
 """
 from __future__ import annotations
 
@@ -40,7 +40,7 @@ def cpu_budget_bytes() -> int:
 
 def run_finder(args: argparse.Namespace, data, model) -> dict:
     """find_max_batch on the chosen device; returns its result and the budget it used, for printing."""
-    from labkit.training.batch_size import find_max_batch
+    from labkit.training.finder import find_max_batch
     from labkit.core.env import pick
     from labkit.core.device import get_device
 

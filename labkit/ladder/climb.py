@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, replace
 from typing import Callable
 
-from labkit.training.batch_size import scaled_lr
+from labkit.training.batch_rules import scaled_lr
 from labkit.ladder.measure import Measurement, measure_model, mfu_of, steps_for_budget, train_loader
 from labkit.ladder.report import LadderRow
 from labkit.ladder.rungs import RUNGS, Capabilities, Recipe, RungSpec, propose
@@ -76,7 +76,7 @@ def choose_batch_size(job: LadderJob) -> tuple[int, dict[int, float], str]:
 
 def _finder_filter(candidates: list[int], job: LadderJob) -> tuple[list[int], str]:
     """Keep the candidates the batch-size finder says fit (GPU: OOM search; CPU: against a memory budget)."""
-    from labkit.training.batch_size import find_max_batch
+    from labkit.training.finder import find_max_batch
 
     if not candidates:
         return candidates, "no candidate fits the data"

@@ -166,7 +166,7 @@ class BatchSizeDashboard:
             self.run_button.disabled, self.stop_button.disabled = False, True
 
     def _train_once(self) -> None:
-        from labkit.training.batch_size import scaled_lr
+        from labkit.training.batch_rules import scaled_lr
         from labkit.core.data import make_loader, validate_batch_size
         from labkit.training.loop import TrainConfig, train
         from labkit.core.models import build_model

@@ -16,7 +16,7 @@ from torch.utils.data import DataLoader
 
 import labkit.ladder.rungs as rungs
 from labkit.cli import main as cli
-from labkit.training.batch_size import scaled_lr
+from labkit.training.batch_rules import scaled_lr
 from labkit.core.data import make_loader, synthetic_data
 from labkit.ladder.config import LadderConfig, budget_samples, run_ladder
 from labkit.ladder.climb import LadderJob, measure_recipe, verdict

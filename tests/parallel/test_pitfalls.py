@@ -5,7 +5,7 @@ import torch
 
 from labkit.core.models import MLP
 from labkit.tf.pitfalls import (BN_VARIANTS, count_then_configure, uneven_example_count, uneven_last_batch_bn)
-from labkit.training.batch_size import scaled_lr
+from labkit.training.batch_rules import scaled_lr
 from labkit.parallel.pitfalls import (padded_eval_accuracy, rank0_extra_work, save_wrapped_model,
                                    shard_coverage, torch_uneven_last_batch)
 from labkit.tf.distribute import run_in_fresh_process
