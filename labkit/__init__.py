@@ -106,8 +106,8 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     "tf.pitfalls": ("BatchNormNanEvidence", "device_counting_side_effects", "uneven_last_batch_bn"),
     "parallel.pitfalls": ("lr_scaling_run", "padded_eval_accuracy", "rank0_extra_work", "save_wrapped_model",
                        "shard_coverage", "torch_uneven_last_batch"),
-    "training.precision": ("AutocastResult", "autocast_step", "compare_autocast", "fp16_underflow",
-                        "keras_mixed_precision"),
+    "training.precision": ("AutocastResult", "autocast_step", "compare_autocast", "fp16_underflow"),
+    "tf.precision": ("keras_mixed_precision",),
     # the capstone
     "ladder.config": ("LadderConfig", "run_ladder"),
 }

@@ -1,11 +1,10 @@
-"""Mixed precision, measured: torch.autocast (bf16 on CPU; fp16 + GradScaler or bf16 on GPU), Keras
-dtype policies, and why fp16 needs loss scaling (Micikevicius et al. 2018, "Mixed Precision Training",
-arXiv:1710.03740).
+"""Mixed precision, measured: torch.autocast (bf16 on CPU; fp16 + GradScaler or bf16 on GPU), and why fp16
+needs loss scaling (Micikevicius et al. 2018, "Mixed Precision Training", arXiv:1710.03740).
 
 Speed-ups come from hardware with fast low-precision units (tensor cores, AMX); elsewhere autocast can
 be slower, and the kit reports whatever it measures. Memory is measured as the bytes autograd saves for
-the backward pass (exact on any device), plus CUDA's peak allocation on a GPU.
-torch and TensorFlow are imported lazily so the Keras part can run in a TF-only child process.
+the backward pass (exact on any device), plus CUDA's peak allocation on a GPU. Keras dtype policies live
+in :mod:`labkit.tf.precision`.
 """
 from __future__ import annotations
 
@@ -109,52 +108,4 @@ def compare_autocast(model_fn, batch_size: int, dtypes: tuple[str, ...] = ("fp32
     for dtype in dtypes:
         torch.manual_seed(0)
         out.append(autocast_step(model_fn(), batch_size, dtype, **kwargs))
-    return out
-
-
-# ---------------------------------------------------------------------------------------------- Keras policies
-def keras_policy_child(policy: str = "mixed_bfloat16", batch_size: int = 64, repeats: int = 5,
-                       warmup: int = 2) -> dict:
-    """Child process (TF only): time train_on_batch of a small Keras CNN under a dtype policy."""
-    import time
-
-    import tensorflow as tf
-
-    tf.keras.mixed_precision.set_global_policy(policy)
-    from labkit.tf.keras_models import keras_small_cnn
-
-    model = keras_small_cnn(10, (32, 32, 3), float32_logits=True)   # logits in fp32 for a stable loss
-    opt = tf.keras.optimizers.SGD(0.01)
-    if policy == "mixed_float16":
-        opt = tf.keras.mixed_precision.LossScaleOptimizer(opt)   # dynamic loss scaling for fp16
-    model.compile(optimizer=opt, loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-    rng = np.random.default_rng(0)
-    x = rng.normal(size=(batch_size, 32, 32, 3)).astype("float32")
-    y = rng.integers(0, 10, size=batch_size)
-    for _ in range(warmup):
-        model.train_on_batch(x, y)
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        model.train_on_batch(x, y)          # returns a host value: the step has finished
-        times.append(time.perf_counter() - start)
-    conv = model.layers[0]
-    rewrite = "enable_mixed_precision_graph_rewrite"   # the TF1 AMP graph rewrite the policy replaced
-    return {"policy": policy, "times_s": times, "compute_dtype": conv.compute_dtype,
-            "variable_dtype": conv.variable_dtype, "output_dtype": str(model.outputs[0].dtype),
-            "tf2_api_has_graph_rewrite": hasattr(tf.train.experimental, rewrite),
-            "compat_v1_has_graph_rewrite": hasattr(tf.compat.v1.mixed_precision, rewrite)}
-
-
-def keras_mixed_precision(policies: tuple[str, ...] = ("float32", "mixed_bfloat16"), batch_size: int = 64,
-                          repeats: int = 5) -> dict:
-    """Per policy, a fresh TF process: step timings (a labkit TimingResult) and the dtypes Keras chose."""
-    from labkit.tf.distribute import run_in_fresh_process
-    from labkit.core.timing import TimingResult
-
-    out = {}
-    for policy in policies:
-        r = run_in_fresh_process("labkit.training.precision:keras_policy_child",
-                                 {"policy": policy, "batch_size": batch_size, "repeats": repeats})
-        out[policy] = {**r, "timing": TimingResult(r["times_s"], "CPU (TensorFlow child process)")}
     return out
