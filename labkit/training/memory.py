@@ -16,6 +16,7 @@ from typing import Iterator
 import torch
 from torch import nn
 
+from labkit.training.dtypes import dtype_bytes, normalise_dtype
 from labkit.training.memory_timeline import LayerLine, backward_peak_bytes, fit_layer_lines, layer_memory
 
 OPTIMIZERS = ("sgd", "sgd_momentum", "adam")
@@ -51,13 +52,6 @@ def optimizer_kind(optimizer: str, momentum: float = 0.0) -> str:
     return name
 
 
-def dtype_bytes(dtype: str | torch.dtype) -> int:
-    """Bytes per element: 'float32' -> 4, 'bf16' -> 2."""
-    from labkit.training.flops import normalise_dtype
-
-    return {"float32": 4, "tf32": 4, "bfloat16": 2, "float16": 2}[normalise_dtype(dtype)]
-
-
 def saved_activation_bytes(model: nn.Module, inputs: torch.Tensor, amp_dtype: str | None = None) -> int:
     """Exact bytes of the distinct non-parameter storages autograd saves for backward in one forward pass."""
     param_ptrs = {p.untyped_storage().data_ptr() for p in model.parameters()}
@@ -72,8 +66,6 @@ def saved_activation_bytes(model: nn.Module, inputs: torch.Tensor, amp_dtype: st
 
     autocast = contextlib.nullcontext()
     if amp_dtype is not None:
-        from labkit.training.flops import normalise_dtype
-
         dt = getattr(torch, normalise_dtype(amp_dtype))
         autocast = torch.autocast(inputs.device.type, dtype=dt)
     with preserved_state(model):
@@ -197,8 +189,6 @@ def _autocast_for(device: torch.device, amp_dtype: str | None):
     """An autocast context for ``amp_dtype`` ('bf16', 'fp16') on ``device``, or a do-nothing one."""
     if amp_dtype is None:
         return contextlib.nullcontext()
-    from labkit.training.flops import normalise_dtype
-
     return torch.autocast(device.type, dtype=getattr(torch, normalise_dtype(amp_dtype)))
 
 

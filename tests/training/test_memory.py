@@ -3,8 +3,8 @@ import pytest
 import torch
 from torch import nn
 
-from labkit.training.memory import (MemoryModel, build_memory_model, dtype_bytes, optimizer_kind, preserved_state, release_cpu_memory,
-                           saved_activation_bytes)
+from labkit.training.memory import (MemoryModel, build_memory_model, optimizer_kind, preserved_state, release_cpu_memory,
+                                    saved_activation_bytes)
 from labkit.core.models import MLP, SmallCNN
 
 
@@ -92,7 +92,6 @@ def test_bad_input():
         build_memory_model(MLP(10, 12, 4), (12,), probe_batches=(4, 2))
     with pytest.raises(ValueError, match="batch_size"):
         MemoryModel(0, 0, "sgd", 1.0, 0.0).predict(0)
-    assert dtype_bytes("bf16") == 2 and dtype_bytes(torch.float32) == 4
 
 
 def test_release_cpu_memory_reports_bytes():
