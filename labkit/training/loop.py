@@ -17,12 +17,11 @@ from typing import Callable, Iterator
 import torch
 from torch import nn
 
+from labkit.training.dtypes import AMP_DTYPES
 from labkit.training.window import PendingStep, TrainProgress, settle
 from labkit.core.progress import progress_bar
 from labkit.core.clock import percentile
 from labkit.core.timing import PhaseClock, synchronize
-
-AMP_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 @dataclass(frozen=True)
@@ -61,7 +60,7 @@ class TrainConfig:
         if self.optimizer not in ("sgd", "adam"):
             raise ValueError(f"optimizer must be 'sgd' or 'adam', got {self.optimizer!r}")
         if self.amp_dtype not in (None, *AMP_DTYPES):
-            raise ValueError(f"amp_dtype must be None, 'bf16' or 'fp16', got {self.amp_dtype!r}")
+            raise ValueError(f"amp_dtype must be None or one of {AMP_DTYPES}, got {self.amp_dtype!r}")
         for name in ("warmup_steps", "lr_warmup_steps"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")

@@ -16,7 +16,7 @@ from typing import Iterator
 import torch
 from torch import nn
 
-from labkit.training.dtypes import dtype_bytes, normalise_dtype
+from labkit.training.dtypes import autocast, dtype_bytes, normalise_dtype
 from labkit.training.memory_timeline import LayerLine, backward_peak_bytes, fit_layer_lines, layer_memory
 
 OPTIMIZERS = ("sgd", "sgd_momentum", "adam")
@@ -64,13 +64,9 @@ def saved_activation_bytes(model: nn.Module, inputs: torch.Tensor, amp_dtype: st
             seen[ptr] = storage.nbytes()
         return t
 
-    autocast = contextlib.nullcontext()
-    if amp_dtype is not None:
-        dt = getattr(torch, normalise_dtype(amp_dtype))
-        autocast = torch.autocast(inputs.device.type, dtype=dt)
     with preserved_state(model):
         model.train()
-        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), autocast:
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), autocast(inputs.device.type, amp_dtype):
             out = model(inputs)
         total = sum(seen.values())
         del out
@@ -168,11 +164,10 @@ def build_memory_model(model: nn.Module, sample_shape: tuple[int, ...], optimize
     if param is None:
         raise ValueError("model has no parameters; nothing to train")
     dev = param.device
-    autocast = _autocast_for(dev, amp_dtype)
     with preserved_state(model):
         model.train()
-        small = layer_memory(model, torch.randn(b1, *sample_shape, device=dev), autocast)
-        large = layer_memory(model, torch.randn(b2, *sample_shape, device=dev), _autocast_for(dev, amp_dtype))
+        small = layer_memory(model, torch.randn(b1, *sample_shape, device=dev), autocast(dev.type, amp_dtype))
+        large = layer_memory(model, torch.randn(b2, *sample_shape, device=dev), autocast(dev.type, amp_dtype))
     a1, a2 = sum(x.saved_bytes for x in small), sum(x.saved_bytes for x in large)
     per_sample = (a2 - a1) / (b2 - b1)
     params = [p for p in model.parameters() if p.requires_grad]
@@ -180,16 +175,8 @@ def build_memory_model(model: nn.Module, sample_shape: tuple[int, ...], optimize
                        param_elements=sum(p.numel() for p in params),
                        optimizer=optimizer_kind(optimizer, momentum),
                        activation_bytes_per_sample=per_sample, activation_fixed_bytes=max(0.0, a1 - per_sample * b1),
-                       activation_dtype="bfloat16" if amp_dtype in ("bf16", "bfloat16") else
-                       ("float16" if amp_dtype in ("fp16", "float16") else "float32"),
+                       activation_dtype=normalise_dtype(amp_dtype),
                        backward_layers=fit_layer_lines(small, large, b1, b2))
-
-
-def _autocast_for(device: torch.device, amp_dtype: str | None):
-    """An autocast context for ``amp_dtype`` ('bf16', 'fp16') on ``device``, or a do-nothing one."""
-    if amp_dtype is None:
-        return contextlib.nullcontext()
-    return torch.autocast(device.type, dtype=getattr(torch, normalise_dtype(amp_dtype)))
 
 
 def optimizer_settings(optimizer: torch.optim.Optimizer) -> tuple[str, float]:

@@ -16,6 +16,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from labkit.training.dtypes import autocast
+
 
 def _storages(value) -> list:
     if isinstance(value, torch.Tensor):
@@ -118,14 +120,12 @@ def _model_state_bytes(model: nn.Module, optimizer: torch.optim.Optimizer) -> in
 def measure_step_memory(model: nn.Module, optimizer: torch.optim.Optimizer, inputs: torch.Tensor,
                         targets: torch.Tensor, amp_dtype: str | None = None) -> StepMemory:
     """Second-step peak of a real training step on CUDA, with everything other code holds subtracted."""
-    from labkit.training.memory import _autocast_for
-
     if inputs.device.type != "cuda":
         raise ValueError("measure_step_memory needs CUDA tensors; on a CPU use check_on_cpu")
     dev = inputs.device
 
     def step() -> None:
-        with _autocast_for(dev, amp_dtype):
+        with autocast(dev.type, amp_dtype):
             loss = nn.functional.cross_entropy(model(inputs), targets)
         loss.backward()
         optimizer.step()

@@ -12,7 +12,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-DTYPES = ("fp32", "bf16", "fp16")
+from labkit.training.dtypes import AMP_DTYPES, autocast
+
+DTYPES = ("fp32", *AMP_DTYPES)             # what autocast_step runs: full precision or one autocast dtype
 FP16_SMALLEST_SUBNORMAL = 2.0 ** -24     # ~5.96e-8: anything smaller becomes 0 in float16
 
 
@@ -57,15 +59,6 @@ class AutocastResult:
     peak_cuda_mem_bytes: int | None      # torch.cuda.max_memory_allocated on a GPU, else None
 
 
-def _autocast(device_type: str, dtype: str):
-    import torch
-
-    if dtype not in DTYPES:
-        raise ValueError(f"dtype must be one of {DTYPES}, got {dtype!r}")
-    low = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(dtype, torch.bfloat16)
-    return torch.autocast(device_type, dtype=low, enabled=dtype != "fp32")
-
-
 def autocast_step(model, batch_size: int, dtype: str = "bf16", *, image_shape=(3, 32, 32), repeats: int = 3,
                   warmup: int = 1, num_classes: int = 10) -> AutocastResult:
     """Time one SGD training step under autocast ``dtype`` on the model's device (fp16 on CUDA uses a GradScaler)."""
@@ -76,6 +69,8 @@ def autocast_step(model, batch_size: int, dtype: str = "bf16", *, image_shape=(3
     from labkit.core.timing import time_fn
 
     device = next(model.parameters()).device
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype must be one of {DTYPES}, got {dtype!r}")
     if dtype == "fp16" and device.type != "cuda":
         raise ValueError("dtype='fp16' is a GPU recipe (CPU float16 kernels are slow or missing); use 'bf16' on CPU")
     g = torch.Generator().manual_seed(0)
@@ -86,7 +81,7 @@ def autocast_step(model, batch_size: int, dtype: str = "bf16", *, image_shape=(3
 
     def step():
         opt.zero_grad(set_to_none=True)
-        with _autocast(device.type, dtype):
+        with autocast(device.type, dtype):
             loss = torch.nn.functional.cross_entropy(model(x), y)
         scaler.scale(loss).backward()      # scale x loss so small fp16 gradients do not underflow
         scaler.step(opt)                   # unscales in fp32; skips the step if it finds inf/NaN

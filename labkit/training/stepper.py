@@ -6,13 +6,13 @@ here waits for the GPU; the loop reads the marks once per window), a device sync
 """
 from __future__ import annotations
 
-import contextlib
 import math
 
 import torch
 from torch import nn
 
 from labkit.core.timing import PhaseClock
+from labkit.training.dtypes import autocast
 
 NAN = math.nan
 
@@ -25,7 +25,6 @@ class Stepper:
         self.model, self.optimizer, self.config, self.device = model, optimizer, config, device
         self.loss_fn = nn.CrossEntropyLoss()
         self.clock = clock or PhaseClock(device, config.sync_every_step)
-        self.dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(config.amp_dtype)
         self.scaler = torch.amp.GradScaler("cuda") if config.amp_dtype == "fp16" else None
         self.base_lrs = [g["lr"] for g in optimizer.param_groups]
         self.last_loss: torch.Tensor | None = None
@@ -33,9 +32,7 @@ class Stepper:
         model.train()
 
     def _autocast(self):
-        if self.dtype is None:
-            return contextlib.nullcontext()
-        return torch.autocast(self.device.type, dtype=self.dtype)
+        return autocast(self.device.type, self.config.amp_dtype)
 
     def _set_lr(self, i: int) -> None:
         """Linear warm-up from lr/10 to lr over ``lr_warmup_steps`` (Goyal et al. 2017, gradual warm-up)."""

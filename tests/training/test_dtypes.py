@@ -2,7 +2,10 @@
 import pytest
 import torch
 
-from labkit.training.dtypes import MATH_MODES, dtype_bytes, normalise_dtype
+from labkit.training.dtypes import (AMP_DTYPES, MATH_MODES, PRECISIONS, amp_torch_dtype, autocast, dtype_bytes,
+                                    math_mode_name, normalise_dtype, precision_of)
+from labkit.training.loop import TrainConfig
+from labkit.training.precision import DTYPES
 
 
 def test_normalise_dtype():
@@ -15,3 +18,28 @@ def test_normalise_dtype():
 def test_math_modes_and_bytes():
     assert set(MATH_MODES) == {"fp32", "tf32", "bf16", "fp16"}
     assert dtype_bytes("bf16") == 2 and dtype_bytes(torch.float32) == 4
+
+
+def test_every_alias_of_a_precision_agrees():
+    for p in PRECISIONS:
+        for alias in p.aliases:
+            assert precision_of(alias) is p and precision_of(alias.upper()) is p
+        assert dtype_bytes(p.name) == p.torch_dtype.itemsize and math_mode_name(p.name) == p.math_mode
+    assert precision_of(torch.bfloat16).math_mode == "bf16" and precision_of(None).name == "float32"
+
+
+def test_autocast_from_the_table():
+    assert AMP_DTYPES == ("bf16", "fp16")
+    assert amp_torch_dtype("bf16") is torch.bfloat16 and amp_torch_dtype("half") is torch.float16
+    assert amp_torch_dtype(None) is None and amp_torch_dtype("fp32") is None
+    with pytest.raises(ValueError, match="not a dtype autocast runs in"):
+        amp_torch_dtype("tf32")
+    with autocast("cpu", None):
+        assert (torch.ones(2, 2) @ torch.ones(2, 2)).dtype == torch.float32
+    with autocast("cpu", "bf16"):
+        assert (torch.ones(2, 2) @ torch.ones(2, 2)).dtype == torch.bfloat16
+
+
+def test_config_and_autocast_step_accept_the_tables_dtypes():
+    assert all(TrainConfig(steps=1, amp_dtype=name).amp_dtype == name for name in AMP_DTYPES)
+    assert DTYPES == ("fp32", *AMP_DTYPES)
