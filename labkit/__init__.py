@@ -75,7 +75,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
                "preserved_state", "release_cpu_memory", "saved_activation_bytes"),
     "training.finder": ("FinderResult", "Trial", "find_max_batch", "search_from_hint", "search_largest"),
     "training.batch_size": ("SweepResult", "SweepRow", "batch_size_sweep", "knee_batch"),
-    "training.batch_rules": ("per_replica_batch", "scaled_lr"),
+    "training.batch_rules": ("per_replica_batch", "per_replica_batch_size", "scaled_lr"),
     "ui.dashboard": ("BatchSizeDashboard", "DashboardRun"),
     # profiling and input pipelines
     "profile.profiler": ("ProfileSchedule", "ProfileSummary", "profile_training"),
@@ -102,8 +102,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     "core.lessons": ("LessonLog", "summarize_lesson_log"),
     "core.validation": ("checked_int", "positive_int"),
     "core.progress": ("progress_bar", "progress_enabled"),
-    "tf.distribute": ("DevicesAlreadyInitializedError", "configure_logical_cpus", "cross_device_ops", "make_strategy",
-                      "per_replica_batch_size"),
+    "tf.distribute": ("DevicesAlreadyInitializedError", "configure_logical_cpus", "cross_device_ops", "make_strategy"),
     "tf.pitfalls": ("BatchNormNanEvidence", "device_counting_side_effects", "uneven_last_batch_bn"),
     "parallel.pitfalls": ("lr_scaling_run", "padded_eval_accuracy", "rank0_extra_work", "save_wrapped_model",
                        "shard_coverage", "torch_uneven_last_batch"),
