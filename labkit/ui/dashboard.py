@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 
 import ipywidgets as W
 
+from labkit.training.memory_check import cuda_baseline_bytes, measure_run_memory, predict_run_memory
+
 COLORS = {"params": "#4c72b0", "grads": "#55a868", "optimizer": "#c44e52", "activations": "#8172b2"}
 
 
@@ -181,7 +183,7 @@ class BatchSizeDashboard:
         self.history.append(run)
         self.status.value = f"running {run.label}, lr {lr:.4g} ..."
         model = build_model(run.model, data.num_classes, data.image_shape)
-        baseline = self._cuda_baseline()
+        baseline = cuda_baseline_bytes()
         val = make_loader(data.val, min(len(data.val), 256))
         cfg = TrainConfig(steps=steps, lr=lr, lr_warmup_steps=5 if self.lr_scaling.value else 0, device=self.device,
                           progress=False, warmup_steps=min(2, steps - 1), profile_model=False)
@@ -201,52 +203,14 @@ class BatchSizeDashboard:
                                step_time_ms=1e3 * rec.step_time_s, loss=rec.loss))
         n = rec.step + 1
         if run.memory is None:
-            run.memory = self.predicted_memory(progress, run.batch_size)
+            run.memory = predict_run_memory(progress, run.batch_size)
         if run.measured_bytes is None or (baseline_bytes is not None and n == 2):
-            run.measured_bytes = self._measure(progress, run, baseline_bytes)
+            run.measured_bytes = measure_run_memory(progress, run.memory, baseline_bytes)
         if self.eval_every and n % self.eval_every == 0 and n < run.total_steps:
             run.accuracy.append((n, self._quick_accuracy(progress.model)))
         if n == 1 or n % self.update_every == 0 or self._stop.is_set():
             self._render(run)
         return self._stop.is_set()
-
-    @staticmethod
-    def predicted_memory(progress, batch_size: int):
-        """The memory model for the run's own optimizer, momentum and autocast dtype (from TrainProgress)."""
-        from labkit.training.memory import build_memory_model
-
-        shape = tuple(progress.last_inputs.shape[1:])
-        return build_memory_model(progress.model, shape, progress.optimizer, progress.momentum,
-                                  progress.amp_dtype).predict(batch_size)
-
-    @staticmethod
-    def _cuda_baseline() -> int | None:
-        """GPU: what other code holds before the run (subtracted from the run's peak); None on a CPU."""
-        import torch
-
-        if not torch.cuda.is_available():
-            return None
-        torch.cuda.reset_peak_memory_stats()
-        return int(torch.cuda.memory_allocated())
-
-    @staticmethod
-    def _measure(progress, run: DashboardRun, baseline_bytes: int | None) -> int | None:
-        """GPU: peak allocated since the run began minus the baseline. CPU: the fixed parts plus the
-        activations counted from this batch's autograd graph (not the hook the model is built with)."""
-        import torch
-
-        from labkit.training.memory import preserved_state
-        from labkit.training.memory_check import graph_saved_bytes
-
-        model = progress.model
-        if baseline_bytes is not None and next(model.parameters()).device.type == "cuda":
-            return int(torch.cuda.max_memory_allocated()) - baseline_bytes
-        with preserved_state(model):
-            model.train()
-            out = model(progress.last_inputs)
-            acts = graph_saved_bytes(out, exclude=list(model.parameters()))
-            del out
-        return run.memory.total_bytes - run.memory.activations_bytes + acts
 
     def _quick_accuracy(self, model) -> float:
         from torch.utils.data import Subset

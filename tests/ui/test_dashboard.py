@@ -80,25 +80,6 @@ def test_render_helpers_without_runs():
     assert curves_png([])[:4] == b"\x89PNG"
 
 
-def test_memory_follows_the_runs_optimizer_settings(data):
-    """The prediction comes from the run's TrainProgress (optimizer, momentum, autocast), not hard-coded SGD."""
-    from types import SimpleNamespace
-
-    import torch
-
-    from labkit.core.models import build_model
-
-    model = build_model("mlp", 10, (3, 8, 8))
-    inputs = torch.randn(4, 3, 8, 8)
-    as_run = lambda opt, mom: SimpleNamespace(model=model, last_inputs=inputs, optimizer=opt, momentum=mom,
-                                              amp_dtype=None)
-    plain = BatchSizeDashboard.predicted_memory(as_run("sgd", 0.0), 16)
-    momentum = BatchSizeDashboard.predicted_memory(as_run("sgd", 0.9), 16)
-    adam = BatchSizeDashboard.predicted_memory(as_run("adam", 0.0), 16)
-    assert plain.optimizer_bytes == 0 and momentum.optimizer_bytes == plain.params_bytes
-    assert adam.optimizer_bytes == 2 * plain.params_bytes
-
-
 def test_cpu_measurement_counts_activations_independently(data):
     dash = make(data, steps=3)
     run = dash.run(blocking=True)
