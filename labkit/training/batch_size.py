@@ -8,14 +8,20 @@ from __future__ import annotations
 
 import gc
 import math
-import time
 from dataclasses import asdict, dataclass
 from typing import Callable
 
+import matplotlib.pyplot as plt
+import pandas as pd
 import torch
 from torch import nn
 
+from labkit.core.clock import Deadline
+from labkit.core.data import make_loader, validate_batch_size
+from labkit.core.device import device_label
 from labkit.training.batch_rules import scaled_lr
+from labkit.training.loop import TrainConfig, train
+from labkit.training.memory import build_memory_model, release_cpu_memory
 
 
 @dataclass(frozen=True)
@@ -51,8 +57,6 @@ class SweepResult:
 
     def to_dataframe(self):
         """The rows as a pandas DataFrame."""
-        import pandas as pd
-
         return pd.DataFrame([asdict(r) for r in self.rows])
 
     def knee(self, fraction: float = 0.9) -> int | None:
@@ -62,8 +66,6 @@ class SweepResult:
 
     def plot(self, axes=None):
         """Throughput and peak memory against batch size (log2 axis), knee marked."""
-        import matplotlib.pyplot as plt
-
         if axes is None:
             _, axes = plt.subplots(1, 2, figsize=(10, 3.5))
         ok = [r for r in self.rows if r.fits]
@@ -88,11 +90,6 @@ def batch_size_sweep(model_fn: Callable[[], nn.Module], data, batch_sizes: list[
                      memory_budget_bytes: int | None = None, device: str | None = None, seed: int = 0,
                      progress: bool = True) -> SweepResult:
     """Train a fresh model per batch size; throughput, step time, peak memory, val accuracy per row."""
-    from labkit.core.data import make_loader, validate_batch_size
-    from labkit.core.device import device_label
-    from labkit.training.loop import TrainConfig, train
-    from labkit.training.memory import build_memory_model, release_cpu_memory
-
     if not batch_sizes:
         raise ValueError("batch_sizes is empty; give e.g. [1, 8, 32, 128]")
     sizes = [validate_batch_size(b, len(data.train), "batch size in batch_sizes") for b in batch_sizes]
@@ -101,27 +98,29 @@ def batch_size_sweep(model_fn: Callable[[], nn.Module], data, batch_sizes: list[
         lr = scaled_lr(base_lr, bs, base_batch) if lr_scaling else base_lr
         cfg = TrainConfig(steps=steps, epochs=epochs, lr=lr, device=device, seed=seed, progress=progress,
                           lr_warmup_steps=lr_warmup_steps if lr_scaling else 0)
-        model = model_fn()
-        if memory_budget_bytes is not None:
-            need = build_memory_model(model, data.image_shape).predict(bs).total_bytes
-            if need > memory_budget_bytes:
-                rows.append(SweepRow(bs, False, lr, math.nan, math.nan, need, None, 0,
-                                     f"does not fit: predicted {need / 1e6:.0f} MB > budget"))
-                continue
-        start = time.perf_counter()
-        stop = (lambda rec, so_far: time.perf_counter() - start > time_budget_s) if time_budget_s else None
-        try:
-            res = train(model, make_loader(data.train, bs, shuffle=True, seed=seed), cfg,
-                        val_loader=make_loader(data.val, min(256, len(data.val))), callback=stop)
-        except torch.cuda.OutOfMemoryError:
-            del model
-            gc.collect()
-            if torch.cuda.is_available():
-                torch.cuda.empty_cache()
-            rows.append(SweepRow(bs, False, lr, math.nan, math.nan, None, None, 0, "does not fit (out of memory)"))
-            continue
-        rows.append(SweepRow(bs, True, lr, res.samples_per_s_median, res.step_time_median_s, res.peak_mem_bytes,
-                             res.val_accuracy, len(res.steps)))
-        del model, res
+        rows.append(_sweep_row(model_fn(), data, bs, cfg, memory_budget_bytes, time_budget_s))
         release_cpu_memory()                  # keep the process's memory from ratcheting up row after row
     return SweepResult(rows, device_label(device))
+
+
+def _sweep_row(model: nn.Module, data, batch_size: int, cfg: TrainConfig, memory_budget_bytes: int | None,
+               time_budget_s: float | None) -> SweepRow:
+    """Train ``model`` at ``batch_size``, or a row saying why it does not fit (over the budget, out of memory)."""
+    if memory_budget_bytes is not None:
+        need = build_memory_model(model, data.image_shape).predict(batch_size).total_bytes
+        if need > memory_budget_bytes:
+            return SweepRow(batch_size, False, cfg.lr, math.nan, math.nan, need, None, 0,
+                            f"does not fit: predicted {need / 1e6:.0f} MB > budget")
+    deadline = Deadline(time_budget_s) if time_budget_s is not None else None
+    stop = (lambda record, progress: deadline.expired) if deadline is not None else None
+    try:
+        res = train(model, make_loader(data.train, batch_size, shuffle=True, seed=cfg.seed), cfg,
+                    val_loader=make_loader(data.val, min(256, len(data.val))), callback=stop)
+    except torch.cuda.OutOfMemoryError:
+        del model
+        gc.collect()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+        return SweepRow(batch_size, False, cfg.lr, math.nan, math.nan, None, None, 0, "does not fit (out of memory)")
+    return SweepRow(batch_size, True, cfg.lr, res.samples_per_s_median, res.step_time_median_s, res.peak_mem_bytes,
+                    res.val_accuracy, len(res.steps))

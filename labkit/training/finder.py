@@ -11,10 +11,14 @@ import copy
 from dataclasses import asdict, dataclass
 from typing import Callable
 
+import pandas as pd
 import torch
 from torch import nn
 
+from labkit.core.device import device_label, get_device
 from labkit.core.timing import synchronize, time_fn
+from labkit.core.validation import checked_int, positive_int
+from labkit.training.memory import build_memory_model, optimizer_settings, release_cpu_memory
 
 
 @dataclass(frozen=True)
@@ -59,15 +63,13 @@ class FinderResult:
 
     def to_dataframe(self):
         """Trials as a pandas DataFrame."""
-        import pandas as pd
-
         return pd.DataFrame([asdict(t) for t in self.trials])
 
 
 def search_largest(fits: Callable[[int], bool], start: int = 1, limit: int = 4096) -> int:
     """Largest n in [start, limit] with fits(n), assuming fits is monotone: doubling, then binary search."""
-    if start < 1 or limit < start:
-        raise ValueError(f"need 1 <= start <= limit, got start={start}, limit={limit}")
+    start = positive_int(start, "start")
+    limit = checked_int(limit, "limit", minimum=start, hint=f"the search runs from start={start} up to limit")
     if not fits(start):
         return 0
     return _bisect(fits, *_double_until_failure(fits, start, limit))
@@ -145,8 +147,6 @@ class _StepRunner:
 
     def free(self) -> None:
         """Release everything a failed step left behind so the process stays usable."""
-        from labkit.training.memory import release_cpu_memory
-
         self.optimizer.zero_grad(set_to_none=True)
         release_cpu_memory()
         if self.device.type == "cuda":
@@ -173,29 +173,19 @@ def find_max_batch(model: nn.Module, sample_shape: tuple[int, ...], *, num_class
     on CUDA it starts from the memory model's prediction and confirms it. ``dataset_size`` caps the
     search: a batch larger than the data is never claimed.
     """
-    from labkit.core.device import device_label, get_device
-    from labkit.training.memory import optimizer_settings
-
-    if not 0 <= safety_margin < 1:
-        raise ValueError(f"safety_margin must be in [0, 1), e.g. 0.1 for 10%, got {safety_margin}")
     dev = get_device(device) if device is not None else next(model.parameters()).device
-    method = ("oom" if dev.type == "cuda" else "memory-model") if method == "auto" else method
-    if method not in ("oom", "memory-model"):
-        raise ValueError(f"method must be 'auto', 'oom' or 'memory-model', got {method!r}")
-    if method == "memory-model" and memory_budget_bytes is None:
-        raise ValueError("on a CPU give memory_budget_bytes= (e.g. 2 * 1024**3); the finder checks the memory "
-                         "model against it")
-    if dev.type == "cuda" and memory_budget_bytes is None:
-        memory_budget_bytes = torch.cuda.get_device_properties(dev).total_memory
-    usable = None if memory_budget_bytes is None else int(memory_budget_bytes * (1 - safety_margin))
+    method, budget_bytes = _checked_method(method, dev, memory_budget_bytes, safety_margin)
+    start, timing_steps = positive_int(start, "start"), checked_int(timing_steps, "timing_steps", minimum=0)
+    cap = min(checked_int(limit, "limit", allow_none=True) or SEARCH_CAP,
+              checked_int(dataset_size, "dataset_size", allow_none=True) or SEARCH_CAP)
+    usable = None if budget_bytes is None else int(budget_bytes * (1 - safety_margin))
     model.to(dev)
     opt = optimizer or (torch.optim.Adam(model.parameters()) if optimizer_name == "adam"
                         else torch.optim.SGD(model.parameters(), lr=1e-3, momentum=momentum))
     opt_name, opt_momentum = optimizer_settings(opt)
-    cap = min(limit or SEARCH_CAP, dataset_size or SEARCH_CAP)
     saved_model, saved_opt = copy.deepcopy(model.state_dict()), copy.deepcopy(opt.state_dict())
     runner, trials = _StepRunner(model, opt, sample_shape, num_classes, dev), []
-    mem_model = _budget_model(model, sample_shape, opt_name, opt_momentum, usable, memory_budget_bytes,
+    mem_model = _budget_model(model, sample_shape, opt_name, opt_momentum, usable, budget_bytes,
                               safety_margin, method)
     fits = _trial_fn(runner, mem_model if method == "memory-model" else None, usable, safety_margin,
                      timing_steps, trials)
@@ -208,16 +198,35 @@ def find_max_batch(model: nn.Module, sample_shape: tuple[int, ...], *, num_class
         runner.free()
         model.load_state_dict(saved_model)
         opt.load_state_dict(saved_opt)
-    failed = any(not t.fits and t.batch_size > best for t in trials)
-    stopped_by = "memory" if failed or best == 0 else ("dataset" if dataset_size and cap == dataset_size else "limit")
     return FinderResult(best, trials, "cuda-oom" if method == "oom" else "memory-model", usable, device_label(dev),
-                        stopped_by, dataset_size)
+                        _stopped_by(trials, best, cap, dataset_size), dataset_size)
+
+
+def _checked_method(method: str, dev: torch.device, budget_bytes: int | None,
+                    safety_margin: float) -> tuple[str, int | None]:
+    """('oom' or 'memory-model', the memory budget): 'auto' resolved for the device, a GPU's budget its memory."""
+    if not 0 <= safety_margin < 1:
+        raise ValueError(f"safety_margin must be in [0, 1), e.g. 0.1 for 10%, got {safety_margin}")
+    method = ("oom" if dev.type == "cuda" else "memory-model") if method == "auto" else method
+    if method not in ("oom", "memory-model"):
+        raise ValueError(f"method must be 'auto', 'oom' or 'memory-model', got {method!r}")
+    if method == "memory-model" and budget_bytes is None:
+        raise ValueError("on a CPU give memory_budget_bytes= (e.g. 2 * 1024**3); the finder checks the memory "
+                         "model against it")
+    if dev.type == "cuda" and budget_bytes is None:
+        budget_bytes = torch.cuda.get_device_properties(dev).total_memory
+    return method, budget_bytes
+
+
+def _stopped_by(trials: list[Trial], best: int, cap: int, dataset_size: int | None) -> str:
+    """Why the search ended: 'memory' (a larger size failed), 'dataset' or 'limit' (nothing failed)."""
+    if best == 0 or any(not t.fits and t.batch_size > best for t in trials):
+        return "memory"
+    return "dataset" if dataset_size and cap == dataset_size else "limit"
 
 
 def _budget_model(model, sample_shape, opt_name, momentum, usable, budget_bytes, safety_margin, method):
     """The memory model for the run's optimizer; refuses a budget below the batch-independent parts."""
-    from labkit.training.memory import build_memory_model
-
     if usable is None:
         return None
     mem_model = build_memory_model(model, sample_shape, opt_name, momentum)

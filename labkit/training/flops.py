@@ -122,7 +122,8 @@ def peak_flops_per_s(device: str | torch.device | None = None,
     name = torch.cuda.get_device_name(dev)
     spec = find_peak(name)
     if spec is None:
-        return None, f"peak FLOP/s of {name!r} is not in labkit.training.flops.PEAK_TABLE: no MFU (add it with its datasheet)"
+        return None, (f"peak FLOP/s of {name!r} is not in labkit.training.flops.PEAK_TABLE: no MFU (add it with its "
+                      "datasheet)")
     if mode not in spec.peak_flops_per_s:
         return None, f"{spec.name}: the datasheet gives no {mode} peak: no MFU"
     peak = spec.peak_flops_per_s[mode]

@@ -10,12 +10,16 @@ break training memory down the same way.)
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import gc
 from dataclasses import dataclass
 from typing import Iterator
 
+import psutil
 import torch
 from torch import nn
 
+from labkit.core.validation import positive_int
 from labkit.training.dtypes import autocast, dtype_bytes, normalise_dtype
 from labkit.training.memory_timeline import LayerLine, backward_peak_bytes, fit_layer_lines, layer_memory
 
@@ -121,9 +125,7 @@ class MemoryModel:
     def predict(self, batch_size: int, activation_dtype: str | None = None,
                 param_dtype: str | None = None) -> MemoryBreakdown:
         """Predicted bytes at ``batch_size``; dtypes rescale the measured ones (e.g. 'bf16' halves activations)."""
-        from labkit.core.data import validate_batch_size
-
-        batch_size = validate_batch_size(batch_size)
+        batch_size = positive_int(batch_size, "batch_size")
         act_scale = dtype_bytes(activation_dtype or self.activation_dtype) / dtype_bytes(self.activation_dtype)
         pbytes = self.param_elements * dtype_bytes(param_dtype or self.param_dtype)
         acts = (self.activation_bytes_per_sample * batch_size + self.activation_fixed_bytes) * act_scale
@@ -194,19 +196,13 @@ def release_cpu_memory() -> int | None:
     """Collect garbage and hand freed heap pages back to the OS (glibc ``malloc_trim``); returns RSS bytes freed.
 
     Freed CPU tensors return to the C allocator, which often keeps the pages; trimming makes the process's
-    resident memory reflect what is really still in use. None where psutil or glibc is unavailable.
+    resident memory reflect what is really still in use. None where glibc (``malloc_trim``) is unavailable.
     """
-    import ctypes
-    import gc
-
+    proc = psutil.Process()
+    before = proc.memory_info().rss
+    gc.collect()
     try:
-        import psutil
-
-        proc = psutil.Process()
-        before = proc.memory_info().rss
-        gc.collect()
         ctypes.CDLL("libc.so.6").malloc_trim(0)
-        return int(before - proc.memory_info().rss)
-    except (ImportError, OSError, AttributeError):
-        gc.collect()
+    except (OSError, AttributeError):
         return None
+    return int(before - proc.memory_info().rss)

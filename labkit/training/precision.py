@@ -11,10 +11,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import torch
 
+from labkit.core.device import device_label
+from labkit.core.timing import time_fn
+from labkit.core.validation import checked_int, positive_int
 from labkit.training.dtypes import AMP_DTYPES, autocast
+from labkit.training.memory import saved_activation_bytes
 
-DTYPES = ("fp32", *AMP_DTYPES)             # what autocast_step runs: full precision or one autocast dtype
+DTYPES = ("fp32", *AMP_DTYPES)           # what autocast_step runs: full precision or one autocast dtype
 FP16_SMALLEST_SUBNORMAL = 2.0 ** -24     # ~5.96e-8: anything smaller becomes 0 in float16
 
 
@@ -32,10 +37,9 @@ class LossScalingEvidence:
 def fp16_underflow(low_exp: float = -10.0, high_exp: float = -2.0, count: int = 81,
                    scale: float = 2.0 ** 16) -> LossScalingEvidence:
     """Cast small gradients to fp16 with and without loss scaling; count how many vanish."""
-    import torch
-
-    if not (low_exp < high_exp and count >= 2 and scale >= 1):
-        raise ValueError("need low_exp < high_exp, count >= 2 and scale >= 1")
+    count = checked_int(count, "count", minimum=2)
+    if not (low_exp < high_exp and scale >= 1):
+        raise ValueError(f"need low_exp < high_exp and scale >= 1, got {low_exp}, {high_exp} and {scale}")
     g = torch.logspace(low_exp, high_exp, count, dtype=torch.float32)
     plain = g.half()
     scaled = (g * scale).half()
@@ -62,13 +66,8 @@ class AutocastResult:
 def autocast_step(model, batch_size: int, dtype: str = "bf16", *, image_shape=(3, 32, 32), repeats: int = 3,
                   warmup: int = 1, num_classes: int = 10) -> AutocastResult:
     """Time one SGD training step under autocast ``dtype`` on the model's device (fp16 on CUDA uses a GradScaler)."""
-    import torch
-
-    from labkit.core.device import device_label
-    from labkit.training.memory import saved_activation_bytes
-    from labkit.core.timing import time_fn
-
     device = next(model.parameters()).device
+    batch_size = positive_int(batch_size, "batch_size")
     if dtype not in DTYPES:
         raise ValueError(f"dtype must be one of {DTYPES}, got {dtype!r}")
     if dtype == "fp16" and device.type != "cuda":
@@ -92,13 +91,12 @@ def autocast_step(model, batch_size: int, dtype: str = "bf16", *, image_shape=(3
     t = time_fn(step, warmup=warmup, repeats=repeats, device=device)
     peak = torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None
     return AutocastResult(dtype, device_label(device), t.median_s, batch_size / t.median_s,
-                          saved_activation_bytes(model, x, amp_dtype=None if dtype == "fp32" else dtype), peak)
+                          saved_activation_bytes(model, x, amp_dtype=dtype), peak)
 
 
-def compare_autocast(model_fn, batch_size: int, dtypes: tuple[str, ...] = ("fp32", "bf16"), **kwargs) -> list[AutocastResult]:
+def compare_autocast(model_fn, batch_size: int, dtypes: tuple[str, ...] = ("fp32", "bf16"),
+                     **kwargs) -> list[AutocastResult]:
     """``autocast_step`` for each dtype, each on a fresh model from ``model_fn()`` (same seed)."""
-    import torch
-
     out = []
     for dtype in dtypes:
         torch.manual_seed(0)

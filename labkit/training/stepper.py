@@ -2,7 +2,8 @@
 
 Phase boundaries are marks of a :class:`labkit.core.timing.PhaseClock`: CUDA events by default (nothing
 here waits for the GPU; the loop reads the marks once per window), a device sync per mark with
-``sync_every_step=True``, perf_counter on a CPU. The loss stays on the device until the loop reads it.
+``sync_every_step=True``, the host clock (:mod:`labkit.core.clock`) on a CPU. The loss stays on the device until
+the loop reads it.
 """
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ from torch import nn
 
 from labkit.core.timing import PhaseClock
 from labkit.training.dtypes import autocast
+from labkit.training.flops import count_training_flops
+from labkit.training.memory import build_memory_model, preserved_state
 
 NAN = math.nan
 
@@ -86,9 +89,6 @@ class Stepper:
 
     def probe(self):
         """(training FLOPs per sample, MemoryBreakdown at the run's batch size) from 2- and 4-sample probes."""
-        from labkit.training.flops import count_training_flops
-        from labkit.training.memory import build_memory_model, preserved_state
-
         if self.last_inputs is None:
             return None, None
         x = self.last_inputs

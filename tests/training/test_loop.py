@@ -33,7 +33,7 @@ def test_config_validation():
         TrainConfig()
     with pytest.raises(ValueError, match="exactly one of steps"):
         TrainConfig(steps=3, epochs=1)
-    with pytest.raises(ValueError, match="steps must be a positive integer"):
+    with pytest.raises(ValueError, match="steps must be an integer >= 1, got 0"):
         TrainConfig(steps=0)
     with pytest.raises(ValueError, match="optimizer"):
         TrainConfig(steps=3, optimizer="lamb")
@@ -227,3 +227,14 @@ def test_progress_bar_and_empty_loader(data):
     empty = torch.utils.data.DataLoader(small, batch_size=16, drop_last=True)   # 10 samples -> no batches
     with pytest.raises(ValueError, match="no batches"):
         train(mlp(), empty, TrainConfig(steps=2, progress=False))
+
+
+def test_config_counts_use_the_one_validator():
+    with pytest.raises(ValueError, match="epochs must be an integer or None >= 1, got 2.0"):
+        TrainConfig(epochs=2.0)
+    with pytest.raises(ValueError, match="warmup_steps must be an integer >= 0, got -1"):
+        TrainConfig(steps=3, warmup_steps=-1)
+    with pytest.raises(ValueError, match="log_every must be an integer >= 1, got True"):
+        TrainConfig(steps=3, log_every=True)
+    with pytest.raises(ValueError, match="lr must be a number > 0, got -0.1"):
+        TrainConfig(steps=3, lr=-0.1)

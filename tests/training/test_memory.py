@@ -3,8 +3,8 @@ import pytest
 import torch
 from torch import nn
 
-from labkit.training.memory import (MemoryModel, build_memory_model, optimizer_kind, preserved_state, release_cpu_memory,
-                                    saved_activation_bytes)
+from labkit.training.memory import (MemoryModel, build_memory_model, optimizer_kind, preserved_state,
+                                    release_cpu_memory, saved_activation_bytes)
 from labkit.core.models import MLP, SmallCNN
 
 
