@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import argparse
 
+import psutil
+
 from labkit.cli.common import (add_model_flags, add_output_flags, fmt, format_bytes, format_table, int_list,
                                load_workload, nonnegative_int, parse_bytes, positive_float, positive_int,
                                print_json, subparser)
@@ -33,8 +35,6 @@ def defaults() -> tuple[list[int], int]:
 
 def cpu_budget_bytes() -> int:
     """The RAM available right now: the default memory budget for the CPU finder."""
-    import psutil
-
     return int(psutil.virtual_memory().available)
 
 
