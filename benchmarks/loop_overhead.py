@@ -20,13 +20,13 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from labkit.core.env import pick
-
+from labkit.core.clock import now_s
 from labkit.core.device import device_label, get_device
-from labkit.training.loop import TrainConfig, train
+from labkit.core.env import pick
 from labkit.core.models import build_model
 from labkit.core.timing import synchronize
 from labkit.core.validation import positive_int
+from labkit.training.loop import TrainConfig, train
 
 
 def bare_loop(model: nn.Module, batches: list, device: torch.device, lr: float = 0.05) -> tuple[float, float]:
@@ -35,7 +35,7 @@ def bare_loop(model: nn.Module, batches: list, device: torch.device, lr: float =
     loss_fn = nn.CrossEntropyLoss()
     model.train()
     synchronize(device)
-    start, cpu_start = time.perf_counter(), time.process_time()
+    start, cpu_start = now_s(), time.process_time()
     for x, y in batches:
         x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
         loss = loss_fn(model(x), y)
@@ -43,7 +43,7 @@ def bare_loop(model: nn.Module, batches: list, device: torch.device, lr: float =
         opt.step()
         opt.zero_grad(set_to_none=True)
     synchronize(device)
-    return time.perf_counter() - start, time.process_time() - cpu_start
+    return now_s() - start, time.process_time() - cpu_start
 
 
 def instrumented_loop(model: nn.Module, batches: list, device: torch.device, sync_every_step: bool = False,
@@ -51,9 +51,9 @@ def instrumented_loop(model: nn.Module, batches: list, device: torch.device, syn
     """labkit.training.loop.train over the same batches (phase marks, records, sampler, callback hook)."""
     cfg = TrainConfig(steps=len(batches), progress=False, evaluate=False, profile_model=profile,
                       device=str(device), warmup_steps=0, sync_every_step=sync_every_step, log_every=len(batches))
-    start, cpu_start = time.perf_counter(), time.process_time()
+    start, cpu_start = now_s(), time.process_time()
     train(model, batches, cfg, callback=lambda rec, progress: None)
-    return time.perf_counter() - start, time.process_time() - cpu_start
+    return now_s() - start, time.process_time() - cpu_start
 
 
 def measure(name: str, batch_size: int, steps: int, repeats: int, device: torch.device) -> dict:

@@ -1,12 +1,14 @@
 """`python -m labkit sweep`: the batch-size sweep and the largest batch that fits, from the terminal.
 
-Calls `labkit.training.batch_size.batch_size_sweep` and `find_max_batch`, the same functions notebook 02 uses.
-On a GPU the finder runs real steps until CUDA runs out of memory; on a CPU it checks the memory model
-against a budget (default: the RAM available now).
+Calls `labkit.training.batch_size.batch_size_sweep` and `labkit.training.finder.find_max_batch`, the same
+functions notebook 02 uses. On a GPU the finder runs real steps until CUDA runs out of memory; on a CPU it
+checks the memory model against a budget (default: the RAM available now).
 """
 from __future__ import annotations
 
 import argparse
+
+import psutil
 
 from labkit.cli.common import (add_model_flags, add_output_flags, fmt, format_bytes, format_table, int_list,
                                load_workload, nonnegative_int, parse_bytes, positive_float, positive_int,
@@ -33,14 +35,12 @@ def defaults() -> tuple[list[int], int]:
 
 def cpu_budget_bytes() -> int:
     """The RAM available right now: the default memory budget for the CPU finder."""
-    import psutil
-
     return int(psutil.virtual_memory().available)
 
 
 def run_finder(args: argparse.Namespace, data, model) -> dict:
     """find_max_batch on the chosen device; returns its result and the budget it used, for printing."""
-    from labkit.training.batch_size import find_max_batch
+    from labkit.training.finder import find_max_batch
     from labkit.core.env import pick
     from labkit.core.device import get_device
 

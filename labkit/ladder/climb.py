@@ -16,15 +16,16 @@ from labkit.core.device import device_label, get_device
 from labkit.core.env import get_mode, seed_everything
 from labkit.core.models import build_model, check_model_accepts
 from labkit.core.progress import progress_bar
+from labkit.ladder.capabilities import detect_capabilities
 from labkit.ladder.config import LadderConfig, budget_samples
 from labkit.ladder.ddp import measure_ddp
 from labkit.ladder.measure import (Measurement, fp32_math, measure_model, mfu_of, steps_for_budget, train_config,
                                    train_loader)
 from labkit.ladder.report import LadderResult, LadderRow
-from labkit.ladder.capabilities import detect_capabilities
 from labkit.ladder.rungs import RUNGS, Capabilities, Recipe, RungSpec, propose
-from labkit.training.batch_size import scaled_lr
+from labkit.training.batch_rules import scaled_lr
 from labkit.training.ceiling import measure_ceiling
+from labkit.training.finder import find_max_batch
 
 HARDWARE_RUNGS = ("tf32", "mixed_precision", "channels_last", "compile", "ddp")   # may fail where unsupported
 MIN_TIMED_STEPS = 3
@@ -83,8 +84,6 @@ def choose_batch_size(job: LadderJob) -> tuple[int, dict[int, float], str]:
 
 def _finder_filter(candidates: list[int], job: LadderJob) -> tuple[list[int], str]:
     """Keep the candidates the batch-size finder says fit (GPU: OOM search; CPU: against a memory budget)."""
-    from labkit.training.batch_size import find_max_batch
-
     if not candidates:
         return candidates, "no candidate fits the data"
     if job.device.startswith("cpu") and job.config.memory_budget_bytes is None:

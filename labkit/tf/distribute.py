@@ -11,13 +11,12 @@ This module imports neither torch nor anything that does; TensorFlow is imported
 from __future__ import annotations
 
 import os
-import warnings
 from typing import Any
 
 from labkit.core.procs import run_in_fresh_process as _run_fresh
+from labkit.training.batch_rules import per_replica_batch
 
 CROSS_DEVICE_OPS = ("auto", "nccl", "hierarchical_copy", "reduction_to_one_device")
-MIN_PER_REPLICA_BATCH_GPU = 16   # rule of thumb: fewer samples per GPU leave most of it idle
 
 
 class DevicesAlreadyInitializedError(RuntimeError):
@@ -110,24 +109,6 @@ def make_strategy(replicas: int | None = None, *, cross_device_ops_name: str = "
     return tf.distribute.MirroredStrategy(names, cross_device_ops=ops)
 
 
-def per_replica_batch_size(global_batch_size: int, num_replicas: int, *, on_gpu: bool = False) -> int:
-    """Global batch / replicas; ValueError when it does not divide, a warning when a GPU would get < 16."""
-    _check_count(global_batch_size, "global_batch_size")
-    _check_count(num_replicas, "num_replicas")
-    if global_batch_size % num_replicas:
-        lo = global_batch_size // num_replicas * num_replicas
-        raise ValueError(f"global_batch_size={global_batch_size} does not divide evenly over {num_replicas} "
-                         f"replicas (replicas would get unequal batches); use a multiple of {num_replicas}, e.g. "
-                         f"{lo or num_replicas} or {lo + num_replicas} (scale it as "
-                         "per_replica * strategy.num_replicas_in_sync)")
-    per_replica = global_batch_size // num_replicas
-    if on_gpu and per_replica < MIN_PER_REPLICA_BATCH_GPU:
-        warnings.warn(f"{per_replica} samples per replica is too few to keep a GPU busy (rule of thumb: >= "
-                      f"{MIN_PER_REPLICA_BATCH_GPU}); raise global_batch_size to at least "
-                      f"{MIN_PER_REPLICA_BATCH_GPU * num_replicas} or use fewer replicas", stacklevel=2)
-    return per_replica
-
-
 # ---------------------------------------------------------------------------------------------- fresh processes
 def run_in_fresh_process(target: str, kwargs: dict | None = None, *, timeout_s: float = 300.0,
                          env: dict | None = None) -> Any:
@@ -144,7 +125,7 @@ def strategy_tour(replicas: int = 2, global_batch_size: int = 8, num_examples: i
     out: dict[str, Any] = {"replicas": strategy.num_replicas_in_sync,
                            "devices": list(strategy.extended.worker_devices)}
     out["reductions"] = reduction_check(replicas)
-    per_replica = per_replica_batch_size(global_batch_size, strategy.num_replicas_in_sync)
+    per_replica = per_replica_batch(global_batch_size, strategy.num_replicas_in_sync)
     ds = tf.data.Dataset.range(num_examples).batch(global_batch_size)
     steps = []
     for batch in strategy.experimental_distribute_dataset(ds):

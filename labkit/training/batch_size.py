@@ -1,256 +1,29 @@
-"""Which batch size? The largest that fits (doubling, then binary search) and a sweep of the trade-offs.
+"""The batch-size sweep: a fresh model trained per batch size, and the trade-offs it shows.
 
-On a GPU the finder tries real training steps and catches ``torch.cuda.OutOfMemoryError``; on a CPU it
-asks the memory model (:mod:`labkit.training.memory`) against a budget you give. Either way it reports every
-trial with its throughput, so you can see that the largest batch is not always the fastest, and it
-restores the model's and optimizer's state afterwards. The sweep can scale the learning rate linearly
-with the batch and warm it up (Goyal et al. 2017, "Accurate, Large Minibatch SGD", sections 2.1-2.2).
+Throughput, step time, peak memory and validation accuracy per batch size, and the knee past which a bigger
+batch buys little speed. The sweep can scale the learning rate linearly with the batch and warm it up
+(Goyal et al. 2017, "Accurate, Large Minibatch SGD", sections 2.1-2.2; :mod:`labkit.training.batch_rules`).
 """
 from __future__ import annotations
 
-import copy
 import gc
 import math
-import time
 from dataclasses import asdict, dataclass
 from typing import Callable
 
+import matplotlib.pyplot as plt
+import pandas as pd
 import torch
 from torch import nn
 
-from labkit.core.timing import synchronize, time_fn
+from labkit.core.clock import Deadline
+from labkit.core.data import make_loader, validate_batch_size
+from labkit.core.device import device_label
+from labkit.training.batch_rules import scaled_lr
+from labkit.training.loop import TrainConfig, train
+from labkit.training.memory import build_memory_model, release_cpu_memory
 
 
-@dataclass(frozen=True)
-class Trial:
-    """One tried batch size: did it fit, and how fast did it train."""
-
-    batch_size: int
-    fits: bool
-    samples_per_s: float | None
-    peak_mem_bytes: int | None
-    note: str = ""
-
-
-@dataclass
-class FinderResult:
-    """The largest batch that fits within ``usable_bytes`` and every trial on the way."""
-
-    max_batch: int
-    trials: list[Trial]
-    method: str                 # "cuda-oom" (real steps) or "memory-model" (CPU budget)
-    usable_bytes: int | None
-    device: str
-    stopped_by: str = "memory"  # "memory" (the next size up failed), "limit" or "dataset" (nothing failed)
-    dataset_size: int | None = None
-
-    @property
-    def boundary_confirmed(self) -> bool:
-        """True when ``max_batch`` fitted and ``max_batch + 1`` was tried and did not."""
-        fits = {t.batch_size: t.fits for t in self.trials}
-        return fits.get(self.max_batch) is True and fits.get(self.max_batch + 1) is False
-
-    def summary(self) -> str:
-        """One truthful line: never 'at least N' beyond the data, never a boundary that was not found."""
-        if self.stopped_by == "dataset":
-            return (f"all {self.dataset_size} samples of the dataset fit in one batch; memory is not the limit "
-                    f"here (method {self.method}, {self.device})")
-        if self.stopped_by == "limit":
-            return (f"at least {self.max_batch} fits: the search stopped at its limit before running out of "
-                    f"memory (method {self.method}, {self.device})")
-        return (f"largest batch that fits: {self.max_batch}; {self.max_batch + 1} does not "
-                f"(method {self.method}, {self.device})")
-
-    def to_dataframe(self):
-        """Trials as a pandas DataFrame."""
-        import pandas as pd
-
-        return pd.DataFrame([asdict(t) for t in self.trials])
-
-
-def search_largest(fits: Callable[[int], bool], start: int = 1, limit: int = 4096) -> int:
-    """Largest n in [start, limit] with fits(n), assuming fits is monotone: doubling, then binary search."""
-    if start < 1 or limit < start:
-        raise ValueError(f"need 1 <= start <= limit, got start={start}, limit={limit}")
-    if not fits(start):
-        return 0
-    return _bisect(fits, *_double_until_failure(fits, start, limit))
-
-
-def _double_until_failure(fits: Callable[[int], bool], good: int, limit: int) -> tuple[int, int | None]:
-    """From a size that fits, double until one does not (or the limit); returns (fits, fails or None)."""
-    while good < limit:
-        nxt = min(good * 2, limit)
-        if not fits(nxt):
-            return good, nxt
-        good = nxt
-    return good, None
-
-
-def _bisect(fits: Callable[[int], bool], good: int, bad: int | None) -> int:
-    """Narrow (fits, fails) to neighbours; with no failing size the fitting one is the answer."""
-    if bad is None:
-        return good
-    while bad - good > 1:
-        mid = (good + bad) // 2
-        good, bad = (mid, bad) if fits(mid) else (good, mid)
-    return good
-
-
-def search_from_hint(fits: Callable[[int], bool], hint: int, limit: int) -> int:
-    """Largest n <= limit with fits(n), starting at a predicted ``hint``: confirm it, then walk to the boundary.
-
-    Doubles up from the hint if it fits, halves down if it does not, then bisects, so the answer is
-    always a size that ran next to one that failed (unless the limit or size 1 ends the search).
-    """
-    hint = max(1, min(hint, limit))
-    if fits(hint):
-        return _bisect(fits, *_double_until_failure(fits, hint, limit))
-    bad = hint
-    while bad > 1:
-        good = bad // 2
-        if fits(good):
-            return _bisect(fits, good, bad)
-        bad = good
-    return 0
-
-
-class _StepRunner:
-    """Runs real training steps at a given batch; turns an out-of-memory error into a result, not a crash."""
-
-    def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer, sample_shape, num_classes, device):
-        self.model, self.optimizer, self.shape = model, optimizer, tuple(sample_shape)
-        self.num_classes, self.device = num_classes, device
-        self.loss_fn = nn.CrossEntropyLoss()
-
-    def step(self, batch_size: int) -> None:
-        x = torch.randn(batch_size, *self.shape, device=self.device)
-        y = torch.randint(0, self.num_classes, (batch_size,), device=self.device)
-        self.loss_fn(self.model(x), y).backward()
-        self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
-
-    def try_step(self, batch_size: int) -> tuple[bool, int | None]:
-        """(ran without OOM, peak allocated bytes on CUDA)."""
-        cuda = self.device.type == "cuda"
-        if cuda:
-            synchronize(self.device)
-            torch.cuda.reset_peak_memory_stats(self.device)
-        ok = True
-        try:
-            self.step(batch_size)
-            synchronize(self.device)
-        except torch.cuda.OutOfMemoryError:
-            ok = False          # the exception (and the frames holding big tensors) is dropped here
-        if not ok:
-            self.free()
-            return False, None
-        return True, int(torch.cuda.max_memory_allocated(self.device)) if cuda else None
-
-    def free(self) -> None:
-        """Release everything a failed step left behind so the process stays usable."""
-        from labkit.training.memory import release_cpu_memory
-
-        self.optimizer.zero_grad(set_to_none=True)
-        release_cpu_memory()
-        if self.device.type == "cuda":
-            torch.cuda.empty_cache()
-
-    def throughput(self, batch_size: int, steps: int) -> float:
-        res = time_fn(lambda: self.step(batch_size), warmup=1, repeats=steps, device=self.device)
-        return batch_size / res.median_s
-
-
-SEARCH_CAP = 1 << 24        # no real GPU fits this many 32x32 images; keeps a broken OOM signal from looping forever
-
-
-def find_max_batch(model: nn.Module, sample_shape: tuple[int, ...], *, num_classes: int = 10,
-                   optimizer: torch.optim.Optimizer | None = None, optimizer_name: str = "sgd",
-                   momentum: float = 0.9, device: str | torch.device | None = None,
-                   memory_budget_bytes: int | None = None, safety_margin: float = 0.1, start: int = 1,
-                   limit: int | None = None, dataset_size: int | None = None, timing_steps: int = 2,
-                   method: str = "auto") -> FinderResult:
-    """Largest batch that trains within memory (minus ``safety_margin``); every trial reported with samples/s.
-
-    ``method``: "auto" (real steps + OOM on CUDA, memory model on CPU), "oom" or "memory-model". With no
-    ``limit`` the search runs until a size fails, so on an 80 GB GPU it still ends at a real boundary;
-    on CUDA it starts from the memory model's prediction and confirms it. ``dataset_size`` caps the
-    search: a batch larger than the data is never claimed.
-    """
-    from labkit.core.device import device_label, get_device
-    from labkit.training.memory import optimizer_settings
-
-    if not 0 <= safety_margin < 1:
-        raise ValueError(f"safety_margin must be in [0, 1), e.g. 0.1 for 10%, got {safety_margin}")
-    dev = get_device(device) if device is not None else next(model.parameters()).device
-    method = ("oom" if dev.type == "cuda" else "memory-model") if method == "auto" else method
-    if method not in ("oom", "memory-model"):
-        raise ValueError(f"method must be 'auto', 'oom' or 'memory-model', got {method!r}")
-    if method == "memory-model" and memory_budget_bytes is None:
-        raise ValueError("on a CPU give memory_budget_bytes= (e.g. 2 * 1024**3); the finder checks the memory "
-                         "model against it")
-    if dev.type == "cuda" and memory_budget_bytes is None:
-        memory_budget_bytes = torch.cuda.get_device_properties(dev).total_memory
-    usable = None if memory_budget_bytes is None else int(memory_budget_bytes * (1 - safety_margin))
-    model.to(dev)
-    opt = optimizer or (torch.optim.Adam(model.parameters()) if optimizer_name == "adam"
-                        else torch.optim.SGD(model.parameters(), lr=1e-3, momentum=momentum))
-    opt_name, opt_momentum = optimizer_settings(opt)
-    cap = min(limit or SEARCH_CAP, dataset_size or SEARCH_CAP)
-    saved_model, saved_opt = copy.deepcopy(model.state_dict()), copy.deepcopy(opt.state_dict())
-    runner, trials = _StepRunner(model, opt, sample_shape, num_classes, dev), []
-    mem_model = _budget_model(model, sample_shape, opt_name, opt_momentum, usable, memory_budget_bytes,
-                              safety_margin, method)
-    fits = _trial_fn(runner, mem_model if method == "memory-model" else None, usable, safety_margin,
-                     timing_steps, trials)
-    try:
-        if method == "oom" and mem_model is not None and start == 1:
-            best = search_from_hint(fits, mem_model.largest_batch_within(usable, 0.0, cap), cap)
-        else:
-            best = search_largest(fits, min(start, cap), cap)
-    finally:
-        runner.free()
-        model.load_state_dict(saved_model)
-        opt.load_state_dict(saved_opt)
-    failed = any(not t.fits and t.batch_size > best for t in trials)
-    stopped_by = "memory" if failed or best == 0 else ("dataset" if dataset_size and cap == dataset_size else "limit")
-    return FinderResult(best, trials, "cuda-oom" if method == "oom" else "memory-model", usable, device_label(dev),
-                        stopped_by, dataset_size)
-
-
-def _budget_model(model, sample_shape, opt_name, momentum, usable, budget_bytes, safety_margin, method):
-    """The memory model for the run's optimizer; refuses a budget below the batch-independent parts."""
-    from labkit.training.memory import build_memory_model
-
-    if usable is None:
-        return None
-    mem_model = build_memory_model(model, sample_shape, opt_name, momentum)
-    fixed = 2 * mem_model.param_bytes + mem_model.predict(1).optimizer_bytes
-    if method == "memory-model" and fixed > usable:
-        raise ValueError(f"memory_budget_bytes={budget_bytes} leaves {usable / 1e6:.3f} MB after the "
-                         f"{safety_margin:.0%} margin, less than the parameters, gradients and optimizer state "
-                         f"alone ({fixed / 1e6:.3f} MB); give a larger budget")
-    return mem_model
-
-
-def _trial_fn(runner, mem_model, usable, safety_margin, timing_steps, trials) -> Callable[[int], bool]:
-    """fits(batch): a predicted or real trial, recorded in ``trials`` with its throughput."""
-    def fits(bs: int) -> bool:
-        if mem_model is not None:
-            peak = mem_model.predict(bs).total_bytes
-            ok, note = peak <= usable, "predicted by the memory model"
-        else:
-            ok, peak = runner.try_step(bs)
-            note = "ran" if ok else "out of memory"
-            if ok and usable is not None and peak is not None and peak > usable:
-                ok, note = False, f"ran, but above the {safety_margin:.0%} safety margin"
-        rate = runner.throughput(bs, timing_steps) if ok and timing_steps > 0 else None
-        trials.append(Trial(bs, ok, rate, peak, note))
-        return ok
-    return fits
-
-
-# ---------------------------------------------------------------------------- the sweep
 @dataclass(frozen=True)
 class SweepRow:
     """One batch size in a sweep (NaN/None where it did not fit)."""
@@ -284,8 +57,6 @@ class SweepResult:
 
     def to_dataframe(self):
         """The rows as a pandas DataFrame."""
-        import pandas as pd
-
         return pd.DataFrame([asdict(r) for r in self.rows])
 
     def knee(self, fraction: float = 0.9) -> int | None:
@@ -295,8 +66,6 @@ class SweepResult:
 
     def plot(self, axes=None):
         """Throughput and peak memory against batch size (log2 axis), knee marked."""
-        import matplotlib.pyplot as plt
-
         if axes is None:
             _, axes = plt.subplots(1, 2, figsize=(10, 3.5))
         ok = [r for r in self.rows if r.fits]
@@ -315,28 +84,12 @@ class SweepResult:
         return axes
 
 
-def scaled_lr(base_lr: float, batch_size: int, base_batch: int = 32, rule: str = "linear") -> float:
-    """Learning rate for ``batch_size`` from one tuned at ``base_batch``: 'linear' (Goyal et al. 2017,
-    section 2.1: lr * batch / base_batch), 'sqrt' or 'none'. A starting point to tune from, not a law."""
-    ratio = batch_size / base_batch
-    rules = {"linear": ratio, "sqrt": ratio ** 0.5, "none": 1.0}
-    if rule not in rules or base_lr <= 0 or base_batch < 1 or batch_size < 1:
-        raise ValueError(f"need rule in {tuple(rules)}, base_lr > 0 and batch sizes >= 1; got {rule!r}, "
-                         f"{base_lr}, {batch_size}, {base_batch}")
-    return base_lr * rules[rule]
-
-
 def batch_size_sweep(model_fn: Callable[[], nn.Module], data, batch_sizes: list[int], *, steps: int | None = None,
                      epochs: int | None = None, time_budget_s: float | None = None, base_lr: float = 0.05,
                      base_batch: int = 32, lr_scaling: bool = False, lr_warmup_steps: int = 5,
                      memory_budget_bytes: int | None = None, device: str | None = None, seed: int = 0,
                      progress: bool = True) -> SweepResult:
     """Train a fresh model per batch size; throughput, step time, peak memory, val accuracy per row."""
-    from labkit.core.data import make_loader, validate_batch_size
-    from labkit.core.device import device_label
-    from labkit.training.loop import TrainConfig, train
-    from labkit.training.memory import build_memory_model, release_cpu_memory
-
     if not batch_sizes:
         raise ValueError("batch_sizes is empty; give e.g. [1, 8, 32, 128]")
     sizes = [validate_batch_size(b, len(data.train), "batch size in batch_sizes") for b in batch_sizes]
@@ -345,44 +98,29 @@ def batch_size_sweep(model_fn: Callable[[], nn.Module], data, batch_sizes: list[
         lr = scaled_lr(base_lr, bs, base_batch) if lr_scaling else base_lr
         cfg = TrainConfig(steps=steps, epochs=epochs, lr=lr, device=device, seed=seed, progress=progress,
                           lr_warmup_steps=lr_warmup_steps if lr_scaling else 0)
-        model = model_fn()
-        if memory_budget_bytes is not None:
-            need = build_memory_model(model, data.image_shape).predict(bs).total_bytes
-            if need > memory_budget_bytes:
-                rows.append(SweepRow(bs, False, lr, math.nan, math.nan, need, None, 0,
-                                     f"does not fit: predicted {need / 1e6:.0f} MB > budget"))
-                continue
-        start = time.perf_counter()
-        stop = (lambda rec, so_far: time.perf_counter() - start > time_budget_s) if time_budget_s else None
-        try:
-            res = train(model, make_loader(data.train, bs, shuffle=True, seed=seed), cfg,
-                        val_loader=make_loader(data.val, min(256, len(data.val))), callback=stop)
-        except torch.cuda.OutOfMemoryError:
-            del model
-            gc.collect()
-            if torch.cuda.is_available():
-                torch.cuda.empty_cache()
-            rows.append(SweepRow(bs, False, lr, math.nan, math.nan, None, None, 0, "does not fit (out of memory)"))
-            continue
-        rows.append(SweepRow(bs, True, lr, res.samples_per_s_median, res.step_time_median_s, res.peak_mem_bytes,
-                             res.val_accuracy, len(res.steps)))
-        del model, res
+        rows.append(_sweep_row(model_fn(), data, bs, cfg, memory_budget_bytes, time_budget_s))
         release_cpu_memory()                  # keep the process's memory from ratcheting up row after row
     return SweepResult(rows, device_label(device))
 
 
-def per_replica_batch(global_batch: int, replicas: int, min_per_replica: int = 16) -> int:
-    """Per-GPU batch for data parallelism; ValueError unless global % replicas == 0 and the share >= minimum."""
-    from labkit.core.data import validate_batch_size
-
-    global_batch = validate_batch_size(global_batch, name="global_batch")
-    replicas = validate_batch_size(replicas, name="replicas")
-    if global_batch % replicas:
-        raise ValueError(f"global_batch={global_batch} is not a multiple of replicas={replicas}; use e.g. "
-                         f"{replicas * max(1, global_batch // replicas)} so every replica gets the same batch")
-    share = global_batch // replicas
-    if share < min_per_replica:
-        raise ValueError(f"global_batch={global_batch} over {replicas} replicas gives {share} per GPU, below "
-                         f"{min_per_replica}: each GPU would be starved of work; use global_batch >= "
-                         f"{min_per_replica * replicas}")
-    return share
+def _sweep_row(model: nn.Module, data, batch_size: int, cfg: TrainConfig, memory_budget_bytes: int | None,
+               time_budget_s: float | None) -> SweepRow:
+    """Train ``model`` at ``batch_size``, or a row saying why it does not fit (over the budget, out of memory)."""
+    if memory_budget_bytes is not None:
+        need = build_memory_model(model, data.image_shape).predict(batch_size).total_bytes
+        if need > memory_budget_bytes:
+            return SweepRow(batch_size, False, cfg.lr, math.nan, math.nan, need, None, 0,
+                            f"does not fit: predicted {need / 1e6:.0f} MB > budget")
+    deadline = Deadline(time_budget_s) if time_budget_s is not None else None
+    stop = (lambda record, progress: deadline.expired) if deadline is not None else None
+    try:
+        res = train(model, make_loader(data.train, batch_size, shuffle=True, seed=cfg.seed), cfg,
+                    val_loader=make_loader(data.val, min(256, len(data.val))), callback=stop)
+    except torch.cuda.OutOfMemoryError:
+        del model
+        gc.collect()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+        return SweepRow(batch_size, False, cfg.lr, math.nan, math.nan, None, None, 0, "does not fit (out of memory)")
+    return SweepRow(batch_size, True, cfg.lr, res.samples_per_s_median, res.step_time_median_s, res.peak_mem_bytes,
+                    res.val_accuracy, len(res.steps))

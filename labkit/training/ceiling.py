@@ -13,14 +13,17 @@ A ceiling is an upper bound, so it is the best of a few repeats: one short run o
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Iterator
 
 import torch
 from torch import nn
 from torch.utils.data import Dataset
 
+from labkit.core.device import get_device
 from labkit.core.device_loader import DeviceLoader
 from labkit.core.validation import positive_int
+from labkit.training.loop import RunResult, TrainConfig, train
 
 POOL_BATCHES = 4        # distinct resident batches cycled (a few, so no kernel sees a constant input)
 CEILING_REPEATS = 3     # runs of which the fastest is the ceiling
@@ -62,8 +65,9 @@ def _real_batches(dataset: Dataset, batch_size: int, count: int, device: torch.d
     return [next(batches) for _ in range(min(count, len(dataset) // batch_size))]
 
 
-def measure_ceiling(model: nn.Module, batch_size: int, config, *, image_shape: tuple[int, ...],
-                    num_classes: int, repeats: int = CEILING_REPEATS, sample_from: Dataset | None = None):
+def measure_ceiling(model: nn.Module, batch_size: int, config: TrainConfig, *, image_shape: tuple[int, ...],
+                    num_classes: int, repeats: int = CEILING_REPEATS,
+                    sample_from: Dataset | None = None) -> RunResult:
     """Train ``model`` for ``config``'s steps on batches already resident on the device -> RunResult.
 
     Uses the same loop, optimizer and precision as a real run (so MFU and the math mode are reported
@@ -72,11 +76,6 @@ def measure_ceiling(model: nn.Module, batch_size: int, config, *, image_shape: t
     ``repeats`` times and the fastest (by median samples/s) is returned; every repeat's median is kept in
     ``extra["repeat_samples_per_s"]``.
     """
-    from dataclasses import replace
-
-    from labkit.core.device import get_device
-    from labkit.training.loop import train
-
     batch_size = positive_int(batch_size, "batch_size")
     repeats = positive_int(repeats, "repeats")
     num_classes = positive_int(num_classes, "num_classes")

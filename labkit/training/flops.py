@@ -14,6 +14,10 @@ from dataclasses import dataclass
 
 import torch
 from torch import nn
+from torch.utils.flop_counter import FlopCounterMode
+
+from labkit.training.dtypes import math_mode_name
+from labkit.training.memory import preserved_state
 
 
 @dataclass(frozen=True)
@@ -28,7 +32,6 @@ class PeakSpec:
 
 
 _T = 1e12
-MATH_MODES = ("fp32", "tf32", "bf16", "fp16")
 # Dense figures. NVIDIA datasheets print the tensor-core rows "with sparsity" (H100, H200, A100, L4, L40S);
 # dense is half of that. 'fp32' is the non-tensor FP32 row. V100 and T4 have no TF32/BF16 tensor cores.
 PEAK_TABLE: tuple[PeakSpec, ...] = (
@@ -67,25 +70,6 @@ PEAK_TABLE: tuple[PeakSpec, ...] = (
              {"fp32": 8.1 * _T, "fp16": 65 * _T},
              "NVIDIA T4 Tensor Core GPU datasheet: 8.1 TFLOPS FP32, 65 TFLOPS mixed precision (FP16/FP32)"),
 )
-
-_DTYPE_ALIASES = {"fp32": "float32", "float32": "float32", "tf32": "tf32", "bf16": "bfloat16",
-                  "bfloat16": "bfloat16", "fp16": "float16", "float16": "float16", "half": "float16"}
-_MODE_OF_DTYPE = {"float32": "fp32", "tf32": "tf32", "bfloat16": "bf16", "float16": "fp16"}
-
-
-def normalise_dtype(dtype: str | torch.dtype | None) -> str:
-    """'bf16' / torch.bfloat16 -> 'bfloat16'; None -> 'float32'."""
-    if dtype is None:
-        return "float32"
-    key = str(dtype).replace("torch.", "").lower()
-    if key not in _DTYPE_ALIASES:
-        raise ValueError(f"unknown dtype {dtype!r}; use one of {sorted(set(_DTYPE_ALIASES))}")
-    return _DTYPE_ALIASES[key]
-
-
-def math_mode_name(mode: str | torch.dtype | None) -> str:
-    """'float32' / 'fp32' / None -> 'fp32'; torch.bfloat16 -> 'bf16'; 'tf32' -> 'tf32'."""
-    return _MODE_OF_DTYPE[normalise_dtype(mode)]
 
 
 def find_peak(device_name: str) -> PeakSpec | None:
@@ -138,7 +122,8 @@ def peak_flops_per_s(device: str | torch.device | None = None,
     name = torch.cuda.get_device_name(dev)
     spec = find_peak(name)
     if spec is None:
-        return None, f"peak FLOP/s of {name!r} is not in labkit.training.flops.PEAK_TABLE: no MFU (add it with its datasheet)"
+        return None, (f"peak FLOP/s of {name!r} is not in labkit.training.flops.PEAK_TABLE: no MFU (add it with its "
+                      "datasheet)")
     if mode not in spec.peak_flops_per_s:
         return None, f"{spec.name}: the datasheet gives no {mode} peak: no MFU"
     peak = spec.peak_flops_per_s[mode]
@@ -148,8 +133,6 @@ def peak_flops_per_s(device: str | torch.device | None = None,
 def count_training_flops(model: nn.Module, inputs: torch.Tensor, targets: torch.Tensor | None = None,
                          loss_fn: nn.Module | None = None) -> int:
     """FLOPs of one forward + backward pass of ``model`` on ``inputs`` (the whole batch), counted exactly."""
-    from torch.utils.flop_counter import FlopCounterMode
-
     loss_fn = loss_fn or nn.CrossEntropyLoss()
     with FlopCounterMode(display=False) as counter:
         out = model(inputs)
@@ -163,8 +146,6 @@ def count_training_flops(model: nn.Module, inputs: torch.Tensor, targets: torch.
 def flops_per_sample(model: nn.Module, sample_shape: tuple[int, ...], batch_size: int = 2,
                      device: str | torch.device | None = None) -> float:
     """Training FLOPs (forward + backward) per sample, counted on a small batch; BN running stats restored."""
-    from labkit.training.memory import preserved_state
-
     param = next(model.parameters(), None)
     dev = torch.device(device) if device is not None else (param.device if param is not None else torch.device("cpu"))
     x = torch.randn(batch_size, *sample_shape, device=dev)

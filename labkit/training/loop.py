@@ -5,24 +5,29 @@ achieved FLOP/s and MFU against the peak of the math mode that ran, validation a
 On a GPU the phases are CUDA events read back once per ``read_every`` steps (one sync per window), so
 the instrumented loop runs as fast as a bare one. ``sync_every_step=True`` synchronises at every phase
 boundary instead: the classic timer, kept for the lesson that measures what those syncs cost.
-""" 
+"""
 from __future__ import annotations
 
 import math
 import statistics
-import time
 from dataclasses import asdict, dataclass, field
 from typing import Callable, Iterator
 
+import pandas as pd
 import torch
 from torch import nn
 
-from labkit.training.window import PendingStep, TrainProgress, settle
-from labkit.core.progress import progress_bar
 from labkit.core.clock import percentile
-from labkit.core.timing import PhaseClock, synchronize
-
-AMP_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+from labkit.core.device import device_label, get_device
+from labkit.core.env import seed_everything
+from labkit.core.progress import progress_bar
+from labkit.core.timing import PhaseClock, Stopwatch
+from labkit.core.validation import checked_int, positive_int, positive_number
+from labkit.training.dtypes import AMP_DTYPES
+from labkit.training.flops import active_math_mode, checked_mfu, peak_flops_per_s
+from labkit.training.sampling import UtilizationSampler
+from labkit.training.stepper import Stepper
+from labkit.training.window import PendingStep, TrainProgress, settle
 
 
 @dataclass(frozen=True)
@@ -53,22 +58,16 @@ class TrainConfig:
         if (self.steps is None) == (self.epochs is None):
             raise ValueError("give exactly one of steps= or epochs= (e.g. TrainConfig(steps=50))")
         for name in ("steps", "epochs"):
-            v = getattr(self, name)
-            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
-                raise ValueError(f"{name} must be a positive integer, got {v!r}")
-        if not (self.lr > 0):
-            raise ValueError(f"lr must be > 0, got {self.lr}")
+            checked_int(getattr(self, name), name, allow_none=True)
+        positive_number(self.lr, "lr")
         if self.optimizer not in ("sgd", "adam"):
             raise ValueError(f"optimizer must be 'sgd' or 'adam', got {self.optimizer!r}")
         if self.amp_dtype not in (None, *AMP_DTYPES):
-            raise ValueError(f"amp_dtype must be None, 'bf16' or 'fp16', got {self.amp_dtype!r}")
+            raise ValueError(f"amp_dtype must be None or one of {AMP_DTYPES}, got {self.amp_dtype!r}")
         for name in ("warmup_steps", "lr_warmup_steps"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+            checked_int(getattr(self, name), name, minimum=0)
         for name in ("log_every", "read_every"):
-            if isinstance(getattr(self, name), bool) or not isinstance(getattr(self, name), int) \
-                    or getattr(self, name) < 1:
-                raise ValueError(f"{name} must be an integer >= 1, got {getattr(self, name)!r}")
+            positive_int(getattr(self, name), name)
 
     @classmethod
     def fast(cls, **overrides) -> "TrainConfig":
@@ -127,16 +126,12 @@ class RunResult:
     extra: dict = field(default_factory=dict)
 
     def to_dataframe(self):
-        """The per-step records as a pandas DataFrame (needs pandas)."""
-        import pandas as pd
-
+        """The per-step records as a pandas DataFrame."""
         return pd.DataFrame([asdict(r) for r in self.steps])
 
 
 def evaluate_accuracy(model: nn.Module, loader, device: str | torch.device | None = None) -> float:
     """Top-1 accuracy of ``model`` over ``loader`` (eval mode, no grad; train mode restored)."""
-    from labkit.core.device import get_device
-
     dev = get_device(device) if device is not None else next(model.parameters()).device
     was_training, correct, total = model.training, 0, 0
     model.eval()
@@ -163,8 +158,7 @@ def _batches(loader, config: TrainConfig) -> Iterator[tuple[int, object]]:
     """(epoch, batch) pairs until the configured steps or epochs are done."""
     if len(loader) == 0:
         raise ValueError("train_loader yields no batches (dataset smaller than batch_size with drop_last=True?)")
-    epoch, done = 0, 0
-    total = config.steps if config.steps is not None else config.epochs * len(loader)
+    epoch, done, total = 0, 0, _total_steps(loader, config)
     while done < total:
         for batch in loader:
             yield epoch, batch
@@ -214,11 +208,6 @@ def train(model: nn.Module, train_loader, config: TrainConfig, val_loader=None,
     the optimizer settings, the device); returning True stops cleanly. A callback reads the timing
     marks back, so it costs one device sync: use ``log_every`` >= 10 on a GPU. Its time counts nowhere.
     """
-    from labkit.core.env import seed_everything
-    from labkit.core.device import device_label, get_device
-    from labkit.training.sampling import UtilizationSampler
-    from labkit.training.stepper import Stepper
-
     seed_everything(config.seed)
     device = get_device(config.device)
     model = _prepare(model, config, device)
@@ -228,26 +217,12 @@ def train(model: nn.Module, train_loader, config: TrainConfig, val_loader=None,
         torch.cuda.reset_peak_memory_stats(device)
     run = _Run(stepper, clock, config, _total_steps(train_loader, config), callback)
     with UtilizationSampler(device) as sampler, progress_bar(total=run.total_steps, desc="training", unit="step",
-                                                             enabled=config.progress) as bar:
-        synchronize(device)
-        wall_start_s = time.perf_counter()
-        start_mark = clock.mark()
-        for i, (epoch, batch) in enumerate(_batches(train_loader, config)):
-            phases = stepper.step(i, batch)
-            run.pending.append(PendingStep(i, epoch, start_mark, phases["marks"], phases["loss"], phases["samples"]))
-            start_mark = phases["marks"][-1]
-            bar.update(1)
-            if run.due(i):
-                if run.read_back():
-                    break
-                start_mark = clock.mark()       # the read-back and callback count nowhere
-        run.read_back(final=True)
-        synchronize(device)
-        wall_s = time.perf_counter() - wall_start_s
+                                                             enabled=config.progress) as bar, Stopwatch(device) as wall:
+        run.steps(_batches(train_loader, config), bar)
     if not run.records:
         raise ValueError("no training steps ran")
     return _finish(model, stepper, run.records, config, device, val_loader, sampler.summary(),
-                   run.stopped, device_label(device), wall_s)
+                   run.stopped, device_label(device), wall.elapsed_s)
 
 
 class _Run:
@@ -257,6 +232,20 @@ class _Run:
         self.stepper, self.clock, self.config, self.total_steps = stepper, clock, config, total_steps
         self.callback, self.pending, self.records, self.stopped = callback, [], [], False
         self.read_every = 1 if config.sync_every_step else config.read_every   # the classic loop reads each loss
+
+    def steps(self, batches: Iterator[tuple[int, object]], bar) -> None:
+        """Run every step, reading marks back once per window; a callback asking to stop ends the run."""
+        start_mark = self.clock.mark()
+        for i, (epoch, batch) in enumerate(batches):
+            phases = self.stepper.step(i, batch)
+            self.pending.append(PendingStep(i, epoch, start_mark, phases["marks"], phases["loss"], phases["samples"]))
+            start_mark = phases["marks"][-1]
+            bar.update(1)
+            if self.due(i):
+                if self.read_back():
+                    break
+                start_mark = self.clock.mark()       # the read-back and callback count nowhere
+        self.read_back(final=True)
 
     def due(self, i: int) -> bool:
         n = i + 1
@@ -281,8 +270,6 @@ class _Run:
 
 def _finish(model, stepper, records, config, device, val_loader, util, stopped, label, wall_s) -> RunResult:
     """Read memory, FLOPs, MFU and accuracy once the timed steps are over."""
-    from labkit.training.flops import active_math_mode, checked_mfu, peak_flops_per_s
-
     stats = _summarise(records, config)
     flops, breakdown = stepper.probe() if config.profile_model else (None, None)
     achieved = flops * stats["samples_per_s_median"] if flops is not None else None

@@ -10,12 +10,17 @@ break training memory down the same way.)
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import gc
 from dataclasses import dataclass
 from typing import Iterator
 
+import psutil
 import torch
 from torch import nn
 
+from labkit.core.validation import positive_int
+from labkit.training.dtypes import autocast, dtype_bytes, normalise_dtype
 from labkit.training.memory_timeline import LayerLine, backward_peak_bytes, fit_layer_lines, layer_memory
 
 OPTIMIZERS = ("sgd", "sgd_momentum", "adam")
@@ -51,13 +56,6 @@ def optimizer_kind(optimizer: str, momentum: float = 0.0) -> str:
     return name
 
 
-def dtype_bytes(dtype: str | torch.dtype) -> int:
-    """Bytes per element: 'float32' -> 4, 'bf16' -> 2."""
-    from labkit.training.flops import normalise_dtype
-
-    return {"float32": 4, "tf32": 4, "bfloat16": 2, "float16": 2}[normalise_dtype(dtype)]
-
-
 def saved_activation_bytes(model: nn.Module, inputs: torch.Tensor, amp_dtype: str | None = None) -> int:
     """Exact bytes of the distinct non-parameter storages autograd saves for backward in one forward pass."""
     param_ptrs = {p.untyped_storage().data_ptr() for p in model.parameters()}
@@ -70,15 +68,9 @@ def saved_activation_bytes(model: nn.Module, inputs: torch.Tensor, amp_dtype: st
             seen[ptr] = storage.nbytes()
         return t
 
-    autocast = contextlib.nullcontext()
-    if amp_dtype is not None:
-        from labkit.training.flops import normalise_dtype
-
-        dt = getattr(torch, normalise_dtype(amp_dtype))
-        autocast = torch.autocast(inputs.device.type, dtype=dt)
     with preserved_state(model):
         model.train()
-        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), autocast:
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), autocast(inputs.device.type, amp_dtype):
             out = model(inputs)
         total = sum(seen.values())
         del out
@@ -133,9 +125,7 @@ class MemoryModel:
     def predict(self, batch_size: int, activation_dtype: str | None = None,
                 param_dtype: str | None = None) -> MemoryBreakdown:
         """Predicted bytes at ``batch_size``; dtypes rescale the measured ones (e.g. 'bf16' halves activations)."""
-        from labkit.core.data import validate_batch_size
-
-        batch_size = validate_batch_size(batch_size)
+        batch_size = positive_int(batch_size, "batch_size")
         act_scale = dtype_bytes(activation_dtype or self.activation_dtype) / dtype_bytes(self.activation_dtype)
         pbytes = self.param_elements * dtype_bytes(param_dtype or self.param_dtype)
         acts = (self.activation_bytes_per_sample * batch_size + self.activation_fixed_bytes) * act_scale
@@ -176,11 +166,10 @@ def build_memory_model(model: nn.Module, sample_shape: tuple[int, ...], optimize
     if param is None:
         raise ValueError("model has no parameters; nothing to train")
     dev = param.device
-    autocast = _autocast_for(dev, amp_dtype)
     with preserved_state(model):
         model.train()
-        small = layer_memory(model, torch.randn(b1, *sample_shape, device=dev), autocast)
-        large = layer_memory(model, torch.randn(b2, *sample_shape, device=dev), _autocast_for(dev, amp_dtype))
+        small = layer_memory(model, torch.randn(b1, *sample_shape, device=dev), autocast(dev.type, amp_dtype))
+        large = layer_memory(model, torch.randn(b2, *sample_shape, device=dev), autocast(dev.type, amp_dtype))
     a1, a2 = sum(x.saved_bytes for x in small), sum(x.saved_bytes for x in large)
     per_sample = (a2 - a1) / (b2 - b1)
     params = [p for p in model.parameters() if p.requires_grad]
@@ -188,18 +177,8 @@ def build_memory_model(model: nn.Module, sample_shape: tuple[int, ...], optimize
                        param_elements=sum(p.numel() for p in params),
                        optimizer=optimizer_kind(optimizer, momentum),
                        activation_bytes_per_sample=per_sample, activation_fixed_bytes=max(0.0, a1 - per_sample * b1),
-                       activation_dtype="bfloat16" if amp_dtype in ("bf16", "bfloat16") else
-                       ("float16" if amp_dtype in ("fp16", "float16") else "float32"),
+                       activation_dtype=normalise_dtype(amp_dtype),
                        backward_layers=fit_layer_lines(small, large, b1, b2))
-
-
-def _autocast_for(device: torch.device, amp_dtype: str | None):
-    """An autocast context for ``amp_dtype`` ('bf16', 'fp16') on ``device``, or a do-nothing one."""
-    if amp_dtype is None:
-        return contextlib.nullcontext()
-    from labkit.training.flops import normalise_dtype
-
-    return torch.autocast(device.type, dtype=getattr(torch, normalise_dtype(amp_dtype)))
 
 
 def optimizer_settings(optimizer: torch.optim.Optimizer) -> tuple[str, float]:
@@ -217,19 +196,13 @@ def release_cpu_memory() -> int | None:
     """Collect garbage and hand freed heap pages back to the OS (glibc ``malloc_trim``); returns RSS bytes freed.
 
     Freed CPU tensors return to the C allocator, which often keeps the pages; trimming makes the process's
-    resident memory reflect what is really still in use. None where psutil or glibc is unavailable.
+    resident memory reflect what is really still in use. None where glibc (``malloc_trim``) is unavailable.
     """
-    import ctypes
-    import gc
-
+    proc = psutil.Process()
+    before = proc.memory_info().rss
+    gc.collect()
     try:
-        import psutil
-
-        proc = psutil.Process()
-        before = proc.memory_info().rss
-        gc.collect()
         ctypes.CDLL("libc.so.6").malloc_trim(0)
-        return int(before - proc.memory_info().rss)
-    except (ImportError, OSError, AttributeError):
-        gc.collect()
+    except (OSError, AttributeError):
         return None
+    return int(before - proc.memory_info().rss)

@@ -6,6 +6,9 @@
   ``_saved_*`` attributes (not the saved-tensor hook the model is built with), at a batch the model
   never saw; the optimizer state is counted from ``optimizer.state`` after a real step.
 - Recorded: :func:`compare_with_reference` holds the model against peaks measured on an H100.
+- A run in progress (what the batch-size dashboard shows, testable without widgets): :func:`predict_run_memory`
+  from the run's :class:`labkit.training.window.TrainProgress`, :func:`cuda_baseline_bytes` before it starts,
+  :func:`measure_run_memory` while it runs (GPU: peak minus baseline; CPU: fixed parts plus counted activations).
 """
 from __future__ import annotations
 
@@ -15,6 +18,11 @@ from pathlib import Path
 
 import torch
 from torch import nn
+
+from labkit.core.models import build_model
+from labkit.training.dtypes import autocast
+from labkit.training.memory import MemoryBreakdown, build_memory_model, preserved_state
+from labkit.training.window import TrainProgress
 
 
 def _storages(value) -> list:
@@ -79,8 +87,6 @@ class CpuCheck:
 def check_on_cpu(model: nn.Module, memory_model, optimizer: torch.optim.Optimizer, sample_shape: tuple[int, ...],
                  batch_size: int, num_classes: int = 10) -> CpuCheck:
     """Run one real training step at ``batch_size`` and count what it kept, without the model's hook."""
-    from labkit.training.memory import preserved_state
-
     x = torch.randn(batch_size, *sample_shape)
     y = torch.randint(0, num_classes, (batch_size,))
     with preserved_state(model):
@@ -118,14 +124,12 @@ def _model_state_bytes(model: nn.Module, optimizer: torch.optim.Optimizer) -> in
 def measure_step_memory(model: nn.Module, optimizer: torch.optim.Optimizer, inputs: torch.Tensor,
                         targets: torch.Tensor, amp_dtype: str | None = None) -> StepMemory:
     """Second-step peak of a real training step on CUDA, with everything other code holds subtracted."""
-    from labkit.training.memory import _autocast_for
-
     if inputs.device.type != "cuda":
         raise ValueError("measure_step_memory needs CUDA tensors; on a CPU use check_on_cpu")
     dev = inputs.device
 
     def step() -> None:
-        with _autocast_for(dev, amp_dtype):
+        with autocast(dev.type, amp_dtype):
             loss = nn.functional.cross_entropy(model(inputs), targets)
         loss.backward()
         optimizer.step()
@@ -160,9 +164,6 @@ def recorded_reference(path: str | Path | None = None) -> dict:
 
 def compare_with_reference(rows: list[dict], sample_shape: tuple[int, ...] = (3, 32, 32)) -> list[dict]:
     """The model's prediction for each recorded GPU row (gpu_reference.json's memory section)."""
-    from labkit.training.memory import build_memory_model
-    from labkit.core.models import build_model
-
     models, out = {}, []
     for row in rows:
         key = (row["model"], row["optimizer"], bool(row["amp_bf16"]))
@@ -182,3 +183,33 @@ def compare_with_reference(rows: list[dict], sample_shape: tuple[int, ...] = (3,
 def as_rows(checks: list) -> list[dict]:
     """Dataclasses as dicts, for JSON and tables."""
     return [asdict(c) for c in checks]
+
+
+# ---------------------------------------------------------------------------- a run in progress (live views)
+def predict_run_memory(progress: TrainProgress, batch_size: int) -> MemoryBreakdown:
+    """The memory model for the run's own optimizer, momentum and autocast dtype (from a TrainProgress)."""
+    shape = tuple(progress.last_inputs.shape[1:])
+    return build_memory_model(progress.model, shape, progress.optimizer, progress.momentum,
+                              progress.amp_dtype).predict(batch_size)
+
+
+def cuda_baseline_bytes() -> int | None:
+    """GPU: what other code holds before a run (subtracted from the run's peak); None on a CPU."""
+    if not torch.cuda.is_available():
+        return None
+    torch.cuda.reset_peak_memory_stats()
+    return int(torch.cuda.memory_allocated())
+
+
+def measure_run_memory(progress: TrainProgress, predicted: MemoryBreakdown, baseline_bytes: int | None) -> int | None:
+    """A run's measured bytes. GPU: peak allocated since the run began minus the baseline. CPU: the fixed parts
+    of ``predicted`` plus the activations counted from this batch's autograd graph (not the model's hook)."""
+    model = progress.model
+    if baseline_bytes is not None and next(model.parameters()).device.type == "cuda":
+        return int(torch.cuda.max_memory_allocated()) - baseline_bytes
+    with preserved_state(model):
+        model.train()
+        out = model(progress.last_inputs)
+        acts = graph_saved_bytes(out, exclude=list(model.parameters()))
+        del out
+    return predicted.total_bytes - predicted.activations_bytes + acts

@@ -80,7 +80,8 @@ def layer_memory(model: nn.Module, inputs: torch.Tensor, autocast=None) -> list[
     return [LayerMemory(*r) for r in rows]
 
 
-def fit_layer_lines(small: list[LayerMemory], large: list[LayerMemory], b_small: int, b_large: int) -> tuple[LayerLine, ...]:
+def fit_layer_lines(small: list[LayerMemory], large: list[LayerMemory], b_small: int,
+                    b_large: int) -> tuple[LayerLine, ...]:
     """Lines through two probe batches, layer by layer (the layers must match)."""
     if len(small) != len(large):
         raise ValueError("the two probe passes ran different layers; is the model's forward data-dependent?")

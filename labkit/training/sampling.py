@@ -10,7 +10,10 @@ import statistics
 import threading
 from dataclasses import dataclass
 
+import psutil
 import torch
+
+from labkit.core.validation import positive_number
 
 
 @dataclass(frozen=True)
@@ -50,9 +53,7 @@ class UtilizationSampler:
         self.device = torch.device(device)
         if interval_s is None:              # rarely on CPU: a waking thread can stall the intra-op thread pool
             interval_s = 0.1 if self.device.type == "cuda" else 0.5
-        if interval_s <= 0:
-            raise ValueError(f"interval_s must be > 0, got {interval_s}")
-        self.interval_s = interval_s
+        self.interval_s = positive_number(interval_s, "interval_s", hint="seconds between samples")
         self._values: list[float] = []
         self._peak_rss = 0
         self._stop = threading.Event()
@@ -72,8 +73,6 @@ class UtilizationSampler:
             except Exception as err:  # noqa: BLE001 - NVML missing or refused: say so, do not guess
                 self._note = f"NVML unavailable ({type(err).__name__}); GPU utilisation not sampled"
                 return None
-        import psutil
-
         proc = psutil.Process()
         proc.cpu_percent(None)                                 # prime: the first call always returns 0.0
 

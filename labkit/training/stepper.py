@@ -2,17 +2,20 @@
 
 Phase boundaries are marks of a :class:`labkit.core.timing.PhaseClock`: CUDA events by default (nothing
 here waits for the GPU; the loop reads the marks once per window), a device sync per mark with
-``sync_every_step=True``, perf_counter on a CPU. The loss stays on the device until the loop reads it.
+``sync_every_step=True``, the host clock (:mod:`labkit.core.clock`) on a CPU. The loss stays on the device until
+the loop reads it.
 """
 from __future__ import annotations
 
-import contextlib
 import math
 
 import torch
 from torch import nn
 
 from labkit.core.timing import PhaseClock
+from labkit.training.dtypes import autocast
+from labkit.training.flops import count_training_flops
+from labkit.training.memory import build_memory_model, preserved_state
 
 NAN = math.nan
 
@@ -25,7 +28,6 @@ class Stepper:
         self.model, self.optimizer, self.config, self.device = model, optimizer, config, device
         self.loss_fn = nn.CrossEntropyLoss()
         self.clock = clock or PhaseClock(device, config.sync_every_step)
-        self.dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(config.amp_dtype)
         self.scaler = torch.amp.GradScaler("cuda") if config.amp_dtype == "fp16" else None
         self.base_lrs = [g["lr"] for g in optimizer.param_groups]
         self.last_loss: torch.Tensor | None = None
@@ -33,9 +35,7 @@ class Stepper:
         model.train()
 
     def _autocast(self):
-        if self.dtype is None:
-            return contextlib.nullcontext()
-        return torch.autocast(self.device.type, dtype=self.dtype)
+        return autocast(self.device.type, self.config.amp_dtype)
 
     def _set_lr(self, i: int) -> None:
         """Linear warm-up from lr/10 to lr over ``lr_warmup_steps`` (Goyal et al. 2017, gradual warm-up)."""
@@ -89,9 +89,6 @@ class Stepper:
 
     def probe(self):
         """(training FLOPs per sample, MemoryBreakdown at the run's batch size) from 2- and 4-sample probes."""
-        from labkit.training.flops import count_training_flops
-        from labkit.training.memory import build_memory_model, preserved_state
-
         if self.last_inputs is None:
             return None, None
         x = self.last_inputs

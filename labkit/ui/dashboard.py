@@ -11,10 +11,21 @@ import html
 import io
 import statistics
 import threading
-import time
 from dataclasses import dataclass, field
 
 import ipywidgets as W
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+from torch.utils.data import Subset
+
+from labkit.core.clock import now_s
+from labkit.core.data import load_data, make_loader, validate_batch_size
+from labkit.core.env import pick
+from labkit.core.models import build_model
+from labkit.core.validation import checked_int, positive_int
+from labkit.training.batch_rules import scaled_lr
+from labkit.training.loop import TrainConfig, evaluate_accuracy, train
+from labkit.training.memory_check import cuda_baseline_bytes, measure_run_memory, predict_run_memory
 
 COLORS = {"params": "#4c72b0", "grads": "#55a868", "optimizer": "#c44e52", "activations": "#8172b2"}
 
@@ -64,9 +75,6 @@ def memory_bars_html(runs: list[DashboardRun]) -> str:
 
 def curves_png(runs: list[DashboardRun]) -> bytes:
     """Throughput and accuracy curves of every run as one PNG (matplotlib's OO API: safe off the main thread)."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
     fig = Figure(figsize=(8, 2.6), dpi=72)
     FigureCanvasAgg(fig)
     ax_t, ax_a = fig.subplots(1, 2)
@@ -91,11 +99,11 @@ class BatchSizeDashboard:
     def __init__(self, data=None, models: tuple[str, ...] = ("small_cnn", "resnet18", "mlp"),
                  batch_size: int = 32, steps: int | None = None, base_lr: float = 0.05, base_batch: int = 32,
                  update_every: int = 2, eval_every: int = 10, eval_samples: int = 128, device: str | None = None):
-        from labkit.core.env import pick
-
         self._data, self.device = data, device
         self.base_lr, self.base_batch = base_lr, base_batch
-        self.update_every, self.eval_every, self.eval_samples = update_every, eval_every, eval_samples
+        self.update_every = positive_int(update_every, "update_every")
+        self.eval_every = checked_int(eval_every, "eval_every", minimum=0, hint="0 evaluates only at the end")
+        self.eval_samples = positive_int(eval_samples, "eval_samples")
         self.history: list[DashboardRun] = []
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -125,9 +133,6 @@ class BatchSizeDashboard:
     def data(self):
         """The dataset (loaded on first use: digits offline, CIFAR-10 when available)."""
         if self._data is None:
-            from labkit.core.data import load_data
-            from labkit.core.env import pick
-
             self._data = load_data(train_limit=pick(fast=512, full=None), val_limit=pick(fast=256, full=None))
         return self._data
 
@@ -159,33 +164,28 @@ class BatchSizeDashboard:
         try:
             self._train_once()
         except Exception as err:  # noqa: BLE001 - shown in the panel, never a silent dead thread
-            self.status.value = f'<span style="color:#c44e52"><b>{type(err).__name__}:</b> {html.escape(str(err))}</span>'
+            self.status.value = (f'<span style="color:#c44e52"><b>{type(err).__name__}:</b> '
+                                 f'{html.escape(str(err))}</span>')
             if self.history and self.history[-1].result is None:
                 self.history[-1].error = str(err)
         finally:
             self.run_button.disabled, self.stop_button.disabled = False, True
 
     def _train_once(self) -> None:
-        from labkit.training.batch_size import scaled_lr
-        from labkit.core.data import make_loader, validate_batch_size
-        from labkit.training.loop import TrainConfig, train
-        from labkit.core.models import build_model
-
+        """Validate the widget values once, scale the LR (Goyal et al. 2017), then ``train()`` with a callback."""
         data = self.data()
         bs = validate_batch_size(self.batch_size.value, len(data.train), "Batch size")
-        steps = self.steps.value
-        if not isinstance(steps, int) or steps < 1:
-            raise ValueError(f"Steps must be a positive integer, got {steps!r}")
+        steps = positive_int(self.steps.value, "Steps")
         lr = scaled_lr(self.base_lr, bs, self.base_batch) if self.lr_scaling.value else self.base_lr
         run = DashboardRun(self.model_name.value, bs, lr, steps)
         self.history.append(run)
         self.status.value = f"running {run.label}, lr {lr:.4g} ..."
         model = build_model(run.model, data.num_classes, data.image_shape)
-        baseline = self._cuda_baseline()
-        val = make_loader(data.val, min(len(data.val), 256))
+        baseline = cuda_baseline_bytes()
         cfg = TrainConfig(steps=steps, lr=lr, lr_warmup_steps=5 if self.lr_scaling.value else 0, device=self.device,
                           progress=False, warmup_steps=min(2, steps - 1), profile_model=False)
-        result = train(model, make_loader(data.train, bs, shuffle=True), cfg, val_loader=val,
+        result = train(model, make_loader(data.train, bs, shuffle=True), cfg,
+                       val_loader=make_loader(data.val, min(len(data.val), 256)),
                        callback=lambda rec, progress: self._on_step(run, rec, progress, baseline))
         run.result, run.stopped = result, result.stopped_early
         if result.val_accuracy is not None:
@@ -196,64 +196,21 @@ class BatchSizeDashboard:
                              f"val accuracy {result.val_accuracy:.3f} on {html.escape(result.device)}")
 
     def _on_step(self, run: DashboardRun, rec, progress, baseline_bytes: int | None) -> bool:
-        """Training-thread callback (``labkit.training.loop.train``'s public TrainProgress): record, refresh, honour Stop."""
+        """Training-thread callback (gets ``train``'s public TrainProgress): record, refresh, honour Stop."""
         run.points.append(dict(step=rec.step + 1, samples_per_s=rec.samples_per_s,
                                step_time_ms=1e3 * rec.step_time_s, loss=rec.loss))
         n = rec.step + 1
         if run.memory is None:
-            run.memory = self.predicted_memory(progress, run.batch_size)
+            run.memory = predict_run_memory(progress, run.batch_size)
         if run.measured_bytes is None or (baseline_bytes is not None and n == 2):
-            run.measured_bytes = self._measure(progress, run, baseline_bytes)
+            run.measured_bytes = measure_run_memory(progress, run.memory, baseline_bytes)
         if self.eval_every and n % self.eval_every == 0 and n < run.total_steps:
             run.accuracy.append((n, self._quick_accuracy(progress.model)))
         if n == 1 or n % self.update_every == 0 or self._stop.is_set():
             self._render(run)
         return self._stop.is_set()
 
-    @staticmethod
-    def predicted_memory(progress, batch_size: int):
-        """The memory model for the run's own optimizer, momentum and autocast dtype (from TrainProgress)."""
-        from labkit.training.memory import build_memory_model
-
-        shape = tuple(progress.last_inputs.shape[1:])
-        return build_memory_model(progress.model, shape, progress.optimizer, progress.momentum,
-                                  progress.amp_dtype).predict(batch_size)
-
-    @staticmethod
-    def _cuda_baseline() -> int | None:
-        """GPU: what other code holds before the run (subtracted from the run's peak); None on a CPU."""
-        import torch
-
-        if not torch.cuda.is_available():
-            return None
-        torch.cuda.reset_peak_memory_stats()
-        return int(torch.cuda.memory_allocated())
-
-    @staticmethod
-    def _measure(progress, run: DashboardRun, baseline_bytes: int | None) -> int | None:
-        """GPU: peak allocated since the run began minus the baseline. CPU: the fixed parts plus the
-        activations counted from this batch's autograd graph (not the hook the model is built with)."""
-        import torch
-
-        from labkit.training.memory import preserved_state
-        from labkit.training.memory_check import graph_saved_bytes
-
-        model = progress.model
-        if baseline_bytes is not None and next(model.parameters()).device.type == "cuda":
-            return int(torch.cuda.max_memory_allocated()) - baseline_bytes
-        with preserved_state(model):
-            model.train()
-            out = model(progress.last_inputs)
-            acts = graph_saved_bytes(out, exclude=list(model.parameters()))
-            del out
-        return run.memory.total_bytes - run.memory.activations_bytes + acts
-
     def _quick_accuracy(self, model) -> float:
-        from torch.utils.data import Subset
-
-        from labkit.core.data import make_loader
-        from labkit.training.loop import evaluate_accuracy
-
         val = self.data().val
         sub = Subset(val, range(min(self.eval_samples, len(val))))
         return evaluate_accuracy(model, make_loader(sub, len(sub)))
@@ -269,7 +226,7 @@ class BatchSizeDashboard:
                                   f" · {sps:.1f} samples/s · step time {ms:.1f} ms · peak memory {peak:.1f} MB"
                                   f" · loss {run.points[-1]['loss']:.3f}{acc}")
         self.memory_view.value = memory_bars_html(self.history)
-        now = time.perf_counter()
+        now = now_s()
         if force or now - self._last_plot_s > 1.0:
             self.curves_view.value = curves_png(self.history)
             self._last_plot_s = now

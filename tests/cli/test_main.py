@@ -211,7 +211,7 @@ def test_sweep_prints_every_batch_size_and_the_largest_that_fits():
 
 
 def test_sweep_json_agrees_with_the_finder(capsys):
-    from labkit.training.batch_size import find_max_batch
+    from labkit.training.finder import find_max_batch
     from labkit.core.data import load_data
     from labkit.core.models import build_model
 

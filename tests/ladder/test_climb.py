@@ -15,7 +15,7 @@ from labkit.ladder.config import LadderConfig
 from labkit.ladder.measure import Measurement
 from labkit.ladder.report import LadderResult
 from labkit.ladder.rungs import RUNG_KEYS, RUNGS, Recipe
-from labkit.training.batch_size import scaled_lr
+from labkit.training.batch_rules import scaled_lr
 
 from tests.ladder.fakes import MEASURED, fake_trainer, smoke, tiny_mlp
 

@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 from labkit.tf.pitfalls import (BN_VARIANTS, count_then_configure, uneven_example_count, uneven_last_batch_bn)
-from labkit.training.batch_size import scaled_lr
+from labkit.training.batch_rules import scaled_lr
 from labkit.tf.distribute import run_in_fresh_process
 
 

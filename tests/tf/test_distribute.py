@@ -1,36 +1,8 @@
-"""TF device helper: batch arithmetic in-process; anything that touches TensorFlow's devices runs in a
-fresh child process, so this pytest process never initialises TensorFlow."""
-import warnings
-
+"""TF device helper: anything that touches TensorFlow's devices runs in a fresh child process, so this
+pytest process never initialises TensorFlow. (The per-replica batch rule: tests/training/test_batch_rules.py.)"""
 import pytest
 
-from labkit.tf.distribute import (DevicesAlreadyInitializedError, per_replica_batch_size, run_in_fresh_process)
-
-
-def test_per_replica_batch_divides():
-    assert per_replica_batch_size(64, 2) == 32
-    assert per_replica_batch_size(48, 3, on_gpu=True) == 16
-
-
-def test_per_replica_batch_uneven_names_fix():
-    with pytest.raises(ValueError, match="multiple of 2, e.g. 6 or 8"):
-        per_replica_batch_size(7, 2)
-
-
-def test_per_replica_batch_small_gpu_batch_warns():
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        assert per_replica_batch_size(16, 2, on_gpu=True) == 8
-    assert any("at least 32" in str(w.message) for w in caught)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        per_replica_batch_size(16, 2, on_gpu=False)     # CPU: no GPU-occupancy warning
-
-
-@pytest.mark.parametrize("bad", [0, -1, 2.5, True, None])
-def test_per_replica_batch_rejects_bad_counts(bad):
-    with pytest.raises(ValueError, match="positive integer"):
-        per_replica_batch_size(bad, 2)
+from labkit.tf.distribute import DevicesAlreadyInitializedError, run_in_fresh_process
 
 
 def test_run_in_fresh_process_rejects_bad_target():

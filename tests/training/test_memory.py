@@ -3,8 +3,8 @@ import pytest
 import torch
 from torch import nn
 
-from labkit.training.memory import (MemoryModel, build_memory_model, dtype_bytes, optimizer_kind, preserved_state, release_cpu_memory,
-                           saved_activation_bytes)
+from labkit.training.memory import (MemoryModel, build_memory_model, optimizer_kind, preserved_state,
+                                    release_cpu_memory, saved_activation_bytes)
 from labkit.core.models import MLP, SmallCNN
 
 
@@ -45,15 +45,6 @@ def test_fixed_parts_by_optimizer():
         assert bd.total_bytes == parts + bd.peak_adjust_bytes
 
 
-def test_backward_peak_hand_worked():
-    """Three layers; saved 100/50/10, grads 0/20/5, in+out 30/20/8 bytes."""
-    from labkit.training.memory_timeline import LayerMemory, backward_peak_bytes
-
-    layers = [LayerMemory(100, 0, 30), LayerMemory(50, 20, 20), LayerMemory(10, 5, 8)]
-    # last layer: 160 + 0 + 8 + 5 = 173; middle: 150 + 5 + 20 + 20 = 195; first: 100 + 25 + 30 + 0 = 155
-    assert backward_peak_bytes(layers) == 195
-
-
 def test_peak_is_the_larger_of_backward_and_optimizer_step():
     """Adam at batch 1: the step (params + grads + 2 states + sqrt(v) temporary = 5 copies) is the peak."""
     model = MLP(10, in_features=12, hidden=64)
@@ -92,7 +83,6 @@ def test_bad_input():
         build_memory_model(MLP(10, 12, 4), (12,), probe_batches=(4, 2))
     with pytest.raises(ValueError, match="batch_size"):
         MemoryModel(0, 0, "sgd", 1.0, 0.0).predict(0)
-    assert dtype_bytes("bf16") == 2 and dtype_bytes(torch.float32) == 4
 
 
 def test_release_cpu_memory_reports_bytes():

@@ -1,11 +1,10 @@
-"""Mixed precision: the loss-scaling arithmetic, autocast measurements, the Keras policy child."""
+"""Mixed precision in torch: the loss-scaling arithmetic and autocast measurements."""
 import pytest
 import torch
 
 from labkit.training.memory import saved_activation_bytes
 from labkit.training.precision import autocast_step, fp16_underflow
 from labkit.core.models import MLP
-from labkit.tf.distribute import run_in_fresh_process
 
 
 def test_fp16_underflow_and_scaling_recovers():
@@ -36,12 +35,3 @@ def test_autocast_step_reports_and_rejects_cpu_fp16():
         autocast_step(MLP(10, in_features=12, hidden=4), 2, "fp16", image_shape=(3, 2, 2))
     with pytest.raises(ValueError, match="dtype must be one of"):
         autocast_step(MLP(10, in_features=12, hidden=4), 2, "fp8", image_shape=(3, 2, 2))
-
-
-@pytest.mark.tensorflow
-def test_keras_mixed_bfloat16_policy_child():
-    out = run_in_fresh_process("labkit.training.precision:keras_policy_child",
-                               {"policy": "mixed_bfloat16", "batch_size": 8, "repeats": 1, "warmup": 1})
-    assert out["compute_dtype"] == "bfloat16" and out["variable_dtype"] == "float32"
-    assert out["output_dtype"] == "float32" and len(out["times_s"]) == 1
-    assert out["tf2_api_has_graph_rewrite"] is False        # the TF1 AMP graph rewrite is gone from the TF2 API

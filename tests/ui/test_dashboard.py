@@ -3,6 +3,7 @@ import time
 
 import pytest
 
+from labkit.core.clock import Deadline
 from labkit.core.data import synthetic_data
 from labkit.ui.dashboard import BatchSizeDashboard, DashboardRun, curves_png, memory_bars_html
 
@@ -52,8 +53,8 @@ def test_second_run_keeps_the_first_and_lr_scaling_off(data):
 def test_run_button_and_stop_button(data):
     dash = make(data, steps=10_000)
     dash.run_button.click()                                        # non-blocking, background thread
-    deadline = time.time() + 60
-    while "samples/s" not in dash.readout.value and time.time() < deadline:
+    deadline = Deadline(60)
+    while "samples/s" not in dash.readout.value and not deadline.expired:
         time.sleep(0.05)
     try:
         assert dash.running and "samples/s" in dash.readout.value and not dash.stop_button.disabled
@@ -80,27 +81,17 @@ def test_render_helpers_without_runs():
     assert curves_png([])[:4] == b"\x89PNG"
 
 
-def test_memory_follows_the_runs_optimizer_settings(data):
-    """The prediction comes from the run's TrainProgress (optimizer, momentum, autocast), not hard-coded SGD."""
-    from types import SimpleNamespace
-
-    import torch
-
-    from labkit.core.models import build_model
-
-    model = build_model("mlp", 10, (3, 8, 8))
-    inputs = torch.randn(4, 3, 8, 8)
-    as_run = lambda opt, mom: SimpleNamespace(model=model, last_inputs=inputs, optimizer=opt, momentum=mom,
-                                              amp_dtype=None)
-    plain = BatchSizeDashboard.predicted_memory(as_run("sgd", 0.0), 16)
-    momentum = BatchSizeDashboard.predicted_memory(as_run("sgd", 0.9), 16)
-    adam = BatchSizeDashboard.predicted_memory(as_run("adam", 0.0), 16)
-    assert plain.optimizer_bytes == 0 and momentum.optimizer_bytes == plain.params_bytes
-    assert adam.optimizer_bytes == 2 * plain.params_bytes
-
-
 def test_cpu_measurement_counts_activations_independently(data):
     dash = make(data, steps=3)
     run = dash.run(blocking=True)
     pred = run.memory
     assert abs(run.measured_bytes - pred.total_bytes) / pred.total_bytes < 0.02
+
+
+def test_bad_steps_and_settings_are_clear_errors(data):
+    dash = make(data, steps=2)
+    dash.steps.value = 0
+    assert dash.run(blocking=True) is None
+    assert "Steps must be an integer &gt;= 1, got 0" in dash.status.value and not dash.history
+    with pytest.raises(ValueError, match="update_every must be an integer >= 1"):
+        BatchSizeDashboard(data=data, update_every=0)
