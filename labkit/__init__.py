@@ -94,8 +94,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
                        "predicted_bubble", "recommend_parallelism", "simulate_gpipe"),
     # TensorFlow, mixed precision, pitfalls
     "core.procs": ("run_in_fresh_process", "tensorflow_lessons_can_run", "tensorflow_missing_reason"),
-    "tf.keras_models": ("keras_small_cnn",),
-    "tf.keras_batch": ("keras_batch_throughput",),
+    "tf.keras": ("keras_batch_throughput", "keras_small_cnn"),
     "core.rundirs": ("check_writable_dir", "run_path", "run_root"),
     "core.lessons": ("LessonLog", "summarize_lesson_log"),
     "core.validation": ("checked_int", "positive_int"),

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from labkit.tf.keras_models import keras_small_cnn  # noqa: F401  (re-exported: the Keras twin of SmallCNN)
+from labkit.tf.keras import keras_small_cnn  # noqa: F401  (re-exported: the Keras twin of SmallCNN)
 
 MODELS = ("resnet18", "small_cnn", "mlp")
 

@@ -18,7 +18,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from labkit.tf.keras_models import keras_small_cnn
+from labkit.tf.keras import keras_small_cnn
 from labkit.core.rundirs import check_writable_dir
 
 METHODS = ("programmatic", "callback")

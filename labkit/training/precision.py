@@ -121,7 +121,7 @@ def keras_policy_child(policy: str = "mixed_bfloat16", batch_size: int = 64, rep
     import tensorflow as tf
 
     tf.keras.mixed_precision.set_global_policy(policy)
-    from labkit.tf.keras_models import keras_small_cnn
+    from labkit.tf.keras import keras_small_cnn
 
     model = keras_small_cnn(10, (32, 32, 3), float32_logits=True)   # logits in fp32 for a stable loss
     opt = tf.keras.optimizers.SGD(0.01)

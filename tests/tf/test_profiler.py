@@ -93,8 +93,8 @@ def test_keras_twin_is_torch_free_and_shared():
     import subprocess
     import sys
 
-    import labkit.tf.keras_models as km
-    code = "import sys, labkit.tf.keras_models, labkit.core.rundirs; print('torch' in sys.modules)"
+    import labkit.tf.keras as km
+    code = "import sys, labkit.tf.keras, labkit.core.rundirs; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120).stdout
     assert out.strip() == "False" and keras_small_cnn is km.keras_small_cnn
     assert km.keras_small_cnn(float32_logits=True).layers[-1].dtype_policy.name == "float32"

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from labkit.tf.keras_batch import keras_batch_throughput
+from labkit.tf.keras import keras_batch_throughput
 
 
 def test_updates_per_epoch_follow_the_batch_size():

@@ -1,8 +1,9 @@
-"""Batch size in Keras: ``model.fit(batch_size=...)`` timed per batch by a callback.
+"""Keras: the twin of ``labkit.core.models.SmallCNN``, and batch size in ``model.fit(batch_size=...)`` timed per batch.
 
-Runs TensorFlow in a fresh child process (``labkit.core.procs``): TensorFlow and PyTorch in one kernel
-cost ~0.5 GB more than Binder's 2 GB allows next to the batch-size lab's own PyTorch work.
-Torch-free on purpose.
+The twin lives in a module that never imports PyTorch, so TensorFlow-only child processes (profiling, mixed
+precision, tf.distribute) can build it cheaply. The batch-size timing runs TensorFlow in a fresh child process
+(``labkit.core.procs``): TensorFlow and PyTorch in one kernel cost ~0.5 GB more than Binder's 2 GB allows next
+to the batch-size lab's own PyTorch work. Torch-free on purpose.
 """
 from __future__ import annotations
 
@@ -14,13 +15,31 @@ from pathlib import Path
 import numpy as np
 
 
+def keras_small_cnn(num_classes: int = 10, image_shape: tuple[int, int, int] = (32, 32, 3), width: int = 32,
+                    float32_logits: bool = False):
+    """Two conv blocks and a linear head (channels-last input, as Keras expects).
+
+    ``float32_logits=True`` ends in a float32 activation, as mixed-precision policies want for a stable loss.
+    """
+    import tensorflow as tf
+
+    L = tf.keras.layers
+    layers = [
+        tf.keras.Input(shape=image_shape),
+        L.Conv2D(width, 3, padding="same"), L.BatchNormalization(), L.ReLU(), L.MaxPooling2D(2),
+        L.Conv2D(2 * width, 3, padding="same"), L.BatchNormalization(), L.ReLU(),
+        L.GlobalAveragePooling2D(), L.Dense(num_classes),
+    ]
+    if float32_logits:
+        layers.append(L.Activation("linear", dtype="float32"))
+    return tf.keras.Sequential(layers)
+
+
 def keras_fit_child(data_path: str, batch_sizes: list[int], epochs: int = 2, lr: float = 0.05,
                     seed: int = 0) -> dict:
     """Child side: fit the Keras small CNN once per batch size; per batch size, updates per epoch and the
     median samples/s over the batches after the first epoch (which includes graph tracing)."""
     import tensorflow as tf
-
-    from labkit.tf.keras_models import keras_small_cnn
 
     arrays = np.load(data_path)
     x, y = arrays["x"], arrays["y"]
@@ -69,7 +88,7 @@ def keras_batch_throughput(x: np.ndarray, y: np.ndarray, batch_sizes: tuple[int,
     with tempfile.TemporaryDirectory() as tmp:
         path = str(Path(tmp) / "data.npz")
         np.savez(path, x=x.astype(np.float32), y=y.astype(np.int64))
-        out = run_in_fresh_process("labkit.tf.keras_batch:keras_fit_child", dict(
+        out = run_in_fresh_process("labkit.tf.keras:keras_fit_child", dict(
             data_path=path, batch_sizes=list(batch_sizes), epochs=epochs, lr=lr), timeout_s=timeout_s)
     out.pop("child_wall_s", None)
     return {int(bs): row for bs, row in out.items()}
