@@ -10,7 +10,6 @@ from labkit.core.procs import tensorflow_missing_reason  # noqa: E402
 pytestmark = pytest.mark.tensorflow
 tf = pytest.importorskip("tensorflow", reason=tensorflow_missing_reason())
 
-from labkit.core.models import keras_small_cnn  # noqa: E402
 from labkit.tf.profiler import (TFProfileResult, profile_keras_fit, profile_keras_in_subprocess,  # noqa: E402
                                  xplane_files)
 
@@ -87,17 +86,6 @@ def test_callback_method_needs_tensorboard_or_works(tmp_path):
     else:
         res = profile_keras_fit(tiny_model(), x, y, run_dir=tmp_path, batch_size=8, method="callback")
         assert res.xplane_files
-
-
-def test_keras_twin_is_torch_free_and_shared():
-    import subprocess
-    import sys
-
-    import labkit.tf.keras as km
-    code = "import sys, labkit.tf.keras, labkit.core.rundirs; print('torch' in sys.modules)"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120).stdout
-    assert out.strip() == "False" and keras_small_cnn is km.keras_small_cnn
-    assert km.keras_small_cnn(float32_logits=True).layers[-1].dtype_policy.name == "float32"
 
 
 def test_subprocess_profile(tmp_path):
