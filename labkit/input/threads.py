@@ -7,23 +7,17 @@ same warm-up / repeat / median method as ``labkit.core.timing``). Torch can chan
 """
 from __future__ import annotations
 
-import os
 import statistics
 import time
 from dataclasses import dataclass
 from typing import Callable
 
-
-def _cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:
-        return os.cpu_count() or 1
+from labkit.core.machine import cpu_count
 
 
 def default_thread_counts(cores: int | None = None) -> list[int]:
     """1, 2, 4, ... up to the core count, plus the core count and twice it (oversubscribed)."""
-    cores = cores or _cores()
+    cores = cores or cpu_count()
     counts = {1, cores, 2 * cores}
     n = 2
     while n < cores:
@@ -105,7 +99,7 @@ def sweep_torch_threads(thread_counts: list[int] | None = None, *, fn: Callable[
                          "p10_s": t.p10_s, "p90_s": t.p90_s})
     finally:
         torch.set_num_threads(before)
-    return ThreadSweep("torch", _add_speedups(rows), _cores(), f"{size}x{size} matmul" if size else "custom")
+    return ThreadSweep("torch", _add_speedups(rows), cpu_count(), f"{size}x{size} matmul" if size else "custom")
 
 
 def tf_thread_child(intra: int, inter: int, size: int, branches: int, warmup: int, repeats: int) -> dict:
@@ -137,7 +131,7 @@ def tf_thread_child(intra: int, inter: int, size: int, branches: int, warmup: in
 def sweep_tf_threads(settings: list[tuple[int, int]] | None = None, *, size: int = 384, branches: int = 4,
                      warmup: int = 2, repeats: int = 7, timeout_s: float = 120.0) -> ThreadSweep:
     """Time independent TF matmuls under each (intra, inter) setting, one fresh child process per setting."""
-    cores = _cores()
+    cores = cpu_count()
     settings = [(1, 1), (cores, 1), (cores, cores)] if settings is None else settings
     if not settings:
         raise ValueError("settings must be a non-empty list of (intra, inter) pairs of positive integers")
