@@ -18,6 +18,7 @@ from labkit.core.data import make_loader, validate_num_workers
 from labkit.core.machine import cpu_count
 from labkit.core.device import device_label
 from labkit.core.progress import progress_bar
+from labkit.core.validation import checked_int, positive_int
 
 TRANSFORM_KINDS = ("io", "cpu")
 
@@ -35,8 +36,7 @@ class LoaderConfig:
         validate_num_workers(self.num_workers)
         if self.num_workers == 0 and (self.prefetch_factor is not None or self.persistent_workers):
             raise ValueError("prefetch_factor and persistent_workers need num_workers >= 1")
-        if self.prefetch_factor is not None and (not isinstance(self.prefetch_factor, int) or self.prefetch_factor < 1):
-            raise ValueError(f"prefetch_factor must be a positive integer or None, got {self.prefetch_factor!r}")
+        checked_int(self.prefetch_factor, "prefetch_factor", allow_none=True)
 
     @property
     def label(self) -> str:
@@ -122,8 +122,7 @@ class LoaderResult:
 def benchmark_loader(dataset: Dataset, config: LoaderConfig, *, batch_size: int = 32, epochs: int = 2,
                      step_fn: Callable[[object], None] | None = None, seed: int = 0) -> LoaderResult:
     """Run ``epochs`` passes (worker start-up included) and time data waits vs. steps."""
-    if not isinstance(epochs, int) or epochs < 1:
-        raise ValueError(f"epochs must be a positive integer, got {epochs!r}")
+    positive_int(epochs, "epochs")
     step_fn = step_fn or (lambda batch: None)
     loader = make_loader(dataset, batch_size, shuffle=True, num_workers=config.num_workers,
                          pin_memory=config.pin_memory, prefetch_factor=config.prefetch_factor,

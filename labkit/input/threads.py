@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from labkit.core.machine import cpu_count
+from labkit.core.validation import positive_ints
 
 
 def default_thread_counts(cores: int | None = None) -> list[int]:
@@ -66,11 +67,6 @@ def _add_speedups(rows: list[dict]) -> list[dict]:
     return rows
 
 
-def _check_counts(values: list[int], name: str) -> None:
-    if not values or any(isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in values):
-        raise ValueError(f"{name} must be a non-empty list of positive integers, got {values!r}")
-
-
 def torch_matmul(size: int = 512) -> Callable[[], object]:
     """A compute-bound workload: one (size x size) float32 matmul."""
     import torch
@@ -88,7 +84,7 @@ def sweep_torch_threads(thread_counts: list[int] | None = None, *, fn: Callable[
     from labkit.core.timing import time_fn
 
     counts = default_thread_counts() if thread_counts is None else thread_counts
-    _check_counts(counts, "thread_counts")
+    counts = positive_ints(counts, "thread_counts")
     fn = fn or torch_matmul(size)
     before, rows = torch.get_num_threads(), []
     try:
@@ -138,7 +134,7 @@ def sweep_tf_threads(settings: list[tuple[int, int]] | None = None, *, size: int
     for pair in settings:
         if not isinstance(pair, (tuple, list)) or len(pair) != 2:
             raise ValueError(f"each setting must be an (intra, inter) pair, got {pair!r}")
-        _check_counts(list(pair), "an (intra, inter) setting")
+        positive_ints(pair, "each (intra, inter) setting")
     from labkit.core.procs import run_in_fresh_process
 
     rows = []

@@ -21,6 +21,7 @@ from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
 from labkit.core.device import device_label, get_device
 from labkit.core.rundirs import check_writable_dir
+from labkit.core.validation import checked_int, positive_int
 from labkit.profile.traces import CATEGORIES, LABEL_PREFIX, changed_ops, compare_runs, summarize_trace  # noqa: F401
 
 KINETO_LOG_LEVEL_ENV_VAR = "KINETO_LOG_LEVEL"
@@ -37,16 +38,10 @@ class ProfileSchedule:
     skip_first: int = 0
 
     def __post_init__(self) -> None:
-        for name in ("wait", "warmup", "active", "repeat", "skip_first"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise ValueError(f"{name} must be an integer, got {value!r} ({type(value).__name__})")
-            if value < 0:
-                raise ValueError(f"{name} must be >= 0, got {value}; it counts training steps")
-        if self.active < 1:
-            raise ValueError("active must be >= 1: with active=0 the profiler records no step at all")
-        if self.repeat < 1:
-            raise ValueError("repeat must be >= 1 (torch's repeat=0 means 'forever', which never finishes here)")
+        for name in ("wait", "warmup", "skip_first"):
+            checked_int(getattr(self, name), name, minimum=0, hint="it counts training steps")
+        positive_int(self.active, "active", hint="with active=0 the profiler records no step at all")
+        positive_int(self.repeat, "repeat", hint="torch's repeat=0 means 'forever', which never finishes here")
 
     @property
     def cycle_steps(self) -> int:
@@ -216,9 +211,9 @@ def profile_training(model: nn.Module, loader: Iterable, *, run_dir: str | Path,
     """
     sched = ProfileSchedule(wait, warmup, active, repeat, skip_first)
     steps = sched.steps_needed if steps is None else steps
-    if isinstance(steps, bool) or not isinstance(steps, int) or steps < sched.steps_needed:
-        raise ValueError(f"steps={steps!r} is fewer than the schedule needs: skip_first + (wait + warmup + active) "
-                         f"x repeat = {sched.steps_needed}; run more steps or shrink the schedule")
+    checked_int(steps, "steps", minimum=sched.steps_needed,
+                hint=f"fewer than the schedule needs: skip_first + (wait + warmup + active) x repeat = "
+                     f"{sched.steps_needed}; run more steps or shrink the schedule")
     run_dir = check_writable_dir(run_dir)
     for old in run_dir.glob("trace_cycle*.json"):
         old.unlink()   # a rerun must not mix its traces with the last run's

@@ -15,6 +15,7 @@ import warnings
 from typing import Any
 
 from labkit.core.procs import run_in_fresh_process as _run_fresh
+from labkit.core.validation import positive_int
 
 CROSS_DEVICE_OPS = ("auto", "nccl", "hierarchical_copy", "reduction_to_one_device")
 MIN_PER_REPLICA_BATCH_GPU = 16   # rule of thumb: fewer samples per GPU leave most of it idle
@@ -31,16 +32,10 @@ def _tf():
     return tf
 
 
-def _check_count(value: object, name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}")
-    return value
-
-
 def configure_logical_cpus(count: int) -> list[str]:
     """Split the CPU into ``count`` logical devices (before TF initialises); returns the logical CPU names."""
+    count = positive_int(count, "count")
     tf = _tf()
-    _check_count(count, "count")
     cpu = tf.config.list_physical_devices("CPU")[0]   # listing *physical* devices does not initialise TF
     try:
         tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * count)
@@ -85,7 +80,7 @@ def make_strategy(replicas: int | None = None, *, cross_device_ops_name: str = "
     TensorFlow work in the process; ``cross_device_ops_name`` picks the all-reduce (NCCL on GPUs by default).
     """
     if replicas is not None:
-        _check_count(replicas, "replicas")
+        positive_int(replicas, "replicas")
     if cross_device_ops_name not in CROSS_DEVICE_OPS:
         raise ValueError(f"cross_device_ops_name must be one of {CROSS_DEVICE_OPS}, got {cross_device_ops_name!r}")
     if cross_device_ops_name == "nccl" and use_gpus is False:   # refuse before TensorFlow is even imported
@@ -98,7 +93,7 @@ def make_strategy(replicas: int | None = None, *, cross_device_ops_name: str = "
                          "use use_gpus=None to fall back to logical CPUs")
     if replicas is None:
         replicas = len(gpus) if on_gpu else 2
-    _check_count(replicas, "replicas")
+    positive_int(replicas, "replicas")
     if on_gpu:
         if replicas > len(gpus):
             raise ValueError(f"replicas={replicas} but only {len(gpus)} GPU(s) are visible; ask for at most "
@@ -112,8 +107,8 @@ def make_strategy(replicas: int | None = None, *, cross_device_ops_name: str = "
 
 def per_replica_batch_size(global_batch_size: int, num_replicas: int, *, on_gpu: bool = False) -> int:
     """Global batch / replicas; ValueError when it does not divide, a warning when a GPU would get < 16."""
-    _check_count(global_batch_size, "global_batch_size")
-    _check_count(num_replicas, "num_replicas")
+    positive_int(global_batch_size, "global_batch_size")
+    positive_int(num_replicas, "num_replicas")
     if global_batch_size % num_replicas:
         lo = global_batch_size // num_replicas * num_replicas
         raise ValueError(f"global_batch_size={global_batch_size} does not divide evenly over {num_replicas} "
@@ -184,8 +179,8 @@ def reduction_check(replicas: int = 2) -> dict:
 
 def shard_by_worker(num_examples: int = 12, num_workers: int = 2) -> dict:
     """What ``dataset.shard(num_workers, index)`` gives each worker, and TF's auto-shard policies."""
+    positive_int(num_workers, "num_workers")
     tf = _tf()
-    _check_count(num_workers, "num_workers")
     shards = [list(tf.data.Dataset.range(num_examples).shard(num_workers, i).as_numpy_iterator())
               for i in range(num_workers)]
     policies = [p.name for p in tf.data.experimental.AutoShardPolicy]

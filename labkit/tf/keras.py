@@ -14,6 +14,8 @@ from pathlib import Path
 
 import numpy as np
 
+from labkit.core.validation import checked_int, positive_int
+
 
 def keras_small_cnn(num_classes: int = 10, image_shape: tuple[int, int, int] = (32, 32, 3), width: int = 32,
                     float32_logits: bool = False):
@@ -80,11 +82,9 @@ def keras_batch_throughput(x: np.ndarray, y: np.ndarray, batch_sizes: tuple[int,
 
     if x.ndim != 4 or len(x) != len(y):
         raise ValueError(f"x must be (N, H, W, C) images with one label each, got x {x.shape}, y {y.shape}")
-    if epochs < 2:
-        raise ValueError("epochs must be >= 2: the first epoch traces the graph and is not timed")
+    checked_int(epochs, "epochs", minimum=2, hint="the first epoch traces the graph and is not timed")
     for bs in batch_sizes:
-        if not isinstance(bs, int) or not 1 <= bs <= len(x):
-            raise ValueError(f"each batch size must be an integer between 1 and {len(x)}, got {bs!r}")
+        positive_int(bs, "each value in batch_sizes", maximum=len(x), hint=f"x holds {len(x)} images")
     with tempfile.TemporaryDirectory() as tmp:
         path = str(Path(tmp) / "data.npz")
         np.savez(path, x=x.astype(np.float32), y=y.astype(np.int64))

@@ -15,6 +15,7 @@ import numpy as np
 
 from labkit.core.machine import cpu_count
 from labkit.core.timing import time_fn
+from labkit.core.validation import checked_int, positive_int
 
 
 def _tf():
@@ -84,8 +85,8 @@ def _drain(ds) -> int:
 def map_vs_batch(images: np.ndarray, batch_size: int = 32, repeats: int = 3, epochs: int = 8) -> Comparison:
     """Guide 'Vectorizing mapping': map-then-batch calls ``parse`` per sample, batch-then-map per batch."""
     tf, images = _tf(), _check_images(images)
-    if not isinstance(epochs, int) or epochs < 1:
-        raise ValueError(f"epochs must be a positive integer, got {epochs!r}")
+    positive_int(batch_size, "batch_size")
+    positive_int(epochs, "epochs")
     n = len(images) * epochs   # enough elements that per-element cost, not iterator start-up, dominates
     base = tf.data.Dataset.from_tensor_slices(images).repeat(epochs)
     variants = {"map then batch": base.map(parse).batch(batch_size),
@@ -187,8 +188,7 @@ def _name(parallel: int) -> str:
 def write_shards(images: np.ndarray, directory: str | Path, num_files: int = 8) -> list[str]:
     """Write ``images`` into ``num_files`` real TFRecord files (one serialised image per record)."""
     tf, images = _tf(), _check_images(images)
-    if not isinstance(num_files, int) or not 1 <= num_files <= len(images):
-        raise ValueError(f"num_files must be an integer between 1 and {len(images)}, got {num_files!r}")
+    positive_int(num_files, "num_files", maximum=len(images), hint=f"{len(images)} images, at least one per file")
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     paths = []
@@ -228,8 +228,7 @@ def interleave_files(paths: list[str], record_s: float = 0.002, cycle_length: in
 def shard_order(n: int = 64, num_workers: int = 2, decode_s: float = 0.002) -> Comparison:
     """Guide/tf.distribute advice: ``shard`` before heavy work, so each worker decodes only its own part."""
     tf = _tf()
-    if not isinstance(num_workers, int) or num_workers < 2:
-        raise ValueError(f"num_workers must be an integer >= 2 to shard, got {num_workers!r}")
+    checked_int(num_workers, "num_workers", minimum=2, hint="sharding needs two or more workers")
     calls = {"n": 0}
 
     def decode(i):
@@ -269,8 +268,7 @@ def cache_repeat_order(images: np.ndarray, epochs: int = 3, cache_dir: str | Pat
     import tempfile
 
     tf, images = _tf(), _check_images(images)
-    if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 2:
-        raise ValueError(f"epochs must be an integer >= 2 to compare orderings, got {epochs!r}")
+    checked_int(epochs, "epochs", minimum=2, hint="comparing the orderings needs two or more epochs")
     calls = {"n": 0}
 
     def counted_parse(x):

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
+from labkit.core.validation import checked_int, positive_int
 from labkit.tf.distribute import DevicesAlreadyInitializedError, make_strategy, run_in_fresh_process
 
 BN_VARIANTS = ("broken", "drop_remainder", "repeat", "synchronized_bn")
@@ -71,8 +72,8 @@ class BatchNormNanEvidence:
 
 def uneven_example_count(available: int, global_batch_size: int, remainder: int = 1) -> int:
     """The largest count <= ``available`` that leaves ``remainder`` examples in the last global batch."""
-    if not 0 < remainder < global_batch_size:
-        raise ValueError(f"remainder must be between 1 and global_batch_size - 1, got {remainder}")
+    positive_int(global_batch_size, "global_batch_size")
+    checked_int(remainder, "remainder", maximum=global_batch_size - 1, hint="the last batch must be short")
     n = (available - remainder) // global_batch_size * global_batch_size + remainder
     if n <= remainder:
         raise ValueError(f"need more than {global_batch_size + remainder} examples, got {available}")
@@ -88,8 +89,8 @@ def uneven_last_batch_bn(x_train: np.ndarray, y_train: np.ndarray, x_val: np.nda
     if bad or not variants:
         raise ValueError(f"variants must be chosen from {BN_VARIANTS}, got {variants!r}")
     n = uneven_example_count(len(x_train), global_batch_size, remainder=1)
-    if replicas < 2:
-        raise ValueError("replicas must be >= 2: with one replica no replica is ever left without examples")
+    checked_int(replicas, "replicas", minimum=2, hint="with one replica no replica is ever left without examples")
+    positive_int(epochs, "epochs")
     with tempfile.TemporaryDirectory(prefix="labkit-bn-") as tmp:
         data = Path(tmp) / "data.npz"
         np.savez(data, x=x_train[:n].reshape(n, -1).astype("float32"), y=y_train[:n].astype("int32"),

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from labkit.tf.keras import keras_small_cnn
 from labkit.core.rundirs import check_writable_dir
+from labkit.core.validation import checked_int, positive_int
 
 METHODS = ("programmatic", "callback")
 
@@ -41,16 +42,15 @@ class TFProfileResult:
 
 
 def _check_batches(profile_batch: tuple[int, int], steps_per_epoch: int) -> tuple[int, int]:
-    if (not isinstance(profile_batch, (tuple, list)) or len(profile_batch) != 2
-            or not all(isinstance(b, int) and not isinstance(b, bool) for b in profile_batch)):
+    """``(first, last)`` batches to profile, counted from 1, inside the first epoch (one clear ValueError)."""
+    if not isinstance(profile_batch, (tuple, list)) or len(profile_batch) != 2:
         raise ValueError(f"profile_batch must be a pair of integers (first, last), got {profile_batch!r}")
-    first, last = profile_batch
-    if first < 1 or last < first:
-        raise ValueError(f"profile_batch=({first}, {last}) needs 1 <= first <= last (batches count from 1)")
-    if last > steps_per_epoch:
-        raise ValueError(f"profile_batch ends at batch {last} but an epoch has only {steps_per_epoch} batches; "
-                         "profile earlier batches or give fit more data")
-    return int(first), int(last)
+    hint = (f"profile_batch=(first, last) needs 1 <= first <= last (batches count from 1), and an epoch has "
+            f"only {steps_per_epoch} batches: profile earlier batches or give fit more data")
+    first = positive_int(profile_batch[0], "profile_batch's first batch", maximum=steps_per_epoch, hint=hint)
+    last = checked_int(profile_batch[1], "profile_batch's last batch", minimum=first, maximum=steps_per_epoch,
+                       hint=hint)
+    return first, last
 
 
 def xplane_files(run_dir: str | Path) -> list[str]:
@@ -65,8 +65,7 @@ def profile_keras_fit(model, x, y, *, run_dir: str | Path, batch_size: int = 32,
 
     if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")
-    if not isinstance(batch_size, int) or batch_size < 1:
-        raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
+    positive_int(batch_size, "batch_size")
     steps = -(-len(x) // batch_size)
     first, last = _check_batches(profile_batch, steps)
     run_dir = check_writable_dir(run_dir)

@@ -45,9 +45,9 @@ def test_schedule_numbers():
 
 
 @pytest.mark.parametrize("kwargs, match", [
-    ({"wait": -1}, "wait must be >= 0"),
-    ({"active": 0}, "active must be >= 1"),
-    ({"repeat": 0}, "repeat must be >= 1"),
+    ({"wait": -1}, "wait must be an integer >= 0"),
+    ({"active": 0}, "active must be an integer >= 1"),
+    ({"repeat": 0}, "repeat must be an integer >= 1"),
     ({"warmup": 1.5}, "warmup must be an integer"),
     ({"wait": True}, "wait must be an integer"),
 ])

@@ -29,7 +29,7 @@ def test_per_replica_batch_small_gpu_batch_warns():
 
 @pytest.mark.parametrize("bad", [0, -1, 2.5, True, None])
 def test_per_replica_batch_rejects_bad_counts(bad):
-    with pytest.raises(ValueError, match="positive integer"):
+    with pytest.raises(ValueError, match="global_batch_size must be an integer >= 1"):
         per_replica_batch_size(bad, 2)
 
 
@@ -77,6 +77,6 @@ def test_nccl_on_cpus_refused_before_tensorflow_loads():
         make_strategy(2, cross_device_ops_name="nccl", use_gpus=False)
     with pytest.raises(ValueError, match="cross_device_ops_name must be one of"):
         make_strategy(2, cross_device_ops_name="ring")
-    with pytest.raises(ValueError, match="replicas must be a positive integer"):
+    with pytest.raises(ValueError, match="replicas must be an integer >= 1"):
         make_strategy(0)
     assert had_tf or "tensorflow" not in sys.modules     # the checks did not start TensorFlow here

@@ -20,7 +20,7 @@ def test_bad_input_is_clear():
     x, y = np.zeros((10, 8, 8, 3), np.float32), np.zeros(10, np.int64)
     with pytest.raises(ValueError, match="between 1 and 10"):
         keras_batch_throughput(x, y, batch_sizes=(0,))
-    with pytest.raises(ValueError, match="epochs must be >= 2"):
+    with pytest.raises(ValueError, match="epochs must be an integer >= 2"):
         keras_batch_throughput(x, y, epochs=1)
     with pytest.raises(ValueError, match=r"\(N, H, W, C\)"):
         keras_batch_throughput(x[0], y)
