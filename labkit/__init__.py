@@ -83,7 +83,8 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
                   "benchmark_loader", "default_grid", "plot_overlap", "simulated_step", "sweep_loaders"),
     "tf.pipelines": ("Comparison", "cache_and_shuffle", "images_from", "interleave_files", "map_vs_batch",
                      "parallel_map", "prefetch_overlap", "shard_order", "write_shards"),
-    "input.threads": ("ThreadSweep", "default_thread_counts", "sweep_tf_threads", "sweep_torch_threads"),
+    "input.threads": ("default_thread_counts", "sweep_torch_threads"),
+    "tf.threads": ("ThreadSweep", "sweep_tf_threads"),
     # data parallelism, scaling, model parallelism
     "parallel.sync_sgd": ("gradient_of_sum_error", "run_sync_sgd_comparison", "sync_gradients", "sync_initial_weights",
                  "train_replica", "train_single_process"),
