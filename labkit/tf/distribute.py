@@ -14,7 +14,6 @@ import os
 import warnings
 from typing import Any
 
-from labkit.core.procs import run_in_fresh_process as _run_fresh
 from labkit.core.validation import positive_int
 
 CROSS_DEVICE_OPS = ("auto", "nccl", "hierarchical_copy", "reduction_to_one_device")
@@ -121,14 +120,6 @@ def per_replica_batch_size(global_batch_size: int, num_replicas: int, *, on_gpu:
                       f"{MIN_PER_REPLICA_BATCH_GPU}); raise global_batch_size to at least "
                       f"{MIN_PER_REPLICA_BATCH_GPU * num_replicas} or use fewer replicas", stacklevel=2)
     return per_replica
-
-
-# ---------------------------------------------------------------------------------------------- fresh processes
-def run_in_fresh_process(target: str, kwargs: dict | None = None, *, timeout_s: float = 300.0,
-                         env: dict | None = None) -> Any:
-    """``labkit.core.procs.run_in_fresh_process`` that also brings DevicesAlreadyInitializedError back."""
-    return _run_fresh(target, kwargs, timeout_s=timeout_s, env=env,
-                      errors={"DevicesAlreadyInitializedError": DevicesAlreadyInitializedError})
 
 
 # ---------------------------------------------------------------------------------------------- lessons (child side)

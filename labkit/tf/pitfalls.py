@@ -20,8 +20,9 @@ from pathlib import Path
 
 import numpy as np
 
+from labkit.core.procs import run_in_fresh_process
 from labkit.core.validation import checked_int, positive_int
-from labkit.tf.distribute import DevicesAlreadyInitializedError, make_strategy, run_in_fresh_process
+from labkit.tf.distribute import DevicesAlreadyInitializedError, make_strategy
 
 BN_VARIANTS = ("broken", "drop_remainder", "repeat", "synchronized_bn")
 

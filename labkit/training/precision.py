@@ -149,7 +149,7 @@ def keras_policy_child(policy: str = "mixed_bfloat16", batch_size: int = 64, rep
 def keras_mixed_precision(policies: tuple[str, ...] = ("float32", "mixed_bfloat16"), batch_size: int = 64,
                           repeats: int = 5) -> dict:
     """Per policy, a fresh TF process: step timings (a labkit TimingResult) and the dtypes Keras chose."""
-    from labkit.tf.distribute import run_in_fresh_process
+    from labkit.core.procs import run_in_fresh_process
     from labkit.core.timing import TimingResult
 
     out = {}

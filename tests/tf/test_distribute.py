@@ -4,7 +4,8 @@ import warnings
 
 import pytest
 
-from labkit.tf.distribute import (DevicesAlreadyInitializedError, per_replica_batch_size, run_in_fresh_process)
+from labkit.core.procs import run_in_fresh_process
+from labkit.tf.distribute import DevicesAlreadyInitializedError, per_replica_batch_size
 
 
 def test_per_replica_batch_divides():

@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from labkit.tf.distribute import run_in_fresh_process
+from labkit.core.procs import run_in_fresh_process
 from labkit.tf.pitfalls import BN_VARIANTS, uneven_example_count, uneven_last_batch_bn
 
 

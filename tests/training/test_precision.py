@@ -5,7 +5,7 @@ import torch
 from labkit.training.memory import saved_activation_bytes
 from labkit.training.precision import autocast_step, fp16_underflow
 from labkit.core.models import MLP
-from labkit.tf.distribute import run_in_fresh_process
+from labkit.core.procs import run_in_fresh_process
 
 
 def test_fp16_underflow_and_scaling_recovers():
