@@ -225,10 +225,10 @@ def interleave_files(paths: list[str], record_s: float = 0.002, cycle_length: in
     return Comparison("reading many files", rows, f"{record_s * 1e3:.0f} ms simulated latency per record")
 
 
-def shard_order(n: int = 64, num_workers: int = 2, decode_s: float = 0.002) -> Comparison:
+def shard_order(n: int = 64, world_size: int = 2, decode_s: float = 0.002) -> Comparison:
     """Guide/tf.distribute advice: ``shard`` before heavy work, so each worker decodes only its own part."""
     tf = _tf()
-    checked_int(num_workers, "num_workers", minimum=2, hint="sharding needs two or more workers")
+    checked_int(world_size, "world_size", minimum=2, hint="sharding needs two or more workers")
     calls = {"n": 0}
 
     def decode(i):
@@ -241,15 +241,15 @@ def shard_order(n: int = 64, num_workers: int = 2, decode_s: float = 0.002) -> C
     rows = []
     for name in ("map then shard", "shard then map"):
         calls["n"], start, seen = 0, time.perf_counter(), 0
-        for w in range(num_workers):   # each simulated worker reads its own shard
+        for w in range(world_size):   # each simulated worker reads its own shard
             base = tf.data.Dataset.range(n)
-            ds = base.map(decode).shard(num_workers, w) if name == "map then shard" else \
-                base.shard(num_workers, w).map(decode)
+            ds = base.map(decode).shard(world_size, w) if name == "map then shard" else \
+                base.shard(world_size, w).map(decode)
             seen += sum(1 for _ in ds)
         total = time.perf_counter() - start
         rows.append({"variant": name, "decode_calls": calls["n"], "samples": seen,
-                     "seconds_per_worker": total / num_workers, "samples_per_s": seen / total})
-    return Comparison("shard placement", rows, f"{num_workers} simulated workers, one after another")
+                     "seconds_per_worker": total / world_size, "samples_per_s": seen / total})
+    return Comparison("shard placement", rows, f"{world_size} simulated workers, one after another")
 
 
 def autotune_cores() -> int:

@@ -25,7 +25,7 @@ def test_bn_nan_reproduced_and_fixed():
     rng = np.random.default_rng(0)
     x = rng.normal(size=(81, 6)).astype("float32")
     y = (x[:, 0] > 0).astype("int32")
-    ev = uneven_last_batch_bn(x, y, x[:16], y[:16], global_batch_size=8, replicas=2,
+    ev = uneven_last_batch_bn(x, y, x[:16], y[:16], global_batch_size=8, world_size=2,
                               variants=("broken", "synchronized_bn"))
     assert ev.num_examples == 81 and ev.last_step_replica_batch_sizes == (1, 0)
     assert np.isfinite(ev.broken.train_loss)
@@ -37,4 +37,4 @@ def test_bn_nan_reproduced_and_fixed():
 @pytest.mark.tensorflow
 def test_counting_logical_devices_blocks_configuration():
     out = run_in_fresh_process("labkit.tf.pitfalls:count_then_configure", {"method": "logical"})
-    assert out["strategy_replicas"] is None and "restart the kernel" in out["error"]
+    assert out["strategy_world_size"] is None and "restart the kernel" in out["error"]
