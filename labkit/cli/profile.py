@@ -10,6 +10,7 @@ from pathlib import Path
 
 from labkit.cli.common import (add_model_flags, add_output_flags, fmt, format_bytes, format_table, load_workload,
                                nonnegative_int, positive_int, print_json, subparser)
+from labkit.core.clock import timestamp_s
 from labkit.core.progress import progress_bar
 from labkit.core.rundirs import check_writable_dir, run_path
 
@@ -36,7 +37,7 @@ def checked_run_dir(args: argparse.Namespace) -> Path:
 
     An unusable directory is a bad argument: one line and exit status 2, before any model is built.
     """
-    default = run_path("profile", f"{args.model}-b{args.batch_size}-{time.strftime('%Y%m%d-%H%M%S')}")
+    default = run_path("profile", f"{args.model}-b{args.batch_size}-{time.strftime('%Y%m%d-%H%M%S', time.localtime(timestamp_s()))}")
     try:
         return check_writable_dir(args.run_dir or default)
     except PermissionError as err:

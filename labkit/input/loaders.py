@@ -14,6 +14,7 @@ from typing import Callable
 import torch
 from torch.utils.data import Dataset
 
+from labkit.core.clock import now_s
 from labkit.core.data import make_loader, validate_num_workers
 from labkit.core.machine import cpu_count
 from labkit.core.device import device_label
@@ -65,9 +66,9 @@ class ExpensiveTransform:
         if self.kind == "io":
             time.sleep(self.delay_s)
             return x
-        end = time.perf_counter() + self.delay_s
+        end = now_s() + self.delay_s
         acc = 0
-        while time.perf_counter() < end:   # busy work in pure Python, holding its core like a decoder would
+        while now_s() < end:   # busy work in pure Python, holding its core like a decoder would
             acc += 1
         return x
 
@@ -128,23 +129,23 @@ def benchmark_loader(dataset: Dataset, config: LoaderConfig, *, batch_size: int 
                          pin_memory=config.pin_memory, prefetch_factor=config.prefetch_factor,
                          persistent_workers=config.persistent_workers, seed=seed)
     timeline, samples, wait_s = [], 0, 0.0
-    start = time.perf_counter()
+    start = now_s()
     for _ in range(epochs):
         it = iter(loader)   # starting workers is part of the wait, as in real training
         while True:
-            t0 = time.perf_counter()
+            t0 = now_s()
             try:
                 batch = next(it)
             except StopIteration:
                 break
-            t1 = time.perf_counter()
+            t1 = now_s()
             step_fn(batch)
-            t2 = time.perf_counter()
+            t2 = now_s()
             wait_s += t1 - t0
             samples += len(batch[1])
             timeline.append((t0 - start, t1 - start, t2 - start))
         del it
-    total_s = time.perf_counter() - start
+    total_s = now_s() - start
     del loader
     gc.collect()   # shut worker processes down before the next configuration starts
     return LoaderResult(config, samples, total_s, wait_s, timeline)

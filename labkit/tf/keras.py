@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import statistics
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
 
+from labkit.core.clock import now_s
 from labkit.core.validation import checked_int, positive_int
 
 
@@ -55,11 +55,11 @@ def keras_fit_child(data_path: str, batch_sizes: list[int], epochs: int = 2, lr:
             self.epoch = epoch
 
         def on_train_batch_begin(self, batch, logs=None):
-            self.t0 = time.perf_counter()
+            self.t0 = now_s()
 
         def on_train_batch_end(self, batch, logs=None):
             if self.epoch >= 1:
-                self.rates.append(self.batch_size / (time.perf_counter() - self.t0))
+                self.rates.append(self.batch_size / (now_s() - self.t0))
 
     out = {}
     for bs in batch_sizes:

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
+from labkit.core.clock import now_s
 from labkit.core.procs import run_in_fresh_process
 from labkit.core.validation import checked_int, positive_int
 from labkit.tf.distribute import DevicesAlreadyInitializedError, make_strategy
@@ -183,18 +184,16 @@ class DeviceCountProbe:
 
 def count_then_configure(method: str = "physical", world_size: int = 2) -> dict:
     """Child process: count devices by ``method`` ('physical' or 'logical'), then call make_strategy."""
-    import time
-
     import tensorflow as tf
 
-    start = time.perf_counter()
+    start = now_s()
     if method == "physical":
         count = len(tf.config.list_physical_devices())
     elif method == "logical":
         count = len(tf.config.list_logical_devices())
     else:
         raise ValueError(f"method must be 'physical' or 'logical', got {method!r}")
-    call_ms = (time.perf_counter() - start) * 1e3
+    call_ms = (now_s() - start) * 1e3
     try:
         got, error = make_strategy(world_size).num_replicas_in_sync, None
     except DevicesAlreadyInitializedError as err:

@@ -14,11 +14,11 @@ PyTorch can profile Keras without holding both frameworks in one process.
 from __future__ import annotations
 
 import os
-import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from labkit.tf.keras import keras_small_cnn
+from labkit.core.clock import now_s
 from labkit.core.rundirs import check_writable_dir
 from labkit.core.validation import checked_int, positive_int
 
@@ -74,7 +74,7 @@ def profile_keras_fit(model, x, y, *, run_dir: str | Path, batch_size: int = 32,
     earlier = {f: os.stat(f).st_mtime_ns for f in xplane_files(run_dir)}
     if not model.optimizer or not getattr(model, "compiled", True):
         raise ValueError("compile the model first, e.g. model.compile('sgd', loss=...)")
-    start = time.perf_counter()
+    start = now_s()
     if method == "callback":
         _require_tensorboard()
         cb = tf.keras.callbacks.TensorBoard(log_dir=str(run_dir), profile_batch=(first, last), write_graph=False)
@@ -89,7 +89,7 @@ def profile_keras_fit(model, x, y, *, run_dir: str | Path, batch_size: int = 32,
                     model.train_on_batch(xb, yb)
         finally:
             tf.profiler.experimental.stop()
-    fit_s = time.perf_counter() - start
+    fit_s = now_s() - start
     files = [f for f in xplane_files(run_dir) if earlier.get(f) != os.stat(f).st_mtime_ns]
     if not files:
         raise RuntimeError(f"the TF profiler wrote no .xplane.pb under {run_dir}/plugins/profile; "

@@ -9,9 +9,9 @@ PyTorch's sweep (``labkit.input.threads``); it lives here because this module mu
 from __future__ import annotations
 
 import statistics
-import time
 from dataclasses import dataclass
 
+from labkit.core.clock import host_times_s, percentile
 from labkit.core.machine import cpu_count
 from labkit.core.validation import positive_ints
 
@@ -69,16 +69,8 @@ def tf_thread_child(intra: int, inter: int, size: int, branches: int, warmup: in
     def work():   # `branches` independent matmuls: intra-op splits each, inter-op runs them side by side
         return tf.add_n([tf.matmul(mats[0], m) for m in mats[1:]])
 
-    for _ in range(warmup):
-        work().numpy()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        work().numpy()   # .numpy() waits for the result
-        times.append(time.perf_counter() - start)
-    times.sort()
-    return {"median_s": statistics.median(times), "p10_s": times[int(0.1 * (len(times) - 1))],
-            "p90_s": times[int(round(0.9 * (len(times) - 1)))],
+    times = host_times_s(lambda: work().numpy(), warmup=warmup, repeats=repeats)   # .numpy() waits for the result
+    return {"median_s": statistics.median(times), "p10_s": percentile(times, 10), "p90_s": percentile(times, 90),
             "intra_seen": tf.config.threading.get_intra_op_parallelism_threads(),
             "inter_seen": tf.config.threading.get_inter_op_parallelism_threads()}
 
