@@ -76,8 +76,10 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
                    "knee_batch", "per_replica_batch", "scaled_lr", "search_from_hint", "search_largest"),
     "ui.dashboard": ("BatchSizeDashboard", "DashboardRun"),
     # profiling and input pipelines
-    "profile.profiler": ("ProfileSchedule", "ProfileSummary", "profile_training"),
-    "profile.traces": ("TraceStats", "changed_ops", "compare_runs", "load_trace", "step_numbers", "summarize_trace"),
+    "profile.schedule": ("ProfileSchedule",),
+    "profile.summary": ("ProfileSummary", "changed_ops", "compare_runs"),
+    "profile.profiler": ("profile_training",),
+    "profile.traces": ("TraceStats", "load_trace", "step_numbers", "summarize_trace"),
     "tf.profiler": ("TFProfileResult", "profile_keras_fit", "profile_keras_in_subprocess", "xplane_files"),
     "input.loaders": ("ExpensiveTransform", "LoaderConfig", "LoaderResult", "LoaderSweep", "TransformedDataset",
                   "benchmark_loader", "default_grid", "plot_overlap", "simulated_step", "sweep_loaders"),

@@ -47,7 +47,8 @@ def checked_run_dir(args: argparse.Namespace) -> Path:
 def run(args: argparse.Namespace) -> int:
     """Profile, print the summary table and where the traces are."""
     from labkit.core.data import make_loader
-    from labkit.profile.profiler import ProfileSchedule, profile_training
+    from labkit.profile.profiler import profile_training
+    from labkit.profile.schedule import ProfileSchedule
 
     sched = ProfileSchedule(args.wait, args.warmup, args.active, args.repeat)  # validates the schedule first
     steps = max(args.steps or 0, sched.steps_needed)

@@ -11,103 +11,21 @@ from __future__ import annotations
 import os
 import statistics
 import warnings
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable
 
 import torch
 from torch import nn
-from torch.profiler import ProfilerActivity, profile, record_function, schedule
+from torch.profiler import ProfilerActivity, profile, record_function
 
 from labkit.core.device import device_label, get_device
 from labkit.core.rundirs import check_writable_dir
-from labkit.core.validation import checked_int, positive_int
-from labkit.profile.traces import CATEGORIES, LABEL_PREFIX, changed_ops, compare_runs, summarize_trace  # noqa: F401
+from labkit.core.validation import checked_int
+from labkit.profile.schedule import ProfileSchedule
+from labkit.profile.summary import ProfileSummary
+from labkit.profile.traces import CATEGORIES, LABEL_PREFIX, summarize_trace
 
 KINETO_LOG_LEVEL_ENV_VAR = "KINETO_LOG_LEVEL"
-
-
-@dataclass(frozen=True)
-class ProfileSchedule:
-    """The profiler's step schedule; ``steps_needed`` steps must run for every cycle to complete."""
-
-    wait: int = 1
-    warmup: int = 1
-    active: int = 3
-    repeat: int = 1
-    skip_first: int = 0
-
-    def __post_init__(self) -> None:
-        for name in ("wait", "warmup", "skip_first"):
-            checked_int(getattr(self, name), name, minimum=0, hint="it counts training steps")
-        positive_int(self.active, "active", hint="with active=0 the profiler records no step at all")
-        positive_int(self.repeat, "repeat", hint="torch's repeat=0 means 'forever', which never finishes here")
-
-    @property
-    def cycle_steps(self) -> int:
-        return self.wait + self.warmup + self.active
-
-    @property
-    def steps_needed(self) -> int:
-        """Training steps to run so that every cycle completes and writes its trace."""
-        return self.skip_first + self.cycle_steps * self.repeat
-
-    @property
-    def profiled_steps(self) -> int:
-        """Steps that end up in the traces."""
-        return self.active * self.repeat
-
-    def active_step_numbers(self) -> list[int]:
-        """Indices (0-based, as in ``ProfilerStep#N``) of the recorded steps."""
-        return [self.skip_first + c * self.cycle_steps + self.wait + self.warmup + i
-                for c in range(self.repeat) for i in range(self.active)]
-
-    def to_torch(self) -> Callable:
-        return schedule(wait=self.wait, warmup=self.warmup, active=self.active, repeat=self.repeat,
-                        skip_first=self.skip_first)
-
-
-@dataclass
-class ProfileSummary:
-    """What the profiled steps did: time by category, top operators, memory, and where the traces are."""
-
-    run_dir: Path
-    trace_files: list[Path]
-    schedule: ProfileSchedule
-    profiled_steps: int
-    step_numbers: list[int]
-    samples_per_step: int
-    step_time_median_s: float
-    category_s: dict[str, float]             # mean seconds per profiled step
-    top_ops: list[dict]                      # name, self_cpu_s, self_device_s, calls (per profiled step)
-    op_table: str                            # key_averages grouped by input shape, as text
-    peak_mem_bytes: int | None
-    item_calls_per_step: float
-    device: str
-    extras: dict = field(default_factory=dict)  # memory snapshot path, HTA results, gpu busy fraction
-
-    @property
-    def expected_steps(self) -> int:
-        return self.schedule.profiled_steps
-
-    def per_sample_s(self) -> dict[str, float]:
-        """Seconds per training sample by category (and 'total')."""
-        out = {c: s / self.samples_per_step for c, s in self.category_s.items()}
-        out["total"] = self.step_time_median_s / self.samples_per_step
-        return out
-
-    def shares(self) -> dict[str, float]:
-        """Fraction of step time per category (sums to 1)."""
-        total = sum(self.category_s.values()) or 1.0
-        return {c: s / total for c, s in self.category_s.items()}
-
-    def __str__(self) -> str:
-        cats = ", ".join(f"{c} {100 * f:.0f}%" for c, f in self.shares().items() if f >= 0.005)
-        mem = "n/a" if self.peak_mem_bytes is None else f"{self.peak_mem_bytes / 2**20:.1f} MiB"
-        return (f"{self.profiled_steps} profiled steps of {self.samples_per_step} samples on {self.device}: "
-                f"median step {self.step_time_median_s * 1e3:.2f} ms "
-                f"({self.step_time_median_s / self.samples_per_step * 1e3:.3f} ms/sample); {cats}; "
-                f"peak memory during profiling {mem}; traces in {self.run_dir}")
 
 
 # ------------------------------------------------------------------------------------------ helpers
