@@ -8,11 +8,12 @@ profiler plugin is deprecated and removed upstream, so nothing here depends on i
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import statistics
 import warnings
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Iterator
 
 import torch
 from torch import nn
@@ -81,17 +82,33 @@ def train_step(model: nn.Module, batch, optimizer, loss_fn, device: torch.device
     return int(x.shape[0])
 
 
-def _collect_ops(prof, table: dict, row_limit: int, texts: list) -> None:
-    """Add one finished cycle's operator self-times to ``table`` (per-op totals across cycles)."""
-    for avg in prof.key_averages():
-        if avg.key.startswith(LABEL_PREFIX) or avg.key.startswith("ProfilerStep"):
-            continue
-        row = table.setdefault(avg.key, {"name": avg.key, "self_cpu_s": 0.0, "self_device_s": 0.0, "calls": 0})
-        row["self_cpu_s"] += avg.self_cpu_time_total * 1e-6
-        row["self_device_s"] += getattr(avg, "self_device_time_total", 0.0) * 1e-6
-        row["calls"] += avg.count
-    sort_key = "self_device_time_total" if any(r["self_device_s"] for r in table.values()) else "self_cpu_time_total"
-    texts[:] = [prof.key_averages(group_by_input_shape=True).table(sort_by=sort_key, row_limit=row_limit)]
+class CycleRecorder:
+    """The profiler's ``on_trace_ready``: writes each finished cycle's trace and adds up its operators."""
+
+    def __init__(self, run_dir: Path, row_limit: int) -> None:
+        self.run_dir, self.row_limit = run_dir, row_limit
+        self.trace_files: list[Path] = []
+        self.ops: dict[str, dict] = {}   # name -> self_cpu_s, self_device_s, calls (totals across cycles)
+        self.op_table = ""               # the last cycle's key_averages grouped by input shape, as text
+
+    def __call__(self, prof) -> None:
+        path = self.run_dir / f"trace_cycle{len(self.trace_files)}.pt.trace.json"
+        prof.export_chrome_trace(str(path))
+        self.trace_files.append(path)
+        self._add_ops(prof)
+
+    def _add_ops(self, prof) -> None:
+        """Add one finished cycle's operator self-times to the per-op totals."""
+        for avg in prof.key_averages():
+            if avg.key.startswith(LABEL_PREFIX) or avg.key.startswith("ProfilerStep"):
+                continue
+            row = self.ops.setdefault(avg.key, dict(name=avg.key, self_cpu_s=0.0, self_device_s=0.0, calls=0))
+            row["self_cpu_s"] += avg.self_cpu_time_total * 1e-6
+            row["self_device_s"] += getattr(avg, "self_device_time_total", 0.0) * 1e-6
+            row["calls"] += avg.count
+        on_device = any(r["self_device_s"] for r in self.ops.values())
+        sort_key = "self_device_time_total" if on_device else "self_cpu_time_total"
+        self.op_table = prof.key_averages(group_by_input_shape=True).table(sort_by=sort_key, row_limit=self.row_limit)
 
 
 def _gpu_extras(dev: torch.device, run_dir: Path, snapshot: bool, hta: bool) -> dict:
@@ -132,44 +149,55 @@ def profile_training(model: nn.Module, loader: Iterable, *, run_dir: str | Path,
     checked_int(steps, "steps", minimum=sched.steps_needed,
                 hint=f"fewer than the schedule needs: skip_first + (wait + warmup + active) x repeat = "
                      f"{sched.steps_needed}; run more steps or shrink the schedule")
-    run_dir = check_writable_dir(run_dir)
-    for old in run_dir.glob("trace_cycle*.json"):
-        old.unlink()   # a rerun must not mix its traces with the last run's
+    run_dir = _fresh_run_dir(run_dir)
     dev = get_device(device)
     model = model.to(dev).train()
     optimizer = optimizer or torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
     loss_fn = loss_fn or nn.CrossEntropyLoss()
-    trace_files: list[Path] = []
-    ops: dict = {}
-    texts: list = []
-
-    def on_ready(prof) -> None:
-        path = run_dir / f"trace_cycle{len(trace_files)}.pt.trace.json"
-        prof.export_chrome_trace(str(path))
-        trace_files.append(path)
-        _collect_ops(prof, ops, row_limit, texts)
-
+    recorder = CycleRecorder(run_dir, row_limit)
     snapshot = memory_snapshot and dev.type == "cuda"
+    quiet_gpu_probe_without_gpu()
+    with _cuda_memory_recording(dev, snapshot):
+        samples = _profiled_steps(lambda batch: train_step(model, batch, optimizer, loss_fn, dev, sync_every_step),
+                                  loader, steps, activities=_activities(dev), schedule=sched.to_torch(),
+                                  on_trace_ready=recorder, record_shapes=record_shapes,
+                                  profile_memory=profile_memory, with_stack=with_stack)
+        extras = _gpu_extras(dev, run_dir, snapshot, hta)
+    return _summarize(recorder, sched, samples, dev, extras)
+
+
+def _fresh_run_dir(run_dir: str | Path) -> Path:
+    """``run_dir``, proven writable, without the traces of an earlier run (a rerun must not mix them in)."""
+    run_dir = check_writable_dir(run_dir)
+    for old in run_dir.glob("trace_cycle*.json"):
+        old.unlink()
+    return run_dir
+
+
+@contextlib.contextmanager
+def _cuda_memory_recording(dev: torch.device, snapshot: bool) -> Iterator[None]:
+    """Reset CUDA's peak-memory counter, and record the allocator's history for a snapshot, around a run."""
     if dev.type == "cuda":
         torch.cuda.reset_peak_memory_stats(dev)
     if snapshot:
         torch.cuda.memory._record_memory_history(max_entries=100_000)
-    samples: list[int] = []
-    quiet_gpu_probe_without_gpu()
-    prof_kwargs = {"activities": _activities(dev), "schedule": sched.to_torch(), "on_trace_ready": on_ready,
-                   "record_shapes": record_shapes, "profile_memory": profile_memory, "with_stack": with_stack}
     try:
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message=".*clears events at the end of each cycle.*")
-            with profile(**prof_kwargs) as prof:   # leaving the block stops the profiler, even on an exception
-                for batch in _labelled_batches(loader, steps):
-                    samples.append(train_step(model, batch, optimizer, loss_fn, dev, sync_every_step))
-                    prof.step()
-        extras = _gpu_extras(dev, run_dir, snapshot, hta)
+        yield
     finally:
         if snapshot:
             torch.cuda.memory._record_memory_history(enabled=None)
-    return _summarize(run_dir, trace_files, sched, samples, ops, texts, dev, extras)
+
+
+def _profiled_steps(step: Callable[[object], int], loader: Iterable, steps: int, **profile_kwargs) -> list[int]:
+    """Run ``steps`` training steps under ``torch.profiler``; returns the samples in each step."""
+    samples = []
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*clears events at the end of each cycle.*")
+        with profile(**profile_kwargs) as prof:   # leaving the block stops the profiler, even on an exception
+            for batch in _labelled_batches(loader, steps):
+                samples.append(step(batch))
+                prof.step()
+    return samples
 
 
 def _labelled_batches(loader: Iterable, steps: int):
@@ -181,16 +209,16 @@ def _labelled_batches(loader: Iterable, steps: int):
         yield batch
 
 
-def _summarize(run_dir: Path, trace_files: list[Path], sched: ProfileSchedule, samples: list[int], ops: dict,
-               texts: list, dev: torch.device, extras: dict) -> ProfileSummary:
+def _summarize(recorder: CycleRecorder, sched: ProfileSchedule, samples: list[int], dev: torch.device,
+               extras: dict) -> ProfileSummary:
     """Combine the per-cycle trace files into one ProfileSummary."""
-    stats = [summarize_trace(p, device_type=1 if dev.type == "cuda" else 0) for p in trace_files]
+    stats = [summarize_trace(p, device_type=1 if dev.type == "cuda" else 0) for p in recorder.trace_files]
     steps = [n for s in stats for n in s.steps]
     n = max(len(steps), 1)
     times = [t for s in stats for t in s.step_time_s]
     category_s = {c: sum(s.category_s[c] for s in stats) / n for c in CATEGORIES}
     kept = [samples[i] for i in sched.active_step_numbers() if i < len(samples)]
-    top = sorted(ops.values(), key=lambda r: r["self_device_s"] or r["self_cpu_s"], reverse=True)
+    top = sorted(recorder.ops.values(), key=lambda r: r["self_device_s"] or r["self_cpu_s"], reverse=True)
     top = [{**r, "self_cpu_s": r["self_cpu_s"] / n, "self_device_s": r["self_device_s"] / n,
             "calls": r["calls"] / n} for r in top]
     if dev.type == "cuda":
@@ -203,8 +231,8 @@ def _summarize(run_dir: Path, trace_files: list[Path], sched: ProfileSchedule, s
     busy = [s.gpu_busy_s for s in stats if s.gpu_busy_s is not None]
     if busy and times:
         extras["gpu_busy_fraction"] = sum(busy) / sum(times)
-    return ProfileSummary(run_dir, trace_files, sched, len(steps), steps,
+    return ProfileSummary(recorder.run_dir, recorder.trace_files, sched, len(steps), steps,
                           int(statistics.median(kept)) if kept else 0,
                           statistics.median(times) if times else float("nan"), category_s, top,
-                          texts[0] if texts else "", peak, sum(s.item_calls for s in stats) / n,
+                          recorder.op_table, peak, sum(s.item_calls for s in stats) / n,
                           device_label(dev), extras)
