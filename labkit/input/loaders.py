@@ -11,13 +11,14 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Callable
 
+import matplotlib.pyplot as plt
 import torch
 from torch.utils.data import Dataset
 
 from labkit.core.clock import now_s
 from labkit.core.data import make_loader, validate_num_workers
-from labkit.core.machine import cpu_count
 from labkit.core.device import device_label
+from labkit.core.machine import cpu_count
 from labkit.core.progress import progress_bar
 from labkit.core.validation import checked_int, positive_int
 
@@ -180,8 +181,6 @@ class LoaderSweep:
 
     def plot(self, ax=None):
         """Bar chart of samples/s, annotated with the data-wait fraction."""
-        import matplotlib.pyplot as plt
-
         ax = ax or plt.subplots(figsize=(8, 3.2))[1]
         labels = [r.config.label for r in self.results]
         bars = ax.barh(labels, [r.samples_per_s for r in self.results], color="tab:blue")
@@ -206,8 +205,6 @@ def sweep_loaders(dataset: Dataset, configs: list[LoaderConfig] | None = None, *
 
 def plot_overlap(results: list[LoaderResult], max_batches: int = 8, ax=None):
     """Gantt chart of waiting for data (red) and stepping (blue), one row per configuration."""
-    import matplotlib.pyplot as plt
-
     ax = ax or plt.subplots(figsize=(9, 1 + 0.6 * len(results)))[1]
     for row, res in enumerate(results):
         for t0, t1, t2 in res.timeline[:max_batches]:

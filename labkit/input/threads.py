@@ -8,7 +8,10 @@ from __future__ import annotations
 
 from typing import Callable
 
+import torch
+
 from labkit.core.machine import cpu_count
+from labkit.core.timing import time_fn
 from labkit.core.validation import positive_ints
 from labkit.tf.threads import ThreadSweep, add_speedups
 
@@ -26,8 +29,6 @@ def default_thread_counts(cores: int | None = None) -> list[int]:
 
 def torch_matmul(size: int = 512) -> Callable[[], object]:
     """A compute-bound workload: one (size x size) float32 matmul."""
-    import torch
-
     g = torch.Generator().manual_seed(0)
     a, b = torch.randn(size, size, generator=g), torch.randn(size, size, generator=g)
     return lambda: a @ b
@@ -36,10 +37,6 @@ def torch_matmul(size: int = 512) -> Callable[[], object]:
 def sweep_torch_threads(thread_counts: list[int] | None = None, *, fn: Callable[[], object] | None = None,
                         size: int = 512, warmup: int = 2, repeats: int = 7) -> ThreadSweep:
     """Time ``fn`` (default: a matmul) under each ``torch.set_num_threads`` value; restores the old value."""
-    import torch
-
-    from labkit.core.timing import time_fn
-
     counts = default_thread_counts() if thread_counts is None else thread_counts
     counts = positive_ints(counts, "thread_counts")
     fn = fn or torch_matmul(size)

@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from labkit.core.clock import now_s
+from labkit.core.procs import run_in_fresh_process
 from labkit.core.validation import checked_int, positive_int
 
 
@@ -78,8 +79,6 @@ def keras_fit_child(data_path: str, batch_sizes: list[int], epochs: int = 2, lr:
 def keras_batch_throughput(x: np.ndarray, y: np.ndarray, batch_sizes: tuple[int, ...] = (8, 128), *,
                            epochs: int = 2, lr: float = 0.05, timeout_s: float = 300.0) -> dict[int, dict]:
     """Time ``model.fit(batch_size=b)`` for each b on channels-last images ``x`` (N, H, W, C) and labels ``y``."""
-    from labkit.core.procs import run_in_fresh_process
-
     if x.ndim != 4 or len(x) != len(y):
         raise ValueError(f"x must be (N, H, W, C) images with one label each, got x {x.shape}, y {y.shape}")
     checked_int(epochs, "epochs", minimum=2, hint="the first epoch traces the graph and is not timed")

@@ -8,10 +8,12 @@ Parsing/normalisation is real TensorFlow work. TensorFlow is imported lazily.
 from __future__ import annotations
 
 import statistics
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import matplotlib.pyplot as plt
 import numpy as np
 
 from labkit.core.clock import host_times_s, now_s
@@ -41,13 +43,12 @@ class Comparison:
         raise KeyError(f"no variant {variant!r} in {self.name}; have {[r['variant'] for r in self.rows]}")
 
     def to_dataframe(self):
+        """The rows as a pandas DataFrame (pandas is optional: not a labkit dependency)."""
         import pandas as pd
 
         return pd.DataFrame(self.rows).set_index("variant")
 
     def plot(self, ax=None, key: str = "samples_per_s"):
-        import matplotlib.pyplot as plt
-
         ax = ax or plt.subplots(figsize=(6, 0.5 + 0.5 * len(self.rows)))[1]
         ax.barh([r["variant"] for r in self.rows], [r[key] for r in self.rows], color="tab:orange")
         ax.invert_yaxis()
@@ -104,7 +105,8 @@ def map_vs_batch(images: np.ndarray, batch_size: int = 32, repeats: int = 3, epo
     for name, ds in variants.items():
         seconds = _median_s(lambda ds=ds: _drain(ds), warmup=1, repeats=repeats)
         rows.append({"variant": name, "seconds": seconds, "samples_per_s": n / seconds})
-    return Comparison("map then batch vs batch then map", rows, "same output, one parse call per batch instead of per sample")
+    return Comparison("map then batch vs batch then map", rows,
+                      "same output, one parse call per batch instead of per sample")
 
 
 def sleep_op(x, seconds: float):
@@ -271,8 +273,6 @@ def cache_repeat_order(images: np.ndarray, epochs: int = 3, cache_dir: str | Pat
     cache grows with the epochs (with an endless ``repeat()`` it never completes). The caches are written to
     files here so their size can be measured exactly; an in-memory cache holds the same elements.
     """
-    import tempfile
-
     tf, images = _tf(), _check_images(images)
     checked_int(epochs, "epochs", minimum=2, hint="comparing the orderings needs two or more epochs")
     calls = {"n": 0}

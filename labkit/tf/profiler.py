@@ -17,10 +17,13 @@ import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from labkit.tf.keras import keras_small_cnn
+import numpy as np
+
 from labkit.core.clock import now_s
+from labkit.core.procs import run_in_fresh_process
 from labkit.core.rundirs import check_writable_dir
 from labkit.core.validation import checked_int, positive_int
+from labkit.tf.keras import keras_small_cnn
 
 METHODS = ("programmatic", "callback")
 
@@ -106,8 +109,6 @@ def _require_tensorboard() -> None:
 
 
 def _synthetic(n: int, seed: int = 0):
-    import numpy as np
-
     rng = np.random.default_rng(seed)   # SYNTHETIC: random pixels/labels, for profiling only
     return rng.random((n, 32, 32, 3), dtype=np.float32), rng.integers(0, 10, n)
 
@@ -129,8 +130,6 @@ def profile_keras_in_subprocess(run_dir: str | Path, *, samples: int = 256, batc
                                 profile_batch: tuple[int, int] = (2, 4), method: str = "programmatic",
                                 timeout_s: float = 300.0) -> TFProfileResult:
     """Profile a small Keras CNN in a fresh Python (TensorFlow only, no PyTorch) and return its result."""
-    from labkit.core.procs import run_in_fresh_process
-
     first, last = _check_batches(profile_batch, -(-samples // batch_size))
     check_writable_dir(run_dir)
     data = run_in_fresh_process("labkit.tf.profiler:profile_small_cnn_child", dict(

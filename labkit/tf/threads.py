@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from labkit.core.clock import host_times_s, percentile
 from labkit.core.machine import cpu_count
+from labkit.core.procs import run_in_fresh_process
 from labkit.core.validation import positive_ints
 
 
@@ -35,12 +36,13 @@ class ThreadSweep:
         return min(self.rows, key=lambda r: r["median_s"])
 
     def to_dataframe(self):
+        """The rows as a pandas DataFrame (pandas is optional: not a labkit dependency)."""
         import pandas as pd
 
         return pd.DataFrame(self.rows).set_index("setting")
 
     def plot(self, ax=None):
-        import matplotlib.pyplot as plt
+        import matplotlib.pyplot as plt   # here, not at the top: TensorFlow children import this module and never plot
 
         ax = ax or plt.subplots(figsize=(6, 3))[1]
         ax.bar([r["setting"] for r in self.rows], [r["median_s"] * 1e3 for r in self.rows], color="tab:green")
@@ -86,8 +88,6 @@ def sweep_tf_threads(settings: list[tuple[int, int]] | None = None, *, size: int
         if not isinstance(pair, (tuple, list)) or len(pair) != 2:
             raise ValueError(f"each setting must be an (intra, inter) pair, got {pair!r}")
         positive_ints(pair, "each (intra, inter) setting")
-    from labkit.core.procs import run_in_fresh_process
-
     rows = []
     for intra, inter in settings:
         res = run_in_fresh_process("labkit.tf.threads:tf_thread_child", dict(
