@@ -13,6 +13,7 @@ PyTorch can profile Keras without holding both frameworks in one process.
 """
 from __future__ import annotations
 
+import importlib.util
 import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -66,8 +67,7 @@ def profile_keras_fit(model, x, y, *, run_dir: str | Path, batch_size: int = 32,
     """``model.fit(x, y)`` with the TF profiler on batches ``profile_batch``; checks the .xplane.pb exists."""
     import tensorflow as tf
 
-    if method not in METHODS:
-        raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+    _check_method(method)
     positive_int(batch_size, "batch_size")
     steps = -(-len(x) // batch_size)
     first, last = _check_batches(profile_batch, steps)
@@ -79,19 +79,10 @@ def profile_keras_fit(model, x, y, *, run_dir: str | Path, batch_size: int = 32,
         raise ValueError("compile the model first, e.g. model.compile('sgd', loss=...)")
     start = now_s()
     if method == "callback":
-        _require_tensorboard()
         cb = tf.keras.callbacks.TensorBoard(log_dir=str(run_dir), profile_batch=(first, last), write_graph=False)
         model.fit(x, y, batch_size=batch_size, epochs=epochs, callbacks=[cb], verbose=0)
     else:
-        model.fit(x[: first * batch_size], y[: first * batch_size], batch_size=batch_size, epochs=1, verbose=0)
-        tf.profiler.experimental.start(str(run_dir))
-        try:
-            for step in range(first, last + 1):   # one Trace per step, as the profile tab's step view expects
-                with tf.profiler.experimental.Trace("train", step_num=step, _r=1):
-                    xb, yb = x[(step - 1) * batch_size: step * batch_size], y[(step - 1) * batch_size: step * batch_size]
-                    model.train_on_batch(xb, yb)
-        finally:
-            tf.profiler.experimental.stop()
+        _trace_batches(model, x, y, run_dir, batch_size, first, last)
     fit_s = now_s() - start
     files = [f for f in xplane_files(run_dir) if earlier.get(f) != os.stat(f).st_mtime_ns]
     if not files:
@@ -100,12 +91,28 @@ def profile_keras_fit(model, x, y, *, run_dir: str | Path, batch_size: int = 32,
     return TFProfileResult(str(run_dir), files, (first, last), method, fit_s)
 
 
-def _require_tensorboard() -> None:
+def _trace_batches(model, x, y, run_dir: Path, batch_size: int, first: int, last: int) -> None:
+    """Train batches ``1..first-1`` untraced, then ``first..last`` under the profiler, one ``Trace`` per step."""
+    import tensorflow as tf
+
+    model.fit(x[: first * batch_size], y[: first * batch_size], batch_size=batch_size, epochs=1, verbose=0)
+    tf.profiler.experimental.start(str(run_dir))
     try:
-        import tensorboard  # noqa: F401
-    except ImportError:
+        for step in range(first, last + 1):   # one Trace per step, as the profile tab's step view expects
+            with tf.profiler.experimental.Trace("train", step_num=step, _r=1):
+                batch = slice((step - 1) * batch_size, step * batch_size)
+                model.train_on_batch(x[batch], y[batch])
+    finally:
+        tf.profiler.experimental.stop()
+
+
+def _check_method(method: str) -> None:
+    """``method`` is one of METHODS; 'callback' needs the tensorboard package (tensorflow 2.21 does not bring it)."""
+    if method not in METHODS:
+        raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+    if method == "callback" and importlib.util.find_spec("tensorboard") is None:
         raise ImportError("method='callback' uses the TensorBoard callback, which needs `pip install tensorboard`; "
-                          "or use method='programmatic' (TensorFlow only)") from None
+                          "or use method='programmatic' (TensorFlow only)")
 
 
 def _synthetic(n: int, seed: int = 0):
@@ -130,11 +137,12 @@ def profile_keras_in_subprocess(run_dir: str | Path, *, samples: int = 256, batc
                                 profile_batch: tuple[int, int] = (2, 4), method: str = "programmatic",
                                 timeout_s: float = 300.0) -> TFProfileResult:
     """Profile a small Keras CNN in a fresh Python (TensorFlow only, no PyTorch) and return its result."""
+    _check_method(method)   # here, so a missing tensorboard is an ImportError before any child starts
     first, last = _check_batches(profile_batch, -(-samples // batch_size))
     check_writable_dir(run_dir)
     data = run_in_fresh_process("labkit.tf.profiler:profile_small_cnn_child", dict(
         run_dir=str(Path(run_dir).resolve()), samples=samples, batch_size=batch_size, first=first, last=last,
-        method=method), timeout_s=timeout_s, errors={"ImportError": ImportError})
+        method=method), timeout_s=timeout_s)
     data.pop("child_wall_s", None)
     data["profiled_batches"] = tuple(data["profiled_batches"])
     return TFProfileResult(**data)

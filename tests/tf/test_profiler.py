@@ -88,6 +88,16 @@ def test_callback_method_needs_tensorboard_or_works(tmp_path):
         assert res.xplane_files
 
 
+def test_subprocess_checks_method_and_tensorboard_before_starting_a_child(tmp_path):
+    import importlib.util
+
+    with pytest.raises(ValueError, match="method must be one of"):
+        profile_keras_in_subprocess(tmp_path, method="tensorboard-plugin")
+    if importlib.util.find_spec("tensorboard") is None:   # a missing package comes back as ImportError, not a crash
+        with pytest.raises(ImportError, match="pip install tensorboard"):
+            profile_keras_in_subprocess(tmp_path, method="callback")
+
+
 def test_subprocess_profile(tmp_path):
     res = profile_keras_in_subprocess(tmp_path / "child", samples=64, batch_size=16, profile_batch=(2, 3))
     assert res.profiled_batches == (2, 3) and len(res.xplane_files) == 1
