@@ -46,11 +46,26 @@ def keras_fit_child(data_path: str, batch_sizes: list[int], epochs: int = 2, lr:
 
     arrays = np.load(data_path)
     x, y = arrays["x"], arrays["y"]
+    out = {}
+    for bs in batch_sizes:
+        tf.keras.utils.set_random_seed(seed)
+        model = keras_small_cnn(int(y.max()) + 1, x.shape[1:])
+        model.compile(optimizer=tf.keras.optimizers.SGD(lr, momentum=0.9),
+                      loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+        timer = _batch_timer(tf, bs)
+        n = len(x) - len(x) % bs
+        model.fit(x[:n], y[:n], batch_size=bs, epochs=epochs, verbose=0, callbacks=[timer])
+        out[str(bs)] = {"updates_per_epoch": len(timer.rates) // max(epochs - 1, 1),
+                        "samples_per_s": statistics.median(timer.rates)}
+    return out
 
-    class Throughput(tf.keras.callbacks.Callback):
-        def __init__(self, batch_size: int) -> None:
+
+def _batch_timer(tf, batch_size: int):
+    """A Keras callback that records samples/s of every batch after the first epoch (which traces the graph)."""
+    class BatchTimer(tf.keras.callbacks.Callback):
+        def __init__(self) -> None:
             super().__init__()
-            self.batch_size, self.rates, self.epoch, self.t0 = batch_size, [], 0, 0.0
+            self.rates, self.epoch, self.t0 = [], 0, 0.0
 
         def on_epoch_begin(self, epoch, logs=None):
             self.epoch = epoch
@@ -60,20 +75,9 @@ def keras_fit_child(data_path: str, batch_sizes: list[int], epochs: int = 2, lr:
 
         def on_train_batch_end(self, batch, logs=None):
             if self.epoch >= 1:
-                self.rates.append(self.batch_size / (now_s() - self.t0))
+                self.rates.append(batch_size / (now_s() - self.t0))
 
-    out = {}
-    for bs in batch_sizes:
-        tf.keras.utils.set_random_seed(seed)
-        model = keras_small_cnn(int(y.max()) + 1, x.shape[1:])
-        model.compile(optimizer=tf.keras.optimizers.SGD(lr, momentum=0.9),
-                      loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-        cb = Throughput(bs)
-        n = len(x) - len(x) % bs
-        model.fit(x[:n], y[:n], batch_size=bs, epochs=epochs, verbose=0, callbacks=[cb])
-        out[str(bs)] = {"updates_per_epoch": len(cb.rates) // max(epochs - 1, 1),
-                        "samples_per_s": statistics.median(cb.rates)}
-    return out
+    return BatchTimer()
 
 
 def keras_batch_throughput(x: np.ndarray, y: np.ndarray, batch_sizes: tuple[int, ...] = (8, 128), *,

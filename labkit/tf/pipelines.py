@@ -17,7 +17,6 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from labkit.core.clock import host_times_s, now_s
-from labkit.core.machine import cpu_count
 from labkit.core.validation import checked_int, positive_int
 
 
@@ -258,11 +257,6 @@ def shard_order(n: int = 64, world_size: int = 2, decode_s: float = 0.002) -> Co
         rows.append({"variant": name, "decode_calls": calls["n"], "samples": seen,
                      "seconds_per_worker": total / world_size, "samples_per_s": seen / total})
     return Comparison("shard placement", rows, f"{world_size} simulated workers, one after another")
-
-
-def autotune_cores() -> int:
-    """Cores tf.data's AUTOTUNE may use here."""
-    return cpu_count()
 
 
 def cache_repeat_order(images: np.ndarray, epochs: int = 3, cache_dir: str | Path | None = None) -> Comparison:

@@ -8,6 +8,7 @@ import pytest
 from labkit.tf.keras import keras_batch_throughput, keras_small_cnn
 
 
+@pytest.mark.tensorflow
 def test_updates_per_epoch_follow_the_batch_size():
     rng = np.random.default_rng(0)
     x, y = rng.random((48, 8, 8, 3), dtype=np.float32), rng.integers(0, 3, 48)
