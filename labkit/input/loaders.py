@@ -42,6 +42,7 @@ class LoaderConfig:
 
     @property
     def label(self) -> str:
+        """A short name for tables and plots, e.g. 'workers=2 pin prefetch=4'."""
         parts = [f"workers={self.num_workers}"]
         if self.pin_memory:
             parts.append("pin")
@@ -110,13 +111,16 @@ class LoaderResult:
 
     @property
     def samples_per_s(self) -> float:
+        """Samples per second over the whole run (worker start-up included)."""
         return self.samples / self.total_s
 
     @property
     def data_wait_fraction(self) -> float:
+        """Fraction of the run spent waiting for the next batch."""
         return self.wait_s / self.total_s
 
     def row(self) -> dict:
+        """The configuration and its results as one table row."""
         return {"config": self.config.label, **asdict(self.config), "samples_per_s": self.samples_per_s,
                 "data_wait_fraction": self.data_wait_fraction, "total_s": self.total_s, "samples": self.samples}
 
@@ -169,12 +173,15 @@ class LoaderSweep:
 
     @property
     def rows(self) -> list[dict]:
+        """One table row per configuration."""
         return [r.row() for r in self.results]
 
     def by_label(self) -> dict[str, LoaderResult]:
+        """The results keyed by their configuration's label."""
         return {r.config.label: r for r in self.results}
 
     def to_dataframe(self):
+        """samples/s, data-wait fraction and total seconds per configuration (a pandas DataFrame)."""
         import pandas as pd
 
         return pd.DataFrame(self.rows).set_index("config")[["samples_per_s", "data_wait_fraction", "total_s"]]

@@ -32,6 +32,7 @@ class ProfileSchedule:
 
     @property
     def cycle_steps(self) -> int:
+        """Steps in one wait + warmup + active cycle."""
         return self.wait + self.warmup + self.active
 
     @property
@@ -50,5 +51,6 @@ class ProfileSchedule:
                 for c in range(self.repeat) for i in range(self.active)]
 
     def to_torch(self) -> Callable:
+        """The same schedule as ``torch.profiler.schedule``."""
         return schedule(wait=self.wait, warmup=self.warmup, active=self.active, repeat=self.repeat,
                         skip_first=self.skip_first)

@@ -30,6 +30,7 @@ class ProfileSummary:
 
     @property
     def expected_steps(self) -> int:
+        """Steps the schedule records (``profiled_steps`` should equal it)."""
         return self.schedule.profiled_steps
 
     def per_sample_s(self) -> dict[str, float]:

@@ -48,6 +48,7 @@ class Comparison:
         return pd.DataFrame(self.rows).set_index("variant")
 
     def plot(self, ax=None, key: str = "samples_per_s"):
+        """Horizontal bars of ``key`` (default samples/s), one per variant."""
         ax = ax or plt.subplots(figsize=(6, 0.5 + 0.5 * len(self.rows)))[1]
         ax.barh([r["variant"] for r in self.rows], [r[key] for r in self.rows], color="tab:orange")
         ax.invert_yaxis()

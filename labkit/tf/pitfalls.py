@@ -117,8 +117,8 @@ def _replica_values(variable) -> np.ndarray:
 
 def _bn_model(tf, features: int, synchronized: bool):
     L = tf.keras.layers
-    model = tf.keras.Sequential([tf.keras.Input((features,)), L.Dense(64), L.BatchNormalization(synchronized=synchronized),
-                                 L.ReLU(), L.Dense(10)])
+    model = tf.keras.Sequential([tf.keras.Input((features,)), L.Dense(64),
+                                 L.BatchNormalization(synchronized=synchronized), L.ReLU(), L.Dense(10)])
     model.compile(optimizer=tf.keras.optimizers.SGD(0.05, momentum=0.9), metrics=["accuracy"],
                   loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
     return model

@@ -27,12 +27,14 @@ class ThreadSweep:
     workload: str
 
     def median_s(self, setting: str) -> float:
+        """Median seconds per call under ``setting`` (a row's 'setting', e.g. '2 threads')."""
         for row in self.rows:
             if row["setting"] == setting:
                 return row["median_s"]
         raise KeyError(f"no setting {setting!r}; have {[r['setting'] for r in self.rows]}")
 
     def best(self) -> dict:
+        """The row with the lowest median time."""
         return min(self.rows, key=lambda r: r["median_s"])
 
     def to_dataframe(self):
@@ -42,6 +44,7 @@ class ThreadSweep:
         return pd.DataFrame(self.rows).set_index("setting")
 
     def plot(self, ax=None):
+        """Bar chart of the median milliseconds per call, one bar per setting."""
         import matplotlib.pyplot as plt   # here, not at the top: TensorFlow children import this module and never plot
 
         ax = ax or plt.subplots(figsize=(6, 3))[1]
