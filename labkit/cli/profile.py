@@ -37,7 +37,8 @@ def checked_run_dir(args: argparse.Namespace) -> Path:
 
     An unusable directory is a bad argument: one line and exit status 2, before any model is built.
     """
-    default = run_path("profile", f"{args.model}-b{args.batch_size}-{time.strftime('%Y%m%d-%H%M%S', time.localtime(timestamp_s()))}")
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(timestamp_s()))
+    default = run_path("profile", f"{args.model}-b{args.batch_size}-{stamp}")
     try:
         return check_writable_dir(args.run_dir or default)
     except PermissionError as err:
@@ -121,7 +122,8 @@ def add_parser(sub) -> None:
     p.add_argument("--repeat", type=positive_int, default=1, help="number of cycles (default 1)")
     p.add_argument("--steps", type=positive_int, default=None,
                    help="training steps to run (default: exactly what the schedule needs)")
-    p.add_argument("--run-dir", default=None, help="trace directory (default <run root>/profile/<model>-b<batch>-<time>; the run root is "
+    p.add_argument("--run-dir", default=None,
+                   help="trace directory (default <run root>/profile/<model>-b<batch>-<time>; the run root is "
                         "runs/ at the repository root, or $LABKIT_RUN_DIR)")
     p.add_argument("--sync-every-step", action="store_true", help="call loss.item() each step (shows the sync cost)")
     p.add_argument("--top", type=positive_int, default=10, help="operators to list (default 10)")
