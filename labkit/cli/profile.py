@@ -10,6 +10,7 @@ from pathlib import Path
 
 from labkit.cli.common import (add_model_flags, add_output_flags, fmt, format_bytes, format_table, load_workload,
                                nonnegative_int, positive_int, print_json, subparser)
+from labkit.core.clock import timestamp_s
 from labkit.core.progress import progress_bar
 from labkit.core.rundirs import check_writable_dir, run_path
 
@@ -36,7 +37,8 @@ def checked_run_dir(args: argparse.Namespace) -> Path:
 
     An unusable directory is a bad argument: one line and exit status 2, before any model is built.
     """
-    default = run_path("profile", f"{args.model}-b{args.batch_size}-{time.strftime('%Y%m%d-%H%M%S')}")
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(timestamp_s()))
+    default = run_path("profile", f"{args.model}-b{args.batch_size}-{stamp}")
     try:
         return check_writable_dir(args.run_dir or default)
     except PermissionError as err:
@@ -46,7 +48,8 @@ def checked_run_dir(args: argparse.Namespace) -> Path:
 def run(args: argparse.Namespace) -> int:
     """Profile, print the summary table and where the traces are."""
     from labkit.core.data import make_loader
-    from labkit.profile.profiler import ProfileSchedule, profile_training
+    from labkit.profile.profiler import profile_training
+    from labkit.profile.schedule import ProfileSchedule
 
     sched = ProfileSchedule(args.wait, args.warmup, args.active, args.repeat)  # validates the schedule first
     steps = max(args.steps or 0, sched.steps_needed)
@@ -119,7 +122,8 @@ def add_parser(sub) -> None:
     p.add_argument("--repeat", type=positive_int, default=1, help="number of cycles (default 1)")
     p.add_argument("--steps", type=positive_int, default=None,
                    help="training steps to run (default: exactly what the schedule needs)")
-    p.add_argument("--run-dir", default=None, help="trace directory (default <run root>/profile/<model>-b<batch>-<time>; the run root is "
+    p.add_argument("--run-dir", default=None,
+                   help="trace directory (default <run root>/profile/<model>-b<batch>-<time>; the run root is "
                         "runs/ at the repository root, or $LABKIT_RUN_DIR)")
     p.add_argument("--sync-every-step", action="store_true", help="call loss.item() each step (shows the sync cost)")
     p.add_argument("--top", type=positive_int, default=10, help="operators to list (default 10)")

@@ -2,15 +2,16 @@
 
 Torch-free, so TensorFlow-only child processes and the launcher use the same clock as the training loop.
 Host elapsed time (:func:`now_s`), wall-clock stamps that other processes can compare (:func:`timestamp_s`),
-timeouts (:class:`Deadline`) and fair comparisons under drifting load (:func:`interleaved`) all come from
-here; device-aware timing (CUDA events, synchronisation) builds on it in :mod:`labkit.core.timing`.
+timeouts (:class:`Deadline`), repeated host timings (:func:`host_times_s`) and fair comparisons under drifting
+load (:func:`interleaved`) all come from here; device-aware timing (CUDA events, synchronisation) builds on it
+in :mod:`labkit.core.timing`.
 """
 from __future__ import annotations
 
 import time
 from typing import Callable, Mapping, TypeVar
 
-from labkit.core.validation import positive_int, positive_number
+from labkit.core.validation import checked_int, positive_int, positive_number
 
 T = TypeVar("T")
 
@@ -33,6 +34,25 @@ def thread_time_s() -> float:
 def timestamp_s() -> float:
     """Wall-clock seconds since the epoch: comparable across processes (e.g. which rank failed first)."""
     return time.time()
+
+
+def host_times_s(fn: Callable[[], object], *, warmup: int = 1, repeats: int = 5) -> list[float]:
+    """Seconds per call of ``fn()`` on the host clock: ``warmup`` untimed calls, then ``repeats`` timed ones.
+
+    For work that has finished when ``fn`` returns (CPU work, a TensorFlow result read back with ``.numpy()``),
+    in processes without torch; work queued on a GPU needs :func:`labkit.core.timing.time_fn`, which marks the
+    device's own timeline.
+    """
+    checked_int(warmup, "warmup", minimum=0)
+    positive_int(repeats, "repeats")
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeats):
+        start = now_s()
+        fn()
+        times.append(now_s() - start)
+    return times
 
 
 class Deadline:

@@ -1,12 +1,11 @@
-"""The lab's models: ResNet-18 adapted to 32x32 images, a small CNN and an MLP for fast mode,
-and a Keras twin of the small CNN for the TensorFlow labs."""
+"""The lab's models: ResNet-18 adapted to 32x32 images, a small CNN and an MLP for fast mode.
+The Keras twin of the small CNN, for the TensorFlow labs, is ``labkit.tf.keras.keras_small_cnn``."""
 from __future__ import annotations
 
 import torch
 from torch import nn
 
 from labkit.core.choices import MODELS
-from labkit.tf.keras_models import keras_small_cnn  # noqa: F401  (re-exported: the Keras twin of SmallCNN)
 
 
 

@@ -1,2 +1,2 @@
-"""Input pipelines in PyTorch: DataLoader settings and thread counts, measured (notebook 04).
+"""Input pipelines in PyTorch: DataLoader settings and torch thread counts, measured (notebook 04).
 """

@@ -11,13 +11,16 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Callable
 
+import matplotlib.pyplot as plt
 import torch
 from torch.utils.data import Dataset
 
+from labkit.core.clock import now_s
 from labkit.core.data import make_loader, validate_num_workers
-from labkit.core.machine import cpu_count
 from labkit.core.device import device_label
+from labkit.core.machine import cpu_count
 from labkit.core.progress import progress_bar
+from labkit.core.validation import checked_int, positive_int
 
 TRANSFORM_KINDS = ("io", "cpu")
 
@@ -35,11 +38,11 @@ class LoaderConfig:
         validate_num_workers(self.num_workers)
         if self.num_workers == 0 and (self.prefetch_factor is not None or self.persistent_workers):
             raise ValueError("prefetch_factor and persistent_workers need num_workers >= 1")
-        if self.prefetch_factor is not None and (not isinstance(self.prefetch_factor, int) or self.prefetch_factor < 1):
-            raise ValueError(f"prefetch_factor must be a positive integer or None, got {self.prefetch_factor!r}")
+        checked_int(self.prefetch_factor, "prefetch_factor", allow_none=True)
 
     @property
     def label(self) -> str:
+        """A short name for tables and plots, e.g. 'workers=2 pin prefetch=4'."""
         parts = [f"workers={self.num_workers}"]
         if self.pin_memory:
             parts.append("pin")
@@ -65,9 +68,9 @@ class ExpensiveTransform:
         if self.kind == "io":
             time.sleep(self.delay_s)
             return x
-        end = time.perf_counter() + self.delay_s
+        end = now_s() + self.delay_s
         acc = 0
-        while time.perf_counter() < end:   # busy work in pure Python, holding its core like a decoder would
+        while now_s() < end:   # busy work in pure Python, holding its core like a decoder would
             acc += 1
         return x
 
@@ -108,13 +111,16 @@ class LoaderResult:
 
     @property
     def samples_per_s(self) -> float:
+        """Samples per second over the whole run (worker start-up included)."""
         return self.samples / self.total_s
 
     @property
     def data_wait_fraction(self) -> float:
+        """Fraction of the run spent waiting for the next batch."""
         return self.wait_s / self.total_s
 
     def row(self) -> dict:
+        """The configuration and its results as one table row."""
         return {"config": self.config.label, **asdict(self.config), "samples_per_s": self.samples_per_s,
                 "data_wait_fraction": self.data_wait_fraction, "total_s": self.total_s, "samples": self.samples}
 
@@ -122,30 +128,29 @@ class LoaderResult:
 def benchmark_loader(dataset: Dataset, config: LoaderConfig, *, batch_size: int = 32, epochs: int = 2,
                      step_fn: Callable[[object], None] | None = None, seed: int = 0) -> LoaderResult:
     """Run ``epochs`` passes (worker start-up included) and time data waits vs. steps."""
-    if not isinstance(epochs, int) or epochs < 1:
-        raise ValueError(f"epochs must be a positive integer, got {epochs!r}")
+    positive_int(epochs, "epochs")
     step_fn = step_fn or (lambda batch: None)
     loader = make_loader(dataset, batch_size, shuffle=True, num_workers=config.num_workers,
                          pin_memory=config.pin_memory, prefetch_factor=config.prefetch_factor,
                          persistent_workers=config.persistent_workers, seed=seed)
     timeline, samples, wait_s = [], 0, 0.0
-    start = time.perf_counter()
+    start = now_s()
     for _ in range(epochs):
         it = iter(loader)   # starting workers is part of the wait, as in real training
         while True:
-            t0 = time.perf_counter()
+            t0 = now_s()
             try:
                 batch = next(it)
             except StopIteration:
                 break
-            t1 = time.perf_counter()
+            t1 = now_s()
             step_fn(batch)
-            t2 = time.perf_counter()
+            t2 = now_s()
             wait_s += t1 - t0
             samples += len(batch[1])
             timeline.append((t0 - start, t1 - start, t2 - start))
         del it
-    total_s = time.perf_counter() - start
+    total_s = now_s() - start
     del loader
     gc.collect()   # shut worker processes down before the next configuration starts
     return LoaderResult(config, samples, total_s, wait_s, timeline)
@@ -168,20 +173,21 @@ class LoaderSweep:
 
     @property
     def rows(self) -> list[dict]:
+        """One table row per configuration."""
         return [r.row() for r in self.results]
 
     def by_label(self) -> dict[str, LoaderResult]:
+        """The results keyed by their configuration's label."""
         return {r.config.label: r for r in self.results}
 
     def to_dataframe(self):
+        """samples/s, data-wait fraction and total seconds per configuration (a pandas DataFrame)."""
         import pandas as pd
 
         return pd.DataFrame(self.rows).set_index("config")[["samples_per_s", "data_wait_fraction", "total_s"]]
 
     def plot(self, ax=None):
         """Bar chart of samples/s, annotated with the data-wait fraction."""
-        import matplotlib.pyplot as plt
-
         ax = ax or plt.subplots(figsize=(8, 3.2))[1]
         labels = [r.config.label for r in self.results]
         bars = ax.barh(labels, [r.samples_per_s for r in self.results], color="tab:blue")
@@ -206,8 +212,6 @@ def sweep_loaders(dataset: Dataset, configs: list[LoaderConfig] | None = None, *
 
 def plot_overlap(results: list[LoaderResult], max_batches: int = 8, ax=None):
     """Gantt chart of waiting for data (red) and stepping (blue), one row per configuration."""
-    import matplotlib.pyplot as plt
-
     ax = ax or plt.subplots(figsize=(9, 1 + 0.6 * len(results)))[1]
     for row, res in enumerate(results):
         for t0, t1, t2 in res.timeline[:max_batches]:

@@ -1,29 +1,24 @@
-"""Thread-setting sweeps: ``torch.set_num_threads`` and TensorFlow's intra-/inter-op pools, on this machine.
+"""Thread-setting sweep for PyTorch: ``torch.set_num_threads`` on this machine.
 
-Intra-op threads split *one* operator (a big matmul) across cores; inter-op threads run *independent*
-operators at the same time. TensorFlow fixes both pools when it initialises, so each TF setting runs in
-a fresh child process (which imports TensorFlow only, not PyTorch, to keep memory low; it times with the
-same warm-up / repeat / median method as ``labkit.core.timing``). Torch can change its pool at any time.
+Intra-op threads split *one* operator (a big matmul) across cores. Torch can change its pool at any time,
+so the sweep runs in this process; TensorFlow's pools are swept in fresh processes by ``labkit.tf.threads``,
+which also defines the result table both sweeps return (``ThreadSweep``, torch-free there).
 """
 from __future__ import annotations
 
-import os
-import statistics
-import time
-from dataclasses import dataclass
 from typing import Callable
 
+import torch
 
-def _cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:
-        return os.cpu_count() or 1
+from labkit.core.machine import cpu_count
+from labkit.core.timing import time_fn
+from labkit.core.validation import positive_ints
+from labkit.tf.threads import ThreadSweep, add_speedups
 
 
 def default_thread_counts(cores: int | None = None) -> list[int]:
     """1, 2, 4, ... up to the core count, plus the core count and twice it (oversubscribed)."""
-    cores = cores or _cores()
+    cores = cores or cpu_count()
     counts = {1, cores, 2 * cores}
     n = 2
     while n < cores:
@@ -32,55 +27,8 @@ def default_thread_counts(cores: int | None = None) -> list[int]:
     return sorted(counts)
 
 
-@dataclass
-class ThreadSweep:
-    """Median time per call for each thread setting (a table and a plot)."""
-
-    framework: str
-    rows: list[dict]     # setting, intra, inter, median_s, p10_s, p90_s, speedup_vs_1
-    cores: int
-    workload: str
-
-    def median_s(self, setting: str) -> float:
-        for row in self.rows:
-            if row["setting"] == setting:
-                return row["median_s"]
-        raise KeyError(f"no setting {setting!r}; have {[r['setting'] for r in self.rows]}")
-
-    def best(self) -> dict:
-        return min(self.rows, key=lambda r: r["median_s"])
-
-    def to_dataframe(self):
-        import pandas as pd
-
-        return pd.DataFrame(self.rows).set_index("setting")
-
-    def plot(self, ax=None):
-        import matplotlib.pyplot as plt
-
-        ax = ax or plt.subplots(figsize=(6, 3))[1]
-        ax.bar([r["setting"] for r in self.rows], [r["median_s"] * 1e3 for r in self.rows], color="tab:green")
-        ax.set_ylabel("median ms per call")
-        ax.set_title(f"{self.framework} threads on {self.cores} cores: {self.workload}")
-        return ax
-
-
-def _add_speedups(rows: list[dict]) -> list[dict]:
-    base = rows[0]["median_s"]
-    for row in rows:
-        row["speedup_vs_first"] = base / row["median_s"]
-    return rows
-
-
-def _check_counts(values: list[int], name: str) -> None:
-    if not values or any(isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in values):
-        raise ValueError(f"{name} must be a non-empty list of positive integers, got {values!r}")
-
-
 def torch_matmul(size: int = 512) -> Callable[[], object]:
     """A compute-bound workload: one (size x size) float32 matmul."""
-    import torch
-
     g = torch.Generator().manual_seed(0)
     a, b = torch.randn(size, size, generator=g), torch.randn(size, size, generator=g)
     return lambda: a @ b
@@ -89,12 +37,8 @@ def torch_matmul(size: int = 512) -> Callable[[], object]:
 def sweep_torch_threads(thread_counts: list[int] | None = None, *, fn: Callable[[], object] | None = None,
                         size: int = 512, warmup: int = 2, repeats: int = 7) -> ThreadSweep:
     """Time ``fn`` (default: a matmul) under each ``torch.set_num_threads`` value; restores the old value."""
-    import torch
-
-    from labkit.core.timing import time_fn
-
     counts = default_thread_counts() if thread_counts is None else thread_counts
-    _check_counts(counts, "thread_counts")
+    counts = positive_ints(counts, "thread_counts")
     fn = fn or torch_matmul(size)
     before, rows = torch.get_num_threads(), []
     try:
@@ -105,53 +49,4 @@ def sweep_torch_threads(thread_counts: list[int] | None = None, *, fn: Callable[
                          "p10_s": t.p10_s, "p90_s": t.p90_s})
     finally:
         torch.set_num_threads(before)
-    return ThreadSweep("torch", _add_speedups(rows), _cores(), f"{size}x{size} matmul" if size else "custom")
-
-
-def tf_thread_child(intra: int, inter: int, size: int, branches: int, warmup: int, repeats: int) -> dict:
-    """Runs inside the child: configure TF's pools, then time ``branches`` independent matmuls."""
-    import tensorflow as tf
-
-    tf.config.threading.set_intra_op_parallelism_threads(intra)
-    tf.config.threading.set_inter_op_parallelism_threads(inter)
-    mats = [tf.random.stateless_normal((size, size), seed=(i, 0)) for i in range(branches + 1)]
-
-    @tf.function
-    def work():   # `branches` independent matmuls: intra-op splits each, inter-op runs them side by side
-        return tf.add_n([tf.matmul(mats[0], m) for m in mats[1:]])
-
-    for _ in range(warmup):
-        work().numpy()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        work().numpy()   # .numpy() waits for the result
-        times.append(time.perf_counter() - start)
-    times.sort()
-    return {"median_s": statistics.median(times), "p10_s": times[int(0.1 * (len(times) - 1))],
-            "p90_s": times[int(round(0.9 * (len(times) - 1)))],
-            "intra_seen": tf.config.threading.get_intra_op_parallelism_threads(),
-            "inter_seen": tf.config.threading.get_inter_op_parallelism_threads()}
-
-
-def sweep_tf_threads(settings: list[tuple[int, int]] | None = None, *, size: int = 384, branches: int = 4,
-                     warmup: int = 2, repeats: int = 7, timeout_s: float = 120.0) -> ThreadSweep:
-    """Time independent TF matmuls under each (intra, inter) setting, one fresh child process per setting."""
-    cores = _cores()
-    settings = [(1, 1), (cores, 1), (cores, cores)] if settings is None else settings
-    if not settings:
-        raise ValueError("settings must be a non-empty list of (intra, inter) pairs of positive integers")
-    for pair in settings:
-        if not isinstance(pair, (tuple, list)) or len(pair) != 2:
-            raise ValueError(f"each setting must be an (intra, inter) pair, got {pair!r}")
-        _check_counts(list(pair), "an (intra, inter) setting")
-    from labkit.core.procs import run_in_fresh_process
-
-    rows = []
-    for intra, inter in settings:
-        res = run_in_fresh_process("labkit.input.threads:tf_thread_child", dict(
-            intra=intra, inter=inter, size=size, branches=branches, warmup=warmup, repeats=repeats),
-            timeout_s=timeout_s)
-        res.pop("child_wall_s", None)
-        rows.append({"setting": f"intra={intra} inter={inter}", "intra": intra, "inter": inter, **res})
-    return ThreadSweep("tensorflow", _add_speedups(rows), cores, f"{branches} independent {size}x{size} matmuls")
+    return ThreadSweep("torch", add_speedups(rows), cpu_count(), f"{size}x{size} matmul" if size else "custom")

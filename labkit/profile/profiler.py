@@ -8,111 +8,25 @@ profiler plugin is deprecated and removed upstream, so nothing here depends on i
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import statistics
 import warnings
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Iterator
 
 import torch
 from torch import nn
-from torch.profiler import ProfilerActivity, profile, record_function, schedule
+from torch.profiler import ProfilerActivity, profile, record_function
 
 from labkit.core.device import device_label, get_device
 from labkit.core.rundirs import check_writable_dir
-from labkit.profile.traces import CATEGORIES, LABEL_PREFIX, changed_ops, compare_runs, summarize_trace  # noqa: F401
+from labkit.core.validation import checked_int
+from labkit.profile.schedule import ProfileSchedule
+from labkit.profile.summary import ProfileSummary
+from labkit.profile.traces import CATEGORIES, LABEL_PREFIX, summarize_trace
 
 KINETO_LOG_LEVEL_ENV_VAR = "KINETO_LOG_LEVEL"
-
-
-@dataclass(frozen=True)
-class ProfileSchedule:
-    """The profiler's step schedule; ``steps_needed`` steps must run for every cycle to complete."""
-
-    wait: int = 1
-    warmup: int = 1
-    active: int = 3
-    repeat: int = 1
-    skip_first: int = 0
-
-    def __post_init__(self) -> None:
-        for name in ("wait", "warmup", "active", "repeat", "skip_first"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise ValueError(f"{name} must be an integer, got {value!r} ({type(value).__name__})")
-            if value < 0:
-                raise ValueError(f"{name} must be >= 0, got {value}; it counts training steps")
-        if self.active < 1:
-            raise ValueError("active must be >= 1: with active=0 the profiler records no step at all")
-        if self.repeat < 1:
-            raise ValueError("repeat must be >= 1 (torch's repeat=0 means 'forever', which never finishes here)")
-
-    @property
-    def cycle_steps(self) -> int:
-        return self.wait + self.warmup + self.active
-
-    @property
-    def steps_needed(self) -> int:
-        """Training steps to run so that every cycle completes and writes its trace."""
-        return self.skip_first + self.cycle_steps * self.repeat
-
-    @property
-    def profiled_steps(self) -> int:
-        """Steps that end up in the traces."""
-        return self.active * self.repeat
-
-    def active_step_numbers(self) -> list[int]:
-        """Indices (0-based, as in ``ProfilerStep#N``) of the recorded steps."""
-        return [self.skip_first + c * self.cycle_steps + self.wait + self.warmup + i
-                for c in range(self.repeat) for i in range(self.active)]
-
-    def to_torch(self) -> Callable:
-        return schedule(wait=self.wait, warmup=self.warmup, active=self.active, repeat=self.repeat,
-                        skip_first=self.skip_first)
-
-
-@dataclass
-class ProfileSummary:
-    """What the profiled steps did: time by category, top operators, memory, and where the traces are."""
-
-    run_dir: Path
-    trace_files: list[Path]
-    schedule: ProfileSchedule
-    profiled_steps: int
-    step_numbers: list[int]
-    samples_per_step: int
-    step_time_median_s: float
-    category_s: dict[str, float]             # mean seconds per profiled step
-    top_ops: list[dict]                      # name, self_cpu_s, self_device_s, calls (per profiled step)
-    op_table: str                            # key_averages grouped by input shape, as text
-    peak_mem_bytes: int | None
-    item_calls_per_step: float
-    device: str
-    extras: dict = field(default_factory=dict)  # memory snapshot path, HTA results, gpu busy fraction
-
-    @property
-    def expected_steps(self) -> int:
-        return self.schedule.profiled_steps
-
-    def per_sample_s(self) -> dict[str, float]:
-        """Seconds per training sample by category (and 'total')."""
-        out = {c: s / self.samples_per_step for c, s in self.category_s.items()}
-        out["total"] = self.step_time_median_s / self.samples_per_step
-        return out
-
-    def shares(self) -> dict[str, float]:
-        """Fraction of step time per category (sums to 1)."""
-        total = sum(self.category_s.values()) or 1.0
-        return {c: s / total for c, s in self.category_s.items()}
-
-    def __str__(self) -> str:
-        cats = ", ".join(f"{c} {100 * f:.0f}%" for c, f in self.shares().items() if f >= 0.005)
-        mem = "n/a" if self.peak_mem_bytes is None else f"{self.peak_mem_bytes / 2**20:.1f} MiB"
-        return (f"{self.profiled_steps} profiled steps of {self.samples_per_step} samples on {self.device}: "
-                f"median step {self.step_time_median_s * 1e3:.2f} ms "
-                f"({self.step_time_median_s / self.samples_per_step * 1e3:.3f} ms/sample); {cats}; "
-                f"peak memory during profiling {mem}; traces in {self.run_dir}")
 
 
 # ------------------------------------------------------------------------------------------ helpers
@@ -168,17 +82,33 @@ def train_step(model: nn.Module, batch, optimizer, loss_fn, device: torch.device
     return int(x.shape[0])
 
 
-def _collect_ops(prof, table: dict, row_limit: int, texts: list) -> None:
-    """Add one finished cycle's operator self-times to ``table`` (per-op totals across cycles)."""
-    for avg in prof.key_averages():
-        if avg.key.startswith(LABEL_PREFIX) or avg.key.startswith("ProfilerStep"):
-            continue
-        row = table.setdefault(avg.key, {"name": avg.key, "self_cpu_s": 0.0, "self_device_s": 0.0, "calls": 0})
-        row["self_cpu_s"] += avg.self_cpu_time_total * 1e-6
-        row["self_device_s"] += getattr(avg, "self_device_time_total", 0.0) * 1e-6
-        row["calls"] += avg.count
-    sort_key = "self_device_time_total" if any(r["self_device_s"] for r in table.values()) else "self_cpu_time_total"
-    texts[:] = [prof.key_averages(group_by_input_shape=True).table(sort_by=sort_key, row_limit=row_limit)]
+class CycleRecorder:
+    """The profiler's ``on_trace_ready``: writes each finished cycle's trace and adds up its operators."""
+
+    def __init__(self, run_dir: Path, row_limit: int) -> None:
+        self.run_dir, self.row_limit = run_dir, row_limit
+        self.trace_files: list[Path] = []
+        self.ops: dict[str, dict] = {}   # name -> self_cpu_s, self_device_s, calls (totals across cycles)
+        self.op_table = ""               # the last cycle's key_averages grouped by input shape, as text
+
+    def __call__(self, prof) -> None:
+        path = self.run_dir / f"trace_cycle{len(self.trace_files)}.pt.trace.json"
+        prof.export_chrome_trace(str(path))
+        self.trace_files.append(path)
+        self._add_ops(prof)
+
+    def _add_ops(self, prof) -> None:
+        """Add one finished cycle's operator self-times to the per-op totals."""
+        for avg in prof.key_averages():
+            if avg.key.startswith(LABEL_PREFIX) or avg.key.startswith("ProfilerStep"):
+                continue
+            row = self.ops.setdefault(avg.key, dict(name=avg.key, self_cpu_s=0.0, self_device_s=0.0, calls=0))
+            row["self_cpu_s"] += avg.self_cpu_time_total * 1e-6
+            row["self_device_s"] += getattr(avg, "self_device_time_total", 0.0) * 1e-6
+            row["calls"] += avg.count
+        on_device = any(r["self_device_s"] for r in self.ops.values())
+        sort_key = "self_device_time_total" if on_device else "self_cpu_time_total"
+        self.op_table = prof.key_averages(group_by_input_shape=True).table(sort_by=sort_key, row_limit=self.row_limit)
 
 
 def _gpu_extras(dev: torch.device, run_dir: Path, snapshot: bool, hta: bool) -> dict:
@@ -216,47 +146,58 @@ def profile_training(model: nn.Module, loader: Iterable, *, run_dir: str | Path,
     """
     sched = ProfileSchedule(wait, warmup, active, repeat, skip_first)
     steps = sched.steps_needed if steps is None else steps
-    if isinstance(steps, bool) or not isinstance(steps, int) or steps < sched.steps_needed:
-        raise ValueError(f"steps={steps!r} is fewer than the schedule needs: skip_first + (wait + warmup + active) "
-                         f"x repeat = {sched.steps_needed}; run more steps or shrink the schedule")
-    run_dir = check_writable_dir(run_dir)
-    for old in run_dir.glob("trace_cycle*.json"):
-        old.unlink()   # a rerun must not mix its traces with the last run's
+    checked_int(steps, "steps", minimum=sched.steps_needed,
+                hint=f"fewer than the schedule needs: skip_first + (wait + warmup + active) x repeat = "
+                     f"{sched.steps_needed}; run more steps or shrink the schedule")
+    run_dir = _fresh_run_dir(run_dir)
     dev = get_device(device)
     model = model.to(dev).train()
     optimizer = optimizer or torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
     loss_fn = loss_fn or nn.CrossEntropyLoss()
-    trace_files: list[Path] = []
-    ops: dict = {}
-    texts: list = []
-
-    def on_ready(prof) -> None:
-        path = run_dir / f"trace_cycle{len(trace_files)}.pt.trace.json"
-        prof.export_chrome_trace(str(path))
-        trace_files.append(path)
-        _collect_ops(prof, ops, row_limit, texts)
-
+    recorder = CycleRecorder(run_dir, row_limit)
     snapshot = memory_snapshot and dev.type == "cuda"
+    quiet_gpu_probe_without_gpu()
+    with _cuda_memory_recording(dev, snapshot):
+        samples = _profiled_steps(lambda batch: train_step(model, batch, optimizer, loss_fn, dev, sync_every_step),
+                                  loader, steps, activities=_activities(dev), schedule=sched.to_torch(),
+                                  on_trace_ready=recorder, record_shapes=record_shapes,
+                                  profile_memory=profile_memory, with_stack=with_stack)
+        extras = _gpu_extras(dev, run_dir, snapshot, hta)
+    return _summarize(recorder, sched, samples, dev, extras)
+
+
+def _fresh_run_dir(run_dir: str | Path) -> Path:
+    """``run_dir``, proven writable, without the traces of an earlier run (a rerun must not mix them in)."""
+    run_dir = check_writable_dir(run_dir)
+    for old in run_dir.glob("trace_cycle*.json"):
+        old.unlink()
+    return run_dir
+
+
+@contextlib.contextmanager
+def _cuda_memory_recording(dev: torch.device, snapshot: bool) -> Iterator[None]:
+    """Reset CUDA's peak-memory counter, and record the allocator's history for a snapshot, around a run."""
     if dev.type == "cuda":
         torch.cuda.reset_peak_memory_stats(dev)
     if snapshot:
         torch.cuda.memory._record_memory_history(max_entries=100_000)
-    samples: list[int] = []
-    quiet_gpu_probe_without_gpu()
-    prof_kwargs = {"activities": _activities(dev), "schedule": sched.to_torch(), "on_trace_ready": on_ready,
-                   "record_shapes": record_shapes, "profile_memory": profile_memory, "with_stack": with_stack}
     try:
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message=".*clears events at the end of each cycle.*")
-            with profile(**prof_kwargs) as prof:   # leaving the block stops the profiler, even on an exception
-                for batch in _labelled_batches(loader, steps):
-                    samples.append(train_step(model, batch, optimizer, loss_fn, dev, sync_every_step))
-                    prof.step()
-        extras = _gpu_extras(dev, run_dir, snapshot, hta)
+        yield
     finally:
         if snapshot:
             torch.cuda.memory._record_memory_history(enabled=None)
-    return _summarize(run_dir, trace_files, sched, samples, ops, texts, dev, extras)
+
+
+def _profiled_steps(step: Callable[[object], int], loader: Iterable, steps: int, **profile_kwargs) -> list[int]:
+    """Run ``steps`` training steps under ``torch.profiler``; returns the samples in each step."""
+    samples = []
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*clears events at the end of each cycle.*")
+        with profile(**profile_kwargs) as prof:   # leaving the block stops the profiler, even on an exception
+            for batch in _labelled_batches(loader, steps):
+                samples.append(step(batch))
+                prof.step()
+    return samples
 
 
 def _labelled_batches(loader: Iterable, steps: int):
@@ -268,16 +209,16 @@ def _labelled_batches(loader: Iterable, steps: int):
         yield batch
 
 
-def _summarize(run_dir: Path, trace_files: list[Path], sched: ProfileSchedule, samples: list[int], ops: dict,
-               texts: list, dev: torch.device, extras: dict) -> ProfileSummary:
+def _summarize(recorder: CycleRecorder, sched: ProfileSchedule, samples: list[int], dev: torch.device,
+               extras: dict) -> ProfileSummary:
     """Combine the per-cycle trace files into one ProfileSummary."""
-    stats = [summarize_trace(p, device_type=1 if dev.type == "cuda" else 0) for p in trace_files]
+    stats = [summarize_trace(p, device_type=1 if dev.type == "cuda" else 0) for p in recorder.trace_files]
     steps = [n for s in stats for n in s.steps]
     n = max(len(steps), 1)
     times = [t for s in stats for t in s.step_time_s]
     category_s = {c: sum(s.category_s[c] for s in stats) / n for c in CATEGORIES}
     kept = [samples[i] for i in sched.active_step_numbers() if i < len(samples)]
-    top = sorted(ops.values(), key=lambda r: r["self_device_s"] or r["self_cpu_s"], reverse=True)
+    top = sorted(recorder.ops.values(), key=lambda r: r["self_device_s"] or r["self_cpu_s"], reverse=True)
     top = [{**r, "self_cpu_s": r["self_cpu_s"] / n, "self_device_s": r["self_device_s"] / n,
             "calls": r["calls"] / n} for r in top]
     if dev.type == "cuda":
@@ -290,8 +231,8 @@ def _summarize(run_dir: Path, trace_files: list[Path], sched: ProfileSchedule, s
     busy = [s.gpu_busy_s for s in stats if s.gpu_busy_s is not None]
     if busy and times:
         extras["gpu_busy_fraction"] = sum(busy) / sum(times)
-    return ProfileSummary(run_dir, trace_files, sched, len(steps), steps,
+    return ProfileSummary(recorder.run_dir, recorder.trace_files, sched, len(steps), steps,
                           int(statistics.median(kept)) if kept else 0,
                           statistics.median(times) if times else float("nan"), category_s, top,
-                          texts[0] if texts else "", peak, sum(s.item_calls for s in stats) / n,
+                          recorder.op_table, peak, sum(s.item_calls for s in stats) / n,
                           device_label(dev), extras)

@@ -11,10 +11,6 @@ import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from labkit.profile.profiler import ProfileSummary
 
 LABEL_PREFIX = "labkit/"
 LABELLED = ("data_loading", "h2d", "forward", "backward", "optimizer", "sync", "communication")
@@ -133,29 +129,3 @@ def summarize_trace(path: str | Path, device_type: int = 0) -> TraceStats:
             totals[cat] += sec
     return TraceStats(Path(path), step_numbers(trace), [s["dur"] * 1e-6 for s in spans], totals,
                       peak_memory_bytes(trace, device_type), count_ops(trace, "aten::item"), gpu_busy_s(trace))
-
-
-# ------------------------------------------------------------------------------------------ comparison
-def compare_runs(runs: dict[str, "ProfileSummary"]):
-    """Per-sample milliseconds by category, one column per run (a pandas DataFrame)."""
-    import pandas as pd
-
-    if len(runs) < 2:
-        raise ValueError(f"compare_runs needs two or more runs to compare, got {len(runs)}")
-    table = {name: {c: s * 1e3 for c, s in summary.per_sample_s().items()} for name, summary in runs.items()}
-    frame = pd.DataFrame(table)
-    frame.index.name = "ms per sample"
-    return frame
-
-
-def changed_ops(a: "ProfileSummary", b: "ProfileSummary", top: int = 5) -> list[dict]:
-    """Operators whose share of self time changed most from run ``a`` to run ``b``."""
-    def shares(s: "ProfileSummary") -> dict[str, float]:
-        key = "self_device_s" if any(r["self_device_s"] for r in s.top_ops) else "self_cpu_s"
-        total = sum(r[key] for r in s.top_ops) or 1.0
-        return {r["name"]: r[key] / total for r in s.top_ops}
-
-    sa, sb = shares(a), shares(b)
-    rows = [{"op": k, "share_a": sa.get(k, 0.0), "share_b": sb.get(k, 0.0),
-             "change": sb.get(k, 0.0) - sa.get(k, 0.0)} for k in set(sa) | set(sb)]
-    return sorted(rows, key=lambda r: abs(r["change"]), reverse=True)[:top]

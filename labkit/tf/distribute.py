@@ -13,8 +13,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from labkit.core.procs import run_in_fresh_process as _run_fresh
 from labkit.training.batch_rules import per_replica_batch
+from labkit.core.validation import positive_int
 
 CROSS_DEVICE_OPS = ("auto", "nccl", "hierarchical_copy", "reduction_to_one_device")
 
@@ -30,16 +30,10 @@ def _tf():
     return tf
 
 
-def _check_count(value: object, name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}")
-    return value
-
-
 def configure_logical_cpus(count: int) -> list[str]:
     """Split the CPU into ``count`` logical devices (before TF initialises); returns the logical CPU names."""
+    count = positive_int(count, "count")
     tf = _tf()
-    _check_count(count, "count")
     cpu = tf.config.list_physical_devices("CPU")[0]   # listing *physical* devices does not initialise TF
     try:
         tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * count)
@@ -76,15 +70,15 @@ def cross_device_ops(name: str, device_type: str):
     return tf.distribute.ReductionToOneDevice()
 
 
-def make_strategy(replicas: int | None = None, *, cross_device_ops_name: str = "auto",
+def make_strategy(world_size: int | None = None, *, cross_device_ops_name: str = "auto",
                   use_gpus: bool | None = None):
-    """A MirroredStrategy with ``replicas`` replicas: on the GPUs if there are any, else on logical CPUs.
+    """A MirroredStrategy with ``world_size`` replicas: on the GPUs if there are any, else on logical CPUs.
 
-    ``replicas=None`` means one per GPU (or 2 logical CPUs on a CPU-only machine). Call it before any other
+    ``world_size=None`` means one per GPU (or 2 logical CPUs on a CPU-only machine). Call it before any other
     TensorFlow work in the process; ``cross_device_ops_name`` picks the all-reduce (NCCL on GPUs by default).
     """
-    if replicas is not None:
-        _check_count(replicas, "replicas")
+    if world_size is not None:
+        positive_int(world_size, "world_size")
     if cross_device_ops_name not in CROSS_DEVICE_OPS:
         raise ValueError(f"cross_device_ops_name must be one of {CROSS_DEVICE_OPS}, got {cross_device_ops_name!r}")
     if cross_device_ops_name == "nccl" and use_gpus is False:   # refuse before TensorFlow is even imported
@@ -95,36 +89,30 @@ def make_strategy(replicas: int | None = None, *, cross_device_ops_name: str = "
     if on_gpu and not gpus:
         raise ValueError("use_gpus=True but TensorFlow sees no GPU (is tensorflow[and-cuda] installed?); "
                          "use use_gpus=None to fall back to logical CPUs")
-    if replicas is None:
-        replicas = len(gpus) if on_gpu else 2
-    _check_count(replicas, "replicas")
+    if world_size is None:
+        world_size = len(gpus) if on_gpu else 2
+    positive_int(world_size, "world_size")
     if on_gpu:
-        if replicas > len(gpus):
-            raise ValueError(f"replicas={replicas} but only {len(gpus)} GPU(s) are visible; ask for at most "
-                             f"{len(gpus)}, or pass use_gpus=False to use {replicas} logical CPU devices")
-        names = [f"/gpu:{i}" for i in range(replicas)]
+        if world_size > len(gpus):
+            raise ValueError(f"world_size={world_size} but only {len(gpus)} GPU(s) are visible; ask for at most "
+                             f"{len(gpus)}, or pass use_gpus=False to use {world_size} logical CPU devices")
+        names = [f"/gpu:{i}" for i in range(world_size)]
     else:
-        names = configure_logical_cpus(replicas)
+        names = configure_logical_cpus(world_size)
     ops = cross_device_ops(cross_device_ops_name, "GPU" if on_gpu else "CPU")
     return tf.distribute.MirroredStrategy(names, cross_device_ops=ops)
 
 
-# ---------------------------------------------------------------------------------------------- fresh processes
-def run_in_fresh_process(target: str, kwargs: dict | None = None, *, timeout_s: float = 300.0,
-                         env: dict | None = None) -> Any:
-    """``labkit.core.procs.run_in_fresh_process`` that also brings DevicesAlreadyInitializedError back."""
-    return _run_fresh(target, kwargs, timeout_s=timeout_s, env=env,
-                      errors={"DevicesAlreadyInitializedError": DevicesAlreadyInitializedError})
 
 
 # ---------------------------------------------------------------------------------------------- lessons (child side)
-def strategy_tour(replicas: int = 2, global_batch_size: int = 8, num_examples: int = 20) -> dict:
+def strategy_tour(world_size: int = 2, global_batch_size: int = 8, num_examples: int = 20) -> dict:
     """MirroredStrategy basics, for a fresh process: devices, reductions, a distributed tf.data pipeline."""
     tf = _tf()
-    strategy = make_strategy(replicas)
-    out: dict[str, Any] = {"replicas": strategy.num_replicas_in_sync,
+    strategy = make_strategy(world_size)
+    out: dict[str, Any] = {"world_size": strategy.num_replicas_in_sync,
                            "devices": list(strategy.extended.worker_devices)}
-    out["reductions"] = reduction_check(replicas)
+    out["reductions"] = reduction_check(world_size)
     per_replica = per_replica_batch(global_batch_size, strategy.num_replicas_in_sync)
     ds = tf.data.Dataset.range(num_examples).batch(global_batch_size)
     steps = []
@@ -132,7 +120,7 @@ def strategy_tour(replicas: int = 2, global_batch_size: int = 8, num_examples: i
         steps.append([t.numpy().tolist() for t in strategy.experimental_local_results(batch)])
     out.update(per_replica_batch_size=per_replica, distributed_batches=steps,
                uneven_batches=_uneven_split(strategy, num_examples=5, global_batch_size=4),
-               sharding=shard_by_worker(num_examples=12, num_workers=2))
+               sharding=shard_by_worker(num_examples=12, world_size=2))
     return out
 
 
@@ -144,10 +132,10 @@ def _uneven_split(strategy, num_examples: int, global_batch_size: int) -> list:
             for b in strategy.experimental_distribute_dataset(ds)]
 
 
-def reduction_check(replicas: int = 2) -> dict:
+def reduction_check(world_size: int = 2) -> dict:
     """All-reduce ``replica_id + 1`` with each CPU-capable cross-device op; every replica should hold the sum."""
     tf = _tf()
-    names = configure_logical_cpus(replicas)
+    names = configure_logical_cpus(world_size)
     results = {}
     for name in ("reduction_to_one_device", "hierarchical_copy"):
         strategy = tf.distribute.MirroredStrategy(names, cross_device_ops=cross_device_ops(name, "CPU"))
@@ -163,11 +151,11 @@ def reduction_check(replicas: int = 2) -> dict:
     return results
 
 
-def shard_by_worker(num_examples: int = 12, num_workers: int = 2) -> dict:
-    """What ``dataset.shard(num_workers, index)`` gives each worker, and TF's auto-shard policies."""
+def shard_by_worker(num_examples: int = 12, world_size: int = 2) -> dict:
+    """What ``dataset.shard(world_size, index)`` gives each of ``world_size`` workers, and TF's auto-shard policies."""
+    positive_int(world_size, "world_size")
     tf = _tf()
-    _check_count(num_workers, "num_workers")
-    shards = [list(tf.data.Dataset.range(num_examples).shard(num_workers, i).as_numpy_iterator())
-              for i in range(num_workers)]
+    shards = [list(tf.data.Dataset.range(num_examples).shard(world_size, i).as_numpy_iterator())
+              for i in range(world_size)]
     policies = [p.name for p in tf.data.experimental.AutoShardPolicy]
     return {"shards": [[int(v) for v in s] for s in shards], "auto_shard_policies": policies}

@@ -7,14 +7,17 @@ Parsing/normalisation is real TensorFlow work. TensorFlow is imported lazily.
 """
 from __future__ import annotations
 
+import statistics
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import matplotlib.pyplot as plt
 import numpy as np
 
-from labkit.core.machine import cpu_count
-from labkit.core.timing import time_fn
+from labkit.core.clock import host_times_s, now_s
+from labkit.core.validation import checked_int, positive_int
 
 
 def _tf():
@@ -39,13 +42,13 @@ class Comparison:
         raise KeyError(f"no variant {variant!r} in {self.name}; have {[r['variant'] for r in self.rows]}")
 
     def to_dataframe(self):
+        """The rows as a pandas DataFrame (pandas is optional: not a labkit dependency)."""
         import pandas as pd
 
         return pd.DataFrame(self.rows).set_index("variant")
 
     def plot(self, ax=None, key: str = "samples_per_s"):
-        import matplotlib.pyplot as plt
-
+        """Horizontal bars of ``key`` (default samples/s), one per variant."""
         ax = ax or plt.subplots(figsize=(6, 0.5 + 0.5 * len(self.rows)))[1]
         ax.barh([r["variant"] for r in self.rows], [r[key] for r in self.rows], color="tab:orange")
         ax.invert_yaxis()
@@ -74,6 +77,11 @@ def parse(x, mean: float = 0.5, std: float = 0.25):
     return (x - mean) / std
 
 
+def _median_s(fn, *, warmup: int, repeats: int) -> float:
+    """Median seconds per call of ``fn`` on the host clock (TensorFlow's CPU work is done when it returns)."""
+    return statistics.median(host_times_s(fn, warmup=warmup, repeats=repeats))
+
+
 def _drain(ds) -> int:
     n = 0
     for batch in ds:
@@ -84,8 +92,8 @@ def _drain(ds) -> int:
 def map_vs_batch(images: np.ndarray, batch_size: int = 32, repeats: int = 3, epochs: int = 8) -> Comparison:
     """Guide 'Vectorizing mapping': map-then-batch calls ``parse`` per sample, batch-then-map per batch."""
     tf, images = _tf(), _check_images(images)
-    if not isinstance(epochs, int) or epochs < 1:
-        raise ValueError(f"epochs must be a positive integer, got {epochs!r}")
+    positive_int(batch_size, "batch_size")
+    positive_int(epochs, "epochs")
     n = len(images) * epochs   # enough elements that per-element cost, not iterator start-up, dominates
     base = tf.data.Dataset.from_tensor_slices(images).repeat(epochs)
     variants = {"map then batch": base.map(parse).batch(batch_size),
@@ -95,9 +103,10 @@ def map_vs_batch(images: np.ndarray, batch_size: int = 32, repeats: int = 3, epo
         raise AssertionError("the two orderings must produce the same batches")
     rows = []
     for name, ds in variants.items():
-        t = time_fn(lambda ds=ds: _drain(ds), warmup=1, repeats=repeats, device="cpu")
-        rows.append({"variant": name, "seconds": t.median_s, "samples_per_s": n / t.median_s})
-    return Comparison("map then batch vs batch then map", rows, "same output, one parse call per batch instead of per sample")
+        seconds = _median_s(lambda ds=ds: _drain(ds), warmup=1, repeats=repeats)
+        rows.append({"variant": name, "seconds": seconds, "samples_per_s": n / seconds})
+    return Comparison("map then batch vs batch then map", rows,
+                      "same output, one parse call per batch instead of per sample")
 
 
 def sleep_op(x, seconds: float):
@@ -132,9 +141,9 @@ def cache_and_shuffle(images: np.ndarray, decode_s: float = 0.002, seed: int = 0
     for name, (ds, cache_bytes) in variants.items():
         epochs = []
         for _ in range(2):
-            start = time.perf_counter()
+            start = now_s()
             order = [int(i) for i, _ in ds]
-            epochs.append((time.perf_counter() - start, order))
+            epochs.append((now_s() - start, order))
         rows.append({"variant": name, "epoch1_s": epochs[0][0], "epoch2_s": epochs[1][0],
                      "samples_per_s": n / epochs[1][0], "cache_mb": cache_bytes / 2**20,
                      "epoch2_reshuffled": epochs[0][1] != epochs[1][1]})
@@ -157,8 +166,8 @@ def prefetch_overlap(n: int = 32, read_s: float = 0.01, step_s: float = 0.01, re
 
     rows = []
     for name, ds in {"no prefetch": base, "prefetch(AUTOTUNE)": base.prefetch(tf.data.AUTOTUNE)}.items():
-        t = time_fn(lambda ds=ds: train(ds), warmup=0, repeats=repeats, device="cpu")
-        rows.append({"variant": name, "seconds": t.median_s, "samples_per_s": n / t.median_s})
+        seconds = _median_s(lambda ds=ds: train(ds), warmup=0, repeats=repeats)
+        rows.append({"variant": name, "seconds": seconds, "samples_per_s": n / seconds})
     return Comparison("prefetch", rows, f"read {read_s * 1e3:.0f} ms + step {step_s * 1e3:.0f} ms per element "
                       "(simulated)", {"serial_s": n * (read_s + step_s), "overlapped_s": n * max(read_s, step_s)})
 
@@ -175,8 +184,8 @@ def parallel_map(n: int = 32, decode_s: float = 0.01, parallel: int | None = Non
     rows = []
     for name, calls in (("num_parallel_calls=None", None), (f"num_parallel_calls={_name(parallel)}", parallel)):
         ds = base.map(decode, num_parallel_calls=calls)
-        t = time_fn(lambda ds=ds: _drain(ds), warmup=0, repeats=repeats, device="cpu")
-        rows.append({"variant": name, "seconds": t.median_s, "samples_per_s": n / t.median_s})
+        seconds = _median_s(lambda ds=ds: _drain(ds), warmup=0, repeats=repeats)
+        rows.append({"variant": name, "seconds": seconds, "samples_per_s": n / seconds})
     return Comparison("parallel map", rows, f"decode simulated as {decode_s * 1e3:.0f} ms per element")
 
 
@@ -187,8 +196,7 @@ def _name(parallel: int) -> str:
 def write_shards(images: np.ndarray, directory: str | Path, num_files: int = 8) -> list[str]:
     """Write ``images`` into ``num_files`` real TFRecord files (one serialised image per record)."""
     tf, images = _tf(), _check_images(images)
-    if not isinstance(num_files, int) or not 1 <= num_files <= len(images):
-        raise ValueError(f"num_files must be an integer between 1 and {len(images)}, got {num_files!r}")
+    positive_int(num_files, "num_files", maximum=len(images), hint=f"{len(images)} images, at least one per file")
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     paths = []
@@ -220,16 +228,15 @@ def interleave_files(paths: list[str], record_s: float = 0.002, cycle_length: in
     rows = []
     for name, ds in variants.items():
         count = sum(1 for _ in ds)
-        t = time_fn(lambda ds=ds: sum(1 for _ in ds), warmup=0, repeats=repeats, device="cpu")
-        rows.append({"variant": name, "seconds": t.median_s, "samples_per_s": count / t.median_s, "records": count})
+        seconds = _median_s(lambda ds=ds: sum(1 for _ in ds), warmup=0, repeats=repeats)
+        rows.append({"variant": name, "seconds": seconds, "samples_per_s": count / seconds, "records": count})
     return Comparison("reading many files", rows, f"{record_s * 1e3:.0f} ms simulated latency per record")
 
 
-def shard_order(n: int = 64, num_workers: int = 2, decode_s: float = 0.002) -> Comparison:
+def shard_order(n: int = 64, world_size: int = 2, decode_s: float = 0.002) -> Comparison:
     """Guide/tf.distribute advice: ``shard`` before heavy work, so each worker decodes only its own part."""
     tf = _tf()
-    if not isinstance(num_workers, int) or num_workers < 2:
-        raise ValueError(f"num_workers must be an integer >= 2 to shard, got {num_workers!r}")
+    checked_int(world_size, "world_size", minimum=2, hint="sharding needs two or more workers")
     calls = {"n": 0}
 
     def decode(i):
@@ -241,21 +248,16 @@ def shard_order(n: int = 64, num_workers: int = 2, decode_s: float = 0.002) -> C
 
     rows = []
     for name in ("map then shard", "shard then map"):
-        calls["n"], start, seen = 0, time.perf_counter(), 0
-        for w in range(num_workers):   # each simulated worker reads its own shard
+        calls["n"], start, seen = 0, now_s(), 0
+        for w in range(world_size):   # each simulated worker reads its own shard
             base = tf.data.Dataset.range(n)
-            ds = base.map(decode).shard(num_workers, w) if name == "map then shard" else \
-                base.shard(num_workers, w).map(decode)
+            ds = base.map(decode).shard(world_size, w) if name == "map then shard" else \
+                base.shard(world_size, w).map(decode)
             seen += sum(1 for _ in ds)
-        total = time.perf_counter() - start
+        total = now_s() - start
         rows.append({"variant": name, "decode_calls": calls["n"], "samples": seen,
-                     "seconds_per_worker": total / num_workers, "samples_per_s": seen / total})
-    return Comparison("shard placement", rows, f"{num_workers} simulated workers, one after another")
-
-
-def autotune_cores() -> int:
-    """Cores tf.data's AUTOTUNE may use here."""
-    return cpu_count()
+                     "seconds_per_worker": total / world_size, "samples_per_s": seen / total})
+    return Comparison("shard placement", rows, f"{world_size} simulated workers, one after another")
 
 
 def cache_repeat_order(images: np.ndarray, epochs: int = 3, cache_dir: str | Path | None = None) -> Comparison:
@@ -266,11 +268,8 @@ def cache_repeat_order(images: np.ndarray, epochs: int = 3, cache_dir: str | Pat
     cache grows with the epochs (with an endless ``repeat()`` it never completes). The caches are written to
     files here so their size can be measured exactly; an in-memory cache holds the same elements.
     """
-    import tempfile
-
     tf, images = _tf(), _check_images(images)
-    if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 2:
-        raise ValueError(f"epochs must be an integer >= 2 to compare orderings, got {epochs!r}")
+    checked_int(epochs, "epochs", minimum=2, hint="comparing the orderings needs two or more epochs")
     calls = {"n": 0}
 
     def counted_parse(x):

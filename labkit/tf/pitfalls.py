@@ -20,7 +20,10 @@ from pathlib import Path
 
 import numpy as np
 
-from labkit.tf.distribute import DevicesAlreadyInitializedError, make_strategy, run_in_fresh_process
+from labkit.core.clock import now_s
+from labkit.core.procs import run_in_fresh_process
+from labkit.core.validation import checked_int, positive_int
+from labkit.tf.distribute import DevicesAlreadyInitializedError, make_strategy
 
 BN_VARIANTS = ("broken", "drop_remainder", "repeat", "synchronized_bn")
 
@@ -52,7 +55,7 @@ class BatchNormNanEvidence:
 
     num_examples: int
     global_batch_size: int
-    replicas: int
+    world_size: int
     last_step_replica_batch_sizes: tuple[int, ...]   # what each replica got on the final step
     runs: tuple[BatchNormRun, ...]
 
@@ -71,8 +74,8 @@ class BatchNormNanEvidence:
 
 def uneven_example_count(available: int, global_batch_size: int, remainder: int = 1) -> int:
     """The largest count <= ``available`` that leaves ``remainder`` examples in the last global batch."""
-    if not 0 < remainder < global_batch_size:
-        raise ValueError(f"remainder must be between 1 and global_batch_size - 1, got {remainder}")
+    positive_int(global_batch_size, "global_batch_size")
+    checked_int(remainder, "remainder", maximum=global_batch_size - 1, hint="the last batch must be short")
     n = (available - remainder) // global_batch_size * global_batch_size + remainder
     if n <= remainder:
         raise ValueError(f"need more than {global_batch_size + remainder} examples, got {available}")
@@ -80,28 +83,28 @@ def uneven_example_count(available: int, global_batch_size: int, remainder: int 
 
 
 def uneven_last_batch_bn(x_train: np.ndarray, y_train: np.ndarray, x_val: np.ndarray, y_val: np.ndarray, *,
-                         global_batch_size: int = 32, replicas: int = 2,
+                         global_batch_size: int = 32, world_size: int = 2,
                          variants: tuple[str, ...] = ("broken", "drop_remainder"), epochs: int = 1,
                          seed: int = 0, timeout_s: float = 300.0) -> BatchNormNanEvidence:
-    """Pitfall 1: train a BatchNorm MLP with MirroredStrategy on data whose last batch < ``replicas``."""
+    """Pitfall 1: train a BatchNorm MLP with MirroredStrategy on data whose last batch < ``world_size``."""
     bad = [v for v in variants if v not in BN_VARIANTS]
     if bad or not variants:
         raise ValueError(f"variants must be chosen from {BN_VARIANTS}, got {variants!r}")
     n = uneven_example_count(len(x_train), global_batch_size, remainder=1)
-    if replicas < 2:
-        raise ValueError("replicas must be >= 2: with one replica no replica is ever left without examples")
+    checked_int(world_size, "world_size", minimum=2, hint="with one replica no replica is ever left without examples")
+    positive_int(epochs, "epochs")
     with tempfile.TemporaryDirectory(prefix="labkit-bn-") as tmp:
         data = Path(tmp) / "data.npz"
         np.savez(data, x=x_train[:n].reshape(n, -1).astype("float32"), y=y_train[:n].astype("int32"),
                  xv=x_val.reshape(len(x_val), -1).astype("float32"), yv=y_val.astype("int32"))
         out = run_in_fresh_process("labkit.tf.pitfalls:bn_child", dict(
-            data_path=str(data), global_batch_size=global_batch_size, replicas=replicas,
+            data_path=str(data), global_batch_size=global_batch_size, world_size=world_size,
             variants=list(variants), epochs=epochs, seed=seed), timeout_s=timeout_s)
     runs = tuple(BatchNormRun(r["variant"], r["train_loss"], r["train_accuracy"], np.array(r["moving_mean"]),
                               np.array(r["moving_variance"]), tuple(r["nan_variables"]), r["val_loss"],
                               r["val_accuracy"], r["predictions_finite"], r["reload_max_abs_diff"])
                  for r in out["runs"])
-    return BatchNormNanEvidence(n, global_batch_size, replicas, tuple(out["last_step_sizes"]), runs)
+    return BatchNormNanEvidence(n, global_batch_size, world_size, tuple(out["last_step_sizes"]), runs)
 
 
 # ---------------------------------------------------------------------------------------------- child side
@@ -114,8 +117,8 @@ def _replica_values(variable) -> np.ndarray:
 
 def _bn_model(tf, features: int, synchronized: bool):
     L = tf.keras.layers
-    model = tf.keras.Sequential([tf.keras.Input((features,)), L.Dense(64), L.BatchNormalization(synchronized=synchronized),
-                                 L.ReLU(), L.Dense(10)])
+    model = tf.keras.Sequential([tf.keras.Input((features,)), L.Dense(64),
+                                 L.BatchNormalization(synchronized=synchronized), L.ReLU(), L.Dense(10)])
     model.compile(optimizer=tf.keras.optimizers.SGD(0.05, momentum=0.9), metrics=["accuracy"],
                   loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
     return model
@@ -153,9 +156,9 @@ def _bn_run(tf, strategy, data, global_batch_size: int, variant: str, epochs: in
             "predictions_finite": bool(np.isfinite(pred).all()), "reload_max_abs_diff": reload_diff}
 
 
-def bn_child(data_path: str, global_batch_size: int, replicas: int, variants: list, epochs: int, seed: int) -> dict:
+def bn_child(data_path: str, global_batch_size: int, world_size: int, variants: list, epochs: int, seed: int) -> dict:
     """Child process: the pitfall-1 runs (NaN checks are JSON-safe: NaN is written as NaN)."""
-    strategy = make_strategy(replicas, use_gpus=None)
+    strategy = make_strategy(world_size, use_gpus=None)
     import tensorflow as tf
 
     data = dict(np.load(data_path))
@@ -170,43 +173,41 @@ def bn_child(data_path: str, global_batch_size: int, replicas: int, variants: li
 # ---------------------------------------------------------------------------------------------- pitfall 5
 @dataclass(frozen=True)
 class DeviceCountProbe:
-    """One fresh process: count devices a given way, then try to set up 2 logical CPU replicas."""
+    """One fresh process: count devices a given way, then try to set up ``world_size`` logical CPU replicas."""
 
     method: str
     devices_counted: int
     count_call_ms: float
-    strategy_replicas: int | None    # None when configuring devices afterwards failed
+    strategy_world_size: int | None  # None when configuring devices afterwards failed
     error: str | None
 
 
-def count_then_configure(method: str = "physical", replicas: int = 2) -> dict:
+def count_then_configure(method: str = "physical", world_size: int = 2) -> dict:
     """Child process: count devices by ``method`` ('physical' or 'logical'), then call make_strategy."""
-    import time
-
     import tensorflow as tf
 
-    start = time.perf_counter()
+    start = now_s()
     if method == "physical":
         count = len(tf.config.list_physical_devices())
     elif method == "logical":
         count = len(tf.config.list_logical_devices())
     else:
         raise ValueError(f"method must be 'physical' or 'logical', got {method!r}")
-    call_ms = (time.perf_counter() - start) * 1e3
+    call_ms = (now_s() - start) * 1e3
     try:
-        got, error = make_strategy(replicas).num_replicas_in_sync, None
+        got, error = make_strategy(world_size).num_replicas_in_sync, None
     except DevicesAlreadyInitializedError as err:
         got, error = None, str(err)
-    return {"method": method, "devices_counted": count, "count_call_ms": call_ms, "strategy_replicas": got,
+    return {"method": method, "devices_counted": count, "count_call_ms": call_ms, "strategy_world_size": got,
             "error": error}
 
 
-def device_counting_side_effects(replicas: int = 2, timeout_s: float = 300.0) -> dict[str, DeviceCountProbe]:
+def device_counting_side_effects(world_size: int = 2, timeout_s: float = 300.0) -> dict[str, DeviceCountProbe]:
     """Pitfall 5: count devices two ways, each in a fresh TF process (run side by side), then configure."""
     with concurrent.futures.ThreadPoolExecutor(2) as pool:
         futures = {m: pool.submit(run_in_fresh_process, "labkit.tf.pitfalls:count_then_configure",
-                                  {"method": m, "replicas": replicas}, timeout_s=timeout_s)
+                                  {"method": m, "world_size": world_size}, timeout_s=timeout_s)
                    for m in ("physical", "logical")}
         out = {m: f.result() for m, f in futures.items()}
-    return {m: DeviceCountProbe(r["method"], r["devices_counted"], r["count_call_ms"], r["strategy_replicas"],
+    return {m: DeviceCountProbe(r["method"], r["devices_counted"], r["count_call_ms"], r["strategy_world_size"],
                                 r["error"]) for m, r in out.items()}

@@ -12,7 +12,8 @@ import numpy as np
 from labkit.core.clock import now_s
 from labkit.core.procs import run_in_fresh_process
 from labkit.core.validation import positive_int
-from labkit.tf.keras_models import keras_small_cnn
+from labkit.tf.keras import keras_small_cnn
+
 
 def keras_policy_child(policy: str = "mixed_bfloat16", batch_size: int = 64, repeats: int = 5,
                        warmup: int = 2) -> dict:

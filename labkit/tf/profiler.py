@@ -13,13 +13,18 @@ PyTorch can profile Keras without holding both frameworks in one process.
 """
 from __future__ import annotations
 
+import importlib.util
 import os
-import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from labkit.tf.keras_models import keras_small_cnn
+import numpy as np
+
+from labkit.core.clock import now_s
+from labkit.core.procs import run_in_fresh_process
 from labkit.core.rundirs import check_writable_dir
+from labkit.core.validation import checked_int, positive_int
+from labkit.tf.keras import keras_small_cnn
 
 METHODS = ("programmatic", "callback")
 
@@ -41,16 +46,15 @@ class TFProfileResult:
 
 
 def _check_batches(profile_batch: tuple[int, int], steps_per_epoch: int) -> tuple[int, int]:
-    if (not isinstance(profile_batch, (tuple, list)) or len(profile_batch) != 2
-            or not all(isinstance(b, int) and not isinstance(b, bool) for b in profile_batch)):
+    """``(first, last)`` batches to profile, counted from 1, inside the first epoch (one clear ValueError)."""
+    if not isinstance(profile_batch, (tuple, list)) or len(profile_batch) != 2:
         raise ValueError(f"profile_batch must be a pair of integers (first, last), got {profile_batch!r}")
-    first, last = profile_batch
-    if first < 1 or last < first:
-        raise ValueError(f"profile_batch=({first}, {last}) needs 1 <= first <= last (batches count from 1)")
-    if last > steps_per_epoch:
-        raise ValueError(f"profile_batch ends at batch {last} but an epoch has only {steps_per_epoch} batches; "
-                         "profile earlier batches or give fit more data")
-    return int(first), int(last)
+    hint = (f"profile_batch=(first, last) needs 1 <= first <= last (batches count from 1), and an epoch has "
+            f"only {steps_per_epoch} batches: profile earlier batches or give fit more data")
+    first = positive_int(profile_batch[0], "profile_batch's first batch", maximum=steps_per_epoch, hint=hint)
+    last = checked_int(profile_batch[1], "profile_batch's last batch", minimum=first, maximum=steps_per_epoch,
+                       hint=hint)
+    return first, last
 
 
 def xplane_files(run_dir: str | Path) -> list[str]:
@@ -63,10 +67,8 @@ def profile_keras_fit(model, x, y, *, run_dir: str | Path, batch_size: int = 32,
     """``model.fit(x, y)`` with the TF profiler on batches ``profile_batch``; checks the .xplane.pb exists."""
     import tensorflow as tf
 
-    if method not in METHODS:
-        raise ValueError(f"method must be one of {METHODS}, got {method!r}")
-    if not isinstance(batch_size, int) or batch_size < 1:
-        raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
+    _check_method(method)
+    positive_int(batch_size, "batch_size")
     steps = -(-len(x) // batch_size)
     first, last = _check_batches(profile_batch, steps)
     run_dir = check_writable_dir(run_dir)
@@ -75,22 +77,13 @@ def profile_keras_fit(model, x, y, *, run_dir: str | Path, batch_size: int = 32,
     earlier = {f: os.stat(f).st_mtime_ns for f in xplane_files(run_dir)}
     if not model.optimizer or not getattr(model, "compiled", True):
         raise ValueError("compile the model first, e.g. model.compile('sgd', loss=...)")
-    start = time.perf_counter()
+    start = now_s()
     if method == "callback":
-        _require_tensorboard()
         cb = tf.keras.callbacks.TensorBoard(log_dir=str(run_dir), profile_batch=(first, last), write_graph=False)
         model.fit(x, y, batch_size=batch_size, epochs=epochs, callbacks=[cb], verbose=0)
     else:
-        model.fit(x[: first * batch_size], y[: first * batch_size], batch_size=batch_size, epochs=1, verbose=0)
-        tf.profiler.experimental.start(str(run_dir))
-        try:
-            for step in range(first, last + 1):   # one Trace per step, as the profile tab's step view expects
-                with tf.profiler.experimental.Trace("train", step_num=step, _r=1):
-                    xb, yb = x[(step - 1) * batch_size: step * batch_size], y[(step - 1) * batch_size: step * batch_size]
-                    model.train_on_batch(xb, yb)
-        finally:
-            tf.profiler.experimental.stop()
-    fit_s = time.perf_counter() - start
+        _trace_batches(model, x, y, run_dir, batch_size, first, last)
+    fit_s = now_s() - start
     files = [f for f in xplane_files(run_dir) if earlier.get(f) != os.stat(f).st_mtime_ns]
     if not files:
         raise RuntimeError(f"the TF profiler wrote no .xplane.pb under {run_dir}/plugins/profile; "
@@ -98,17 +91,31 @@ def profile_keras_fit(model, x, y, *, run_dir: str | Path, batch_size: int = 32,
     return TFProfileResult(str(run_dir), files, (first, last), method, fit_s)
 
 
-def _require_tensorboard() -> None:
+def _trace_batches(model, x, y, run_dir: Path, batch_size: int, first: int, last: int) -> None:
+    """Train batches ``1..first-1`` untraced, then ``first..last`` under the profiler, one ``Trace`` per step."""
+    import tensorflow as tf
+
+    model.fit(x[: first * batch_size], y[: first * batch_size], batch_size=batch_size, epochs=1, verbose=0)
+    tf.profiler.experimental.start(str(run_dir))
     try:
-        import tensorboard  # noqa: F401
-    except ImportError:
+        for step in range(first, last + 1):   # one Trace per step, as the profile tab's step view expects
+            with tf.profiler.experimental.Trace("train", step_num=step, _r=1):
+                batch = slice((step - 1) * batch_size, step * batch_size)
+                model.train_on_batch(x[batch], y[batch])
+    finally:
+        tf.profiler.experimental.stop()
+
+
+def _check_method(method: str) -> None:
+    """``method`` is one of METHODS; 'callback' needs the tensorboard package (tensorflow 2.21 does not bring it)."""
+    if method not in METHODS:
+        raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+    if method == "callback" and importlib.util.find_spec("tensorboard") is None:
         raise ImportError("method='callback' uses the TensorBoard callback, which needs `pip install tensorboard`; "
-                          "or use method='programmatic' (TensorFlow only)") from None
+                          "or use method='programmatic' (TensorFlow only)")
 
 
 def _synthetic(n: int, seed: int = 0):
-    import numpy as np
-
     rng = np.random.default_rng(seed)   # SYNTHETIC: random pixels/labels, for profiling only
     return rng.random((n, 32, 32, 3), dtype=np.float32), rng.integers(0, 10, n)
 
@@ -130,13 +137,12 @@ def profile_keras_in_subprocess(run_dir: str | Path, *, samples: int = 256, batc
                                 profile_batch: tuple[int, int] = (2, 4), method: str = "programmatic",
                                 timeout_s: float = 300.0) -> TFProfileResult:
     """Profile a small Keras CNN in a fresh Python (TensorFlow only, no PyTorch) and return its result."""
-    from labkit.core.procs import run_in_fresh_process
-
+    _check_method(method)   # here, so a missing tensorboard is an ImportError before any child starts
     first, last = _check_batches(profile_batch, -(-samples // batch_size))
     check_writable_dir(run_dir)
     data = run_in_fresh_process("labkit.tf.profiler:profile_small_cnn_child", dict(
         run_dir=str(Path(run_dir).resolve()), samples=samples, batch_size=batch_size, first=first, last=last,
-        method=method), timeout_s=timeout_s, errors={"ImportError": ImportError})
+        method=method), timeout_s=timeout_s)
     data.pop("child_wall_s", None)
     data["profiled_batches"] = tuple(data["profiled_batches"])
     return TFProfileResult(**data)

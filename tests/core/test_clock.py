@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from labkit.core.clock import Deadline, interleaved, now_s, percentile, timestamp_s
+from labkit.core.clock import Deadline, host_times_s, interleaved, now_s, percentile, timestamp_s
 
 
 def test_now_s_measures_elapsed_host_time():
@@ -16,6 +16,17 @@ def test_now_s_measures_elapsed_host_time():
 
 def test_timestamp_s_is_wall_clock_seconds():
     assert abs(timestamp_s() - time.time()) < 1.0
+
+
+
+def test_host_times_s_warms_up_then_times_each_call():
+    calls = []
+    times = host_times_s(lambda: (calls.append(1), time.sleep(0.01)), warmup=2, repeats=3)
+    assert len(calls) == 5 and len(times) == 3 and all(0.005 < t < 1.0 for t in times)
+    with pytest.raises(ValueError, match="repeats must be an integer >= 1"):
+        host_times_s(lambda: None, repeats=0)
+    with pytest.raises(ValueError, match="warmup must be an integer >= 0"):
+        host_times_s(lambda: None, warmup=-1)
 
 
 def test_deadline_counts_down_and_expires():

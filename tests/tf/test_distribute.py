@@ -2,7 +2,8 @@
 pytest process never initialises TensorFlow. (The per-replica batch rule: tests/training/test_batch_rules.py.)"""
 import pytest
 
-from labkit.tf.distribute import DevicesAlreadyInitializedError, run_in_fresh_process
+from labkit.core.procs import run_in_fresh_process
+from labkit.tf.distribute import DevicesAlreadyInitializedError
 
 
 def test_run_in_fresh_process_rejects_bad_target():
@@ -12,9 +13,9 @@ def test_run_in_fresh_process_rejects_bad_target():
 
 @pytest.mark.tensorflow
 def test_strategy_tour_on_two_logical_cpus():
-    out = run_in_fresh_process("labkit.tf.distribute:strategy_tour", {"replicas": 2, "global_batch_size": 8,
+    out = run_in_fresh_process("labkit.tf.distribute:strategy_tour", {"world_size": 2, "global_batch_size": 8,
                                                                       "num_examples": 20})
-    assert out["replicas"] == 2 and len(out["devices"]) == 2
+    assert out["world_size"] == 2 and len(out["devices"]) == 2
     for name, per_replica in out["reductions"].items():            # sum of (replica_id + 1) = 1 + 2
         assert per_replica == [[3.0] * 3, [3.0] * 3], name
     assert out["distributed_batches"][0] == [[0, 1, 2, 3], [4, 5, 6, 7]]
@@ -32,7 +33,7 @@ def test_child_errors_come_back_with_their_type():
 @pytest.mark.tensorflow
 def test_make_strategy_bad_requests_are_clear():
     with pytest.raises(ValueError, match="needs GPUs"):   # NCCL on CPUs
-        run_in_fresh_process("labkit.tf.distribute:make_strategy", {"replicas": 2, "cross_device_ops_name": "nccl"})
+        run_in_fresh_process("labkit.tf.distribute:make_strategy", {"world_size": 2, "cross_device_ops_name": "nccl"})
 
 
 def test_too_late_error_class_is_exported():
@@ -49,6 +50,6 @@ def test_nccl_on_cpus_refused_before_tensorflow_loads():
         make_strategy(2, cross_device_ops_name="nccl", use_gpus=False)
     with pytest.raises(ValueError, match="cross_device_ops_name must be one of"):
         make_strategy(2, cross_device_ops_name="ring")
-    with pytest.raises(ValueError, match="replicas must be a positive integer"):
+    with pytest.raises(ValueError, match="world_size must be an integer >= 1"):
         make_strategy(0)
     assert had_tf or "tensorflow" not in sys.modules     # the checks did not start TensorFlow here

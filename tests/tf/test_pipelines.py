@@ -60,11 +60,11 @@ def test_interleave_reads_every_record(tmp_path):
 
 
 def test_shard_counts_are_exact():
-    comp = tfp.shard_order(n=12, num_workers=3, decode_s=0.0)
+    comp = tfp.shard_order(n=12, world_size=3, decode_s=0.0)
     assert comp["map then shard"]["decode_calls"] == 36 and comp["shard then map"]["decode_calls"] == 12
     assert comp["map then shard"]["samples"] == comp["shard then map"]["samples"] == 12
-    with pytest.raises(ValueError, match="num_workers"):
-        tfp.shard_order(num_workers=1)
+    with pytest.raises(ValueError, match="world_size must be an integer >= 2"):
+        tfp.shard_order(world_size=1)
 
 
 def test_bad_images():

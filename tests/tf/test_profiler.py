@@ -10,7 +10,6 @@ from labkit.core.procs import tensorflow_missing_reason  # noqa: E402
 pytestmark = pytest.mark.tensorflow
 tf = pytest.importorskip("tensorflow", reason=tensorflow_missing_reason())
 
-from labkit.core.models import keras_small_cnn  # noqa: E402
 from labkit.tf.profiler import (TFProfileResult, profile_keras_fit, profile_keras_in_subprocess,  # noqa: E402
                                  xplane_files)
 
@@ -89,15 +88,14 @@ def test_callback_method_needs_tensorboard_or_works(tmp_path):
         assert res.xplane_files
 
 
-def test_keras_twin_is_torch_free_and_shared():
-    import subprocess
-    import sys
+def test_subprocess_checks_method_and_tensorboard_before_starting_a_child(tmp_path):
+    import importlib.util
 
-    import labkit.tf.keras_models as km
-    code = "import sys, labkit.tf.keras_models, labkit.core.rundirs; print('torch' in sys.modules)"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120).stdout
-    assert out.strip() == "False" and keras_small_cnn is km.keras_small_cnn
-    assert km.keras_small_cnn(float32_logits=True).layers[-1].dtype_policy.name == "float32"
+    with pytest.raises(ValueError, match="method must be one of"):
+        profile_keras_in_subprocess(tmp_path, method="tensorboard-plugin")
+    if importlib.util.find_spec("tensorboard") is None:   # a missing package comes back as ImportError, not a crash
+        with pytest.raises(ImportError, match="pip install tensorboard"):
+            profile_keras_in_subprocess(tmp_path, method="callback")
 
 
 def test_subprocess_profile(tmp_path):

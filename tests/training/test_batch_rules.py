@@ -11,6 +11,8 @@ from labkit.training.batch_rules import per_replica_batch, per_replica_batch_siz
 
 def test_lr_scaling():
     assert scaled_lr(0.1, 256, 32) == pytest.approx(0.8)
+    assert scaled_lr(0.1, 128, base_batch=32, rule="sqrt") == pytest.approx(0.2)
+    assert scaled_lr(0.1, 256, base_batch=32, rule="none") == 0.1
 
 
 @pytest.mark.parametrize("kwargs, message", [

@@ -1,10 +1,9 @@
-"""Pitfall functions: broken and fixed variants give the evidence the notebook asserts on."""
+"""TensorFlow pitfalls: the broken and fixed variants give the evidence notebook 09 asserts on."""
 import numpy as np
 import pytest
 
-from labkit.tf.pitfalls import (BN_VARIANTS, count_then_configure, uneven_example_count, uneven_last_batch_bn)
-from labkit.training.batch_rules import scaled_lr
-from labkit.tf.distribute import run_in_fresh_process
+from labkit.core.procs import run_in_fresh_process
+from labkit.tf.pitfalls import BN_VARIANTS, uneven_example_count, uneven_last_batch_bn
 
 
 def test_uneven_example_count():
@@ -26,7 +25,7 @@ def test_bn_nan_reproduced_and_fixed():
     rng = np.random.default_rng(0)
     x = rng.normal(size=(81, 6)).astype("float32")
     y = (x[:, 0] > 0).astype("int32")
-    ev = uneven_last_batch_bn(x, y, x[:16], y[:16], global_batch_size=8, replicas=2,
+    ev = uneven_last_batch_bn(x, y, x[:16], y[:16], global_batch_size=8, world_size=2,
                               variants=("broken", "synchronized_bn"))
     assert ev.num_examples == 81 and ev.last_step_replica_batch_sizes == (1, 0)
     assert np.isfinite(ev.broken.train_loss)
@@ -38,12 +37,4 @@ def test_bn_nan_reproduced_and_fixed():
 @pytest.mark.tensorflow
 def test_counting_logical_devices_blocks_configuration():
     out = run_in_fresh_process("labkit.tf.pitfalls:count_then_configure", {"method": "logical"})
-    assert out["strategy_replicas"] is None and "restart the kernel" in out["error"]
-
-
-def test_lr_rules():
-    assert scaled_lr(0.1, 256, base_batch=32) == pytest.approx(0.8)
-    assert scaled_lr(0.1, 128, base_batch=32, rule="sqrt") == pytest.approx(0.2)
-    assert scaled_lr(0.1, 256, base_batch=32, rule="none") == 0.1
-    with pytest.raises(ValueError):
-        scaled_lr(0.1, 256, base_batch=32, rule="cubic")
+    assert out["strategy_world_size"] is None and "restart the kernel" in out["error"]
