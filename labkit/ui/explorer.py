@@ -13,6 +13,7 @@ from dataclasses import replace
 import ipywidgets as w
 import matplotlib.pyplot as plt
 import numpy as np
+from IPython.display import clear_output, display
 from matplotlib.figure import Figure
 
 from labkit.parallel.scaling import ScalingPoint
@@ -85,8 +86,6 @@ class SpeedupExplorer:
         result = explore(settings)
         self.readout.value = f"<span>{readout_text(settings, result)}</span>"
         if self.draw:
-            from IPython.display import clear_output, display
-
             with self.plot:
                 clear_output(wait=True)
                 fig = plot_explorer(settings, self.measured, self.max_world_size)
@@ -95,5 +94,4 @@ class SpeedupExplorer:
         return result
 
     def _ipython_display_(self) -> None:
-        from IPython.display import display
-
+        display(self.widget)

@@ -29,3 +29,14 @@ def test_measured_overlay_and_plot():
     assert len(fig.axes) == 2
     panel = ex.SpeedupExplorer(measured=pts, draw=True)   # drawing works outside a notebook too
     assert "measured 1.50x" in panel.measured_label.value
+
+
+def test_displaying_the_explorer_shows_its_widget(monkeypatch):
+    """`SpeedupExplorer(...)` as a cell's last line must render the sliders, readout and plot."""
+    import labkit.ui.explorer as explorer_module
+
+    shown = []
+    monkeypatch.setattr(explorer_module, "display", shown.append)
+    panel = explorer_module.SpeedupExplorer(draw=False)
+    panel._ipython_display_()
+    assert shown == [panel.widget]
