@@ -8,7 +8,9 @@ in :mod:`labkit.core.timing`.
 """
 from __future__ import annotations
 
+import statistics
 import time
+from dataclasses import dataclass, field
 from typing import Callable, Mapping, TypeVar
 
 from labkit.core.validation import checked_int, positive_int, positive_number
@@ -80,6 +82,32 @@ def percentile(values: list[float], q: float) -> float:
     pos = (len(xs) - 1) * q / 100.0
     lo, hi = int(pos), min(int(pos) + 1, len(xs) - 1)
     return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+
+
+@dataclass(frozen=True)
+class TimingResult:
+    """Repeated timings of one piece of work; every figure in seconds."""
+
+    times_s: list[float] = field(repr=False)
+    device: str
+    clock: str = "host"            # 'events' (CUDA events), 'sync' or 'host' (now_s): see core.timing.PhaseClock
+
+    @property
+    def median_s(self) -> float:
+        return statistics.median(self.times_s)
+
+    @property
+    def p10_s(self) -> float:
+        return percentile(self.times_s, 10)
+
+    @property
+    def p90_s(self) -> float:
+        return percentile(self.times_s, 90)
+
+    def __str__(self) -> str:
+        how = {"events": ", CUDA events", "sync": ", synchronised"}.get(self.clock, "")
+        return (f"median {self.median_s * 1e3:.2f} ms (p10 {self.p10_s * 1e3:.2f}, "
+                f"p90 {self.p90_s * 1e3:.2f}, n={len(self.times_s)}{how}) on {self.device}")
 
 
 def interleaved(runs: Mapping[str, Callable[[], T]], rounds: int = 3) -> dict[str, list[T]]:

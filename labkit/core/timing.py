@@ -6,13 +6,11 @@ the queue between repeats; on a CPU they are host readings of :mod:`labkit.core.
 """
 from __future__ import annotations
 
-import statistics
-from dataclasses import dataclass, field
 from typing import Callable
 
 import torch
 
-from labkit.core.clock import now_s, percentile, process_time_s
+from labkit.core.clock import TimingResult, now_s, process_time_s
 from labkit.core.device import device_label
 from labkit.core.validation import checked_int, positive_int
 
@@ -26,32 +24,6 @@ def synchronize(device: str | torch.device | None = None) -> None:
     dev = torch.device(device)
     if dev.type == "cuda":
         torch.cuda.synchronize(dev)
-
-
-@dataclass(frozen=True)
-class TimingResult:
-    """Repeated timings of one piece of work; every figure in seconds."""
-
-    times_s: list[float] = field(repr=False)
-    device: str
-    clock: str = "host"            # 'events' (CUDA events), 'sync' or 'host' (perf_counter): see PhaseClock
-
-    @property
-    def median_s(self) -> float:
-        return statistics.median(self.times_s)
-
-    @property
-    def p10_s(self) -> float:
-        return percentile(self.times_s, 10)
-
-    @property
-    def p90_s(self) -> float:
-        return percentile(self.times_s, 90)
-
-    def __str__(self) -> str:
-        how = {"events": ", CUDA events", "sync": ", synchronised"}.get(self.clock, "")
-        return (f"median {self.median_s * 1e3:.2f} ms (p10 {self.p10_s * 1e3:.2f}, "
-                f"p90 {self.p90_s * 1e3:.2f}, n={len(self.times_s)}{how}) on {self.device}")
 
 
 def time_fn(fn: Callable[[], object], *, warmup: int = 2, repeats: int = 5,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from labkit.core.clock import now_s
+from labkit.core.clock import TimingResult, host_times_s
 from labkit.core.procs import run_in_fresh_process
 from labkit.core.validation import positive_int
 from labkit.tf.keras import keras_small_cnn
@@ -29,13 +29,8 @@ def keras_policy_child(policy: str = "mixed_bfloat16", batch_size: int = 64, rep
     rng = np.random.default_rng(0)
     x = rng.normal(size=(batch_size, 32, 32, 3)).astype("float32")
     y = rng.integers(0, 10, size=batch_size)
-    for _ in range(warmup):
-        model.train_on_batch(x, y)
-    times = []
-    for _ in range(repeats):
-        start = now_s()
-        model.train_on_batch(x, y)          # returns a host value: the step has finished
-        times.append(now_s() - start)
+    # train_on_batch returns a host value, so the step has finished when the call returns
+    times = host_times_s(lambda: model.train_on_batch(x, y), warmup=warmup, repeats=repeats)
     conv = model.layers[0]
     rewrite = "enable_mixed_precision_graph_rewrite"   # the TF1 AMP graph rewrite the policy replaced
     return {"policy": policy, "times_s": times, "compute_dtype": conv.compute_dtype,
@@ -47,10 +42,6 @@ def keras_policy_child(policy: str = "mixed_bfloat16", batch_size: int = 64, rep
 def keras_mixed_precision(policies: tuple[str, ...] = ("float32", "mixed_bfloat16"), batch_size: int = 64,
                           repeats: int = 5) -> dict:
     """Per policy, a fresh TF process: step timings (a labkit TimingResult) and the dtypes Keras chose."""
-    # core.timing loads torch: imported here, in the kernel's call, so TensorFlow children that import this
-    # module for keras_policy_child stay torch-free.
-    from labkit.core.timing import TimingResult
-
     kwargs = {"batch_size": positive_int(batch_size, "batch_size"), "repeats": positive_int(repeats, "repeats")}
     out = {}
     for policy in policies:
