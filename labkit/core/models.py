@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import torch
 from torch import nn
+from torchvision.models import ResNet18_Weights, resnet18
 
 from labkit.core.choices import MODELS
-
 
 
 def resnet18_cifar(num_classes: int = 10, weights: str | None = None) -> nn.Module:
@@ -15,8 +15,6 @@ def resnet18_cifar(num_classes: int = 10, weights: str | None = None) -> nn.Modu
     ``weights="DEFAULT"`` loads ``ResNet18_Weights.DEFAULT`` (ImageNet; needs internet once) for the
     classic transfer-learning recipe; the stem is then replaced, so only later layers keep weights.
     """
-    from torchvision.models import ResNet18_Weights, resnet18
-
     if weights not in (None, "DEFAULT"):
         raise ValueError(f"weights must be None (train from scratch) or 'DEFAULT', got {weights!r}")
     if weights:

@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Callable
 
 import matplotlib.pyplot as plt
+import pandas as pd
 import torch
 from torch.utils.data import Dataset
 
@@ -182,8 +183,6 @@ class LoaderSweep:
 
     def to_dataframe(self):
         """samples/s, data-wait fraction and total seconds per configuration (a pandas DataFrame)."""
-        import pandas as pd
-
         return pd.DataFrame(self.rows).set_index("config")[["samples_per_s", "data_wait_fraction", "total_s"]]
 
     def plot(self, ax=None):

@@ -14,6 +14,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, DistributedSampler, Subset
 
+from labkit.comm.launch import launch
 from labkit.core.data import make_device_loader, make_loader
 from labkit.core.env import seed_everything
 from labkit.core.timing import Stopwatch
@@ -71,8 +72,6 @@ def measure_ddp(recipe: Recipe, model_fn, data, *, steps: int, lr: float, warmup
     Throughput is the sum over ranks (they step in lockstep); start-up adds the process launch
     (interpreter, torch import, process group) to rank 0's warm-up cost.
     """
-    from labkit.comm.launch import launch
-
     job = {"recipe": recipe, "model_fn": model_fn, "train": data.train, "val": data.val, "steps": steps,
            "lr": lr, "warmup_steps": warmup_steps, "seed": seed, "lr_warmup_steps": lr_warmup_steps}
     with Stopwatch() as sw:

@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import pandas as pd
+
 from labkit.profile.schedule import ProfileSchedule
 
 
@@ -55,8 +57,6 @@ class ProfileSummary:
 
 def compare_runs(runs: dict[str, ProfileSummary]):
     """Per-sample milliseconds by category, one column per run (a pandas DataFrame)."""
-    import pandas as pd
-
     if len(runs) < 2:
         raise ValueError(f"compare_runs needs two or more runs to compare, got {len(runs)}")
     table = {name: {c: s * 1e3 for c, s in summary.per_sample_s().items()} for name, summary in runs.items()}

@@ -19,6 +19,7 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 from torch.nn.parallel import DistributedDataParallel as DDP
 
+from labkit.comm.launch import launch
 from labkit.core.validation import checked_int, positive_int, positive_number
 from labkit.sharding.comm_volume import (CommCounter, counting_collectives, predicted_bytes_per_step,
                                          simulated_bytes_per_step)
@@ -177,8 +178,6 @@ def all_strategies_worker(cfg_dict: dict, strategies: tuple[str, ...]) -> list[d
 def run_strategies(cfg: ShardingConfig, world_size: int, strategies: tuple[str, ...] = STRATEGIES,
                    timeout_s: float = 180.0, backend: str = "auto") -> dict[str, list[dict]]:
     """Launch every strategy on ``world_size`` real processes; {strategy: [rank 0 result, rank 1, ...]}."""
-    from labkit.comm.launch import launch
-
     strategies = tuple(check_strategy(s) for s in strategies)
     per_rank = launch(all_strategies_worker, positive_int(world_size, "world_size"),
                       args=(asdict(cfg), strategies), timeout_s=timeout_s, show_output=False,

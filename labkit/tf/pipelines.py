@@ -15,6 +15,7 @@ from pathlib import Path
 
 import matplotlib.pyplot as plt
 import numpy as np
+import pandas as pd
 
 from labkit.core.clock import host_times_s, now_s
 from labkit.core.validation import checked_int, positive_int
@@ -42,9 +43,7 @@ class Comparison:
         raise KeyError(f"no variant {variant!r} in {self.name}; have {[r['variant'] for r in self.rows]}")
 
     def to_dataframe(self):
-        """The rows as a pandas DataFrame (pandas is optional: not a labkit dependency)."""
-        import pandas as pd
-
+        """The rows as a pandas DataFrame."""
         return pd.DataFrame(self.rows).set_index("variant")
 
     def plot(self, ax=None, key: str = "samples_per_s"):

@@ -8,7 +8,11 @@ from __future__ import annotations
 
 import io
 
+import ipywidgets as widgets
+import matplotlib
 import numpy as np
+from matplotlib.figure import Figure
+from matplotlib.patches import Rectangle
 
 from labkit.comm.collectives import AllreduceResult
 
@@ -60,11 +64,7 @@ def draw_step(result: AllreduceResult, step: int, ax=None, states: np.ndarray | 
         raise ValueError(f"the step view draws at most {MAX_VIEW_WORKERS} workers, got {result.world_size}; "
                          "simulate a smaller R to look at, and a large one to measure")
     if ax is None:
-        from matplotlib.figure import Figure
-
         ax = Figure(figsize=(5.2, 5.2)).add_subplot()
-    import matplotlib
-    from matplotlib.patches import Rectangle
 
     R = result.world_size
     states = chunk_contributions(result) if states is None else states
@@ -102,8 +102,6 @@ def render_png(result: AllreduceResult, step: int, states: np.ndarray | None = N
 
 def ring_view(result: AllreduceResult):
     """A Play button and slider over ``result``'s steps, redrawing the workers' chunks; CSS class labkit-ring-view."""
-    import ipywidgets as widgets
-
     states = chunk_contributions(result)
     slider = widgets.IntSlider(value=0, min=0, max=result.num_steps, description="step", continuous_update=True)
     play = widgets.Play(value=0, min=0, max=result.num_steps, interval=900, description="play")
