@@ -1,4 +1,4 @@
 """Communication: simulated all-reduce algorithms (collectives), real torch.distributed processes (backend, the
 launcher and the worker, launcher environments, demos), the nccl-tests style benchmark (bench, bench_report), and
-the MPI lane (mpi, mpi_demos, mpi_torch_demos) of notebooks 06 and 06b.
+the MPI lane (mpi, mpi_demos; sync SGD under mpiexec is parallel.sync_sgd_mpi) of notebooks 06 and 06b.
 """

@@ -12,6 +12,7 @@ import ctypes
 import os
 import pickle
 import signal
+import socket
 import sys
 import threading
 import time
@@ -48,6 +49,19 @@ def init_process_group(rank: int, world_size: int, local_rank: int, backend: str
     timeout = {} if pg_timeout_s is None else {"timeout": timedelta(seconds=pg_timeout_s)}
     dist.init_process_group(backend, init_method="env://", rank=rank, world_size=world_size, **timeout)
     return backend
+
+
+def ensure_master_addr_port() -> None:
+    """Under an MPI launcher without MASTER_ADDR/MASTER_PORT: rank 0 picks them and broadcasts them by MPI."""
+    if "MASTER_ADDR" in os.environ and "MASTER_PORT" in os.environ:
+        return
+    from mpi4py import MPI
+
+    comm = MPI.COMM_WORLD
+    addr_port = (socket.gethostname(), free_port("0.0.0.0")) if comm.Get_rank() == 0 else None
+    addr, port = comm.bcast(addr_port, root=0)
+    os.environ.setdefault("MASTER_ADDR", addr)
+    os.environ.setdefault("MASTER_PORT", str(port))
 
 
 def init_from_env(backend: str = "auto", pg_timeout_s: float | None = None) -> tuple[int, int]:

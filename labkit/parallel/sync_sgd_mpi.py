@@ -1,21 +1,20 @@
-"""The MPI lane's demos that need torch: synchronous SGD with MPI collectives, and torch.distributed under mpiexec.
+"""Synchronous SGD under mpiexec: the from-scratch sync SGD of :mod:`labkit.parallel.sync_sgd` with MPI's
+collectives injected, and the same training through torch.distributed joined under an MPI launcher (06b).
 
-Run like the numpy-only demos, through ``labkit.comm.mpi_demos`` (``run_demo("torch_sgd", 2)``, or
-``mpiexec -n 2 python -m labkit.comm.mpi_demos torch_sgd steps=5``), which imports this module only when one of
-these demos runs, so the others start without torch.
+Run like the MPI lane's numpy-only demos, through ``labkit.comm.mpi_demos`` (``run_demo("torch_sgd", 2)``, or
+``mpiexec -n 2 python -m labkit.comm.mpi_demos torch_sgd steps=5``), which imports this module by name only when
+one of these demos runs, so the others start without torch.
 """
 from __future__ import annotations
 
 import os
-import socket
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
-from labkit.comm.launch import free_port
 from labkit.comm.launch_env import detect_launcher_env
-from labkit.comm.worker import init_from_env
+from labkit.comm.worker import ensure_master_addr_port, init_from_env
 from labkit.parallel.sync_sgd import sync_sgd_worker, train_replica
 
 
@@ -34,19 +33,6 @@ def sgd(comm: Any, steps: int = 5, seed: int = 0, micro_batch: int = 8, lr: floa
     state = train_replica(comm.Get_rank(), comm.Get_size(), broadcast, allreduce_sum, steps=steps, seed=seed,
                           micro_batch=micro_batch, lr=lr, bucket=bucket)
     return {"weights": {k: v.numpy() for k, v in state.items()}}
-
-
-def ensure_master_addr_port() -> None:
-    """Under an MPI launcher without MASTER_ADDR/MASTER_PORT: rank 0 picks them and broadcasts them by MPI."""
-    if "MASTER_ADDR" in os.environ and "MASTER_PORT" in os.environ:
-        return
-    from mpi4py import MPI
-
-    comm = MPI.COMM_WORLD
-    addr_port = (socket.gethostname(), free_port("0.0.0.0")) if comm.Get_rank() == 0 else None
-    addr, port = comm.bcast(addr_port, root=0)
-    os.environ.setdefault("MASTER_ADDR", addr)
-    os.environ.setdefault("MASTER_PORT", str(port))
 
 
 def torch_sgd(steps: int = 5, seed: int = 0, micro_batch: int = 8, lr: float = 0.1, mpi_too: bool = False) -> dict:

@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from labkit.comm import mpi_torch_demos
+from labkit.parallel import sync_sgd_mpi
 from labkit.comm.mpi import run_demo
 from tests.mpi_lane import INFO, needs_mpi, no_leftover_processes  # noqa: F401 - an autouse fixture
 
@@ -30,4 +30,4 @@ def test_mpi_too_needs_an_mpi_launcher(monkeypatch):
     for name in ("PMI_RANK", "PMI_SIZE", "OMPI_COMM_WORLD_RANK", "RANK", "WORLD_SIZE"):
         monkeypatch.delenv(name, raising=False)
     with pytest.raises(ValueError, match="mpi_too=True needs an MPI launcher"):
-        mpi_torch_demos.torch_sgd(steps=1, mpi_too=True)
+        sync_sgd_mpi.torch_sgd(steps=1, mpi_too=True)
