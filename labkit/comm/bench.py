@@ -19,6 +19,7 @@ import torch
 import torch.distributed as dist
 
 from labkit.comm.launch import launch
+from labkit.comm.worker import rank_device
 from labkit.core.choices import COMM_DTYPES
 from labkit.core.device import device_label
 from labkit.core.machine import cpu_count
@@ -134,7 +135,7 @@ def _check_sum(t: torch.Tensor, world_size: int) -> int:
 def bench_worker(sizes: list[int], iters: int, warmup: int, dtype: str, repeats: int = 1) -> list[BenchRow]:
     """Runs on every rank under ``launch``: check, warm up, then time ``iters`` calls with honest synchronisation."""
     world, backend = dist.get_world_size(), dist.get_backend()
-    device = torch.device("cuda", torch.cuda.current_device()) if backend == "nccl" else torch.device("cpu")
+    device = rank_device()
     label = device_label(device) if device.type == "cuda" else f"CPU ({world} gloo processes on {cpu_count()} cores)"
     rows = []
     for size in sizes:

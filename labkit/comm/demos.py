@@ -11,19 +11,16 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from labkit.comm.worker import rank_device
+
 
 def demo_values(rank: int, length: int) -> np.ndarray:
     """The array rank ``rank`` starts with in every demo: rank r holds 10*r + 1, 10*r + 2, ... (float32)."""
     return (np.arange(length) + 10 * rank + 1).astype(np.float32)
 
 
-def _device() -> torch.device:
-    """This rank's device: its GPU under NCCL (the launcher set it), else the CPU."""
-    return torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else torch.device("cpu")
-
-
 def _start(length: int) -> torch.Tensor:
-    return torch.from_numpy(demo_values(dist.get_rank(), length)).to(_device())
+    return torch.from_numpy(demo_values(dist.get_rank(), length)).to(rank_device())
 
 
 def _as_list(t: torch.Tensor) -> list[float]:
@@ -35,7 +32,7 @@ def send_recv(length: int = 4) -> dict:
     rank = dist.get_rank()
     if dist.get_world_size() < 2:
         raise ValueError("send_recv needs world_size >= 2 (a sender and a receiver)")
-    t = _start(length) if rank == 0 else torch.zeros(length, device=_device())
+    t = _start(length) if rank == 0 else torch.zeros(length, device=rank_device())
     before = _as_list(t)
     if rank == 0:
         dist.send(t, dst=1)
@@ -87,7 +84,7 @@ def collectives_demo(length: int | None = None) -> dict:
     t = _start(length)
     dist.broadcast(t, src=0)
     out["broadcast_from_0"] = _as_list(t)
-    gathered = [torch.empty(length, device=_device()) for _ in range(world)]
+    gathered = [torch.empty(length, device=rank_device()) for _ in range(world)]
     dist.all_gather(gathered, _start(length))
     out["all_gather"] = [_as_list(g) for g in gathered]
     chunk, method = reduce_scatter_chunk(_start(length))

@@ -33,6 +33,14 @@ PR_SET_PDEATHSIG = 1     # linux/prctl.h
 PARENT_POLL_S = 0.5      # how often the watchdog thread checks that the launcher is still there
 
 
+def rank_device() -> torch.device:
+    """This rank's device: its own GPU under NCCL (``init_process_group`` made it current), else the CPU.
+
+    The current device, not ``cuda:<rank>``: on a second node rank 8 drives that node's cuda:0.
+    """
+    return torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else torch.device("cpu")
+
+
 def init_process_group(rank: int, world_size: int, local_rank: int, backend: str = "auto",
                        pg_timeout_s: float | None = None) -> str:
     """Initialise torch.distributed from MASTER_ADDR/MASTER_PORT; on NCCL bind this rank's GPU. Returns the backend."""

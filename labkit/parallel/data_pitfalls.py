@@ -22,10 +22,10 @@ from torch.utils.data.distributed import DistributedSampler
 
 from labkit.comm.backend import check_data_size
 from labkit.comm.launch import launch
+from labkit.comm.worker import rank_device
 from labkit.core.models import MLP
 from labkit.core.timing import time_fn
 from labkit.core.validation import checked_int, positive_int, positive_ints, positive_number
-from labkit.parallel.ranks import rank_device
 
 
 # ---------------------------------------------------------------------------------------------- pitfall 1

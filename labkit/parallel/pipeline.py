@@ -17,12 +17,12 @@ import torch.distributed as dist
 from torch import nn
 
 from labkit.comm.launch import launch
+from labkit.comm.worker import rank_device
 from labkit.core.clock import now_s, thread_time_s
 from labkit.core.timing import synchronize
 from labkit.core.validation import positive_int, positive_ints
 from labkit.parallel.costmodel import predicted_bubble
 from labkit.parallel.model_parallel import SplitConfig, build_stages
-from labkit.parallel.ranks import rank_device
 from labkit.parallel.scaling import timing_noise
 
 

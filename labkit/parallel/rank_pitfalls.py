@@ -17,10 +17,10 @@ import torch.distributed as dist
 from torch import nn
 
 from labkit.comm.launch import RankFailedError, launch
+from labkit.comm.worker import rank_device
 from labkit.core.clock import Deadline, now_s
 from labkit.core.procs import run_in_fresh_process
 from labkit.core.validation import checked_int, positive_number
-from labkit.parallel.ranks import rank_device
 
 
 # ---------------------------------------------------------------------------------------------- pitfall 4

@@ -18,13 +18,13 @@ from torch import nn
 from labkit.comm.backend import choose_backend
 from labkit.comm.collectives import allreduce_cost
 from labkit.comm.launch import launch
+from labkit.comm.worker import rank_device
 from labkit.core.clock import now_s, percentile, thread_time_s
 from labkit.core.device import device_label
 from labkit.core.machine import cpu_count
 from labkit.core.timing import Stopwatch, synchronize
 from labkit.core.validation import checked_int, positive_int, positive_ints
 from labkit.parallel.costmodel import core_sharing_slowdown, fit_alpha_beta, predicted_speedup
-from labkit.parallel.ranks import rank_device
 from labkit.parallel.sync_sgd import AllreduceSum, sync_gradients
 
 

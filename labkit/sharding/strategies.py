@@ -20,6 +20,7 @@ from torch.distributed.fsdp import fully_shard
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from labkit.comm.launch import launch
+from labkit.comm.worker import rank_device
 from labkit.core.validation import checked_int, positive_int, positive_number
 from labkit.sharding.comm_volume import (CommCounter, counting_collectives, predicted_bytes_per_step,
                                          simulated_bytes_per_step)
@@ -111,11 +112,6 @@ class Zero1Optimizer:
         self.adam.step()
         with torch.no_grad():
             dist.all_gather_into_tensor(self.flat, self.shard.detach().clone())
-
-
-def rank_device() -> torch.device:
-    """cuda:RANK under NCCL (one GPU per rank), else the CPU."""
-    return torch.device("cuda", dist.get_rank()) if dist.get_backend() == "nccl" else torch.device("cpu")
 
 
 def _wrap(cfg: ShardingConfig, strategy: str):

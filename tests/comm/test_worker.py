@@ -74,3 +74,12 @@ def test_parent_death_signal_is_armed_in_workers():
     if not sys.platform.startswith("linux"):
         pytest.skip("PR_SET_PDEATHSIG is Linux-only")
     assert launch(parent_death_signal, 1, show_output=False) == [signal.SIGKILL]
+
+
+def test_a_gloo_rank_computes_on_the_cpu():
+    """The device a rank computes on follows the backend: gloo ranks are CPU processes, even on a GPU box."""
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        assert worker.rank_device() == torch.device("cpu")
+    finally:
+        dist.destroy_process_group()

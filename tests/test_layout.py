@@ -1,0 +1,148 @@
+"""The package's shape, checked: one home per lesson, layers that only import downwards, imports at the top,
+one clock, torch-free modules that stay torch-free, modules of one job and a readable size, tests that mirror.
+
+These are the rules of issue 12 and `shared/STYLE.md`; a change that breaks one fails here with the file and line.
+"""
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+PACKAGE = REPO / "labkit"
+# A module may import from its own layer and the layers below it, never above.
+LAYERS = {"core": 0, "training": 1, "comm": 1, "profile": 2, "input": 2, "parallel": 2, "sharding": 2,
+          "ladder": 2, "tf": 2, "ui": 3, "cli": 4}
+# Modules that run in TensorFlow-only children or set up a kernel before a framework loads.
+TORCH_FREE = ("core.clock", "core.validation", "core.machine", "core.procs", "core.rundirs", "core.progress",
+              "core.lessons", "training.batch_rules")
+MAX_MODULE_LINES = 320          # STYLE.md: "under ~300 lines"; a little slack for docstrings
+CLOCK_CALLS = {("time", "perf_counter"), ("time", "time"), ("time", "monotonic"), ("time", "perf_counter_ns"),
+               ("time", "process_time")}
+# Imports allowed inside functions: frameworks a lesson must not load early, optional packages, and the CLI's
+# parser modules (every subcommand module is imported to build `labkit --help`, which must not load torch).
+LAZY_OK = {"tensorflow", "keras", "pynvml", "mpi4py", "hta", "tensorboard", "tensorboard_plugin_profile",
+           "IPython", "playwright", "triton"}
+LAZY_OK_MODULES = ("torch._dynamo", "torch.utils._triton")   # compiler probes: heavy, and may fail to import
+LAZY_MARK = "# lazy:"           # any other import inside a function says why on its own line
+
+
+def modules() -> list[tuple[str, Path]]:
+    """(dotted name without 'labkit.', path) of every module in a lesson folder."""
+    out = []
+    for path in sorted(PACKAGE.glob("*/*.py")):
+        if path.name != "__init__.py":
+            out.append((f"{path.parent.name}.{path.stem}", path))
+    return out
+
+
+def labkit_imports(tree: ast.Module) -> list[tuple[ast.AST, str, bool]]:
+    """(node, imported 'pkg.module' or 'pkg', at_top_level) for every import of labkit."""
+    top = {id(n) for n in tree.body}
+    found = []
+    for node in ast.walk(tree):
+        names = []
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("labkit"):
+            names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+        elif isinstance(node, ast.Import):
+            names = [a.name for a in node.names if a.name.startswith("labkit")]
+        for name in names:
+            parts = name.split(".")[1:]
+            if parts and parts[0] in LAYERS:
+                found.append((node, ".".join(parts[:2]), id(node) in top))
+    return found
+
+
+def test_every_lesson_folder_holds_modules_and_the_top_level_only_the_api():
+    assert {p.name for p in PACKAGE.glob("*.py")} == {"__init__.py", "__main__.py"}
+    assert {p.name for p in PACKAGE.iterdir() if p.is_dir() and p.name != "__pycache__"} == set(LAYERS)
+
+
+@pytest.mark.parametrize("name, path", modules(), ids=[m for m, _ in modules()])
+def test_module_imports_only_its_layer_or_below(name, path):
+    layer = LAYERS[name.split(".")[0]]
+    tree = ast.parse(path.read_text())
+    upward = [f"line {n.lineno}: {target}" for n, target, _ in labkit_imports(tree)
+              if LAYERS[target.split(".")[0]] > layer]
+    assert not upward, f"{name} imports from a higher layer: {upward}"
+
+
+@pytest.mark.parametrize("name, path", modules(), ids=[m for m, _ in modules()])
+def test_labkit_imports_are_at_the_top(name, path):
+    """Imports between labkit modules sit at the top, so the layering can be read off each file."""
+    if name.startswith("cli."):
+        return          # the CLI's parser modules import the lessons in `run` (see LAZY_OK)
+    text = path.read_text()
+    tree, lines = ast.parse(text), text.splitlines()
+    inner = [f"line {n.lineno}: {t}" for n, t, top in labkit_imports(tree)
+             if not top and LAZY_MARK not in lines[n.lineno - 1]]
+    assert not inner, f"{name} imports labkit modules inside functions: {inner}"
+
+
+@pytest.mark.parametrize("name, path", modules(), ids=[m for m, _ in modules()])
+def test_third_party_imports_are_at_the_top_unless_optional_or_a_framework(name, path):
+    if name.startswith("cli."):
+        return
+    text = path.read_text()
+    tree, lines = ast.parse(text), text.splitlines()
+    top = {id(n) for n in tree.body}
+    lazy = []
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Import, ast.ImportFrom)) and id(node) not in top:
+            if LAZY_MARK in lines[node.lineno - 1]:
+                continue
+            modules = ([a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""])
+            for module in modules:
+                root = module.split(".")[0]
+                if root == "labkit" or root in LAZY_OK or module.startswith(LAZY_OK_MODULES):
+                    continue
+                lazy.append(f"line {node.lineno}: {module}")
+    assert not lazy, f"{name} imports inside functions (move to the top): {lazy}"
+
+
+@pytest.mark.parametrize("name, path", modules(), ids=[m for m, _ in modules()])
+def test_only_the_clock_module_reads_a_clock(name, path):
+    if name == "core.clock":
+        return
+    tree = ast.parse(path.read_text())
+    reads = [f"line {n.lineno}: time.{n.attr}" for n in ast.walk(tree)
+             if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and (n.value.id, n.attr) in CLOCK_CALLS]
+    assert not reads, f"{name} reads a clock itself; use labkit.core.clock: {reads}"
+
+
+@pytest.mark.parametrize("name, path", modules(), ids=[m for m, _ in modules()])
+def test_modules_stay_small(name, path):
+    lines = len(path.read_text().splitlines())
+    assert lines <= MAX_MODULE_LINES, f"{name} has {lines} lines: split it by job (STYLE.md: under ~300)"
+
+
+def test_torch_free_modules_and_every_tf_module_import_without_torch_or_tensorflow():
+    names = [*TORCH_FREE, *(m for m, _ in modules() if m.startswith("tf."))]
+    code = ("import importlib, sys\n"
+            f"for name in {names!r}:\n"
+            "    importlib.import_module('labkit.' + name)\n"
+            "    heavy = [m for m in ('torch', 'tensorflow') if m in sys.modules]\n"
+            "    assert not heavy, (name, heavy)\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+
+
+def test_importing_labkit_is_instant_and_loads_no_framework():
+    code = "import sys, labkit; assert not {'torch', 'tensorflow'} & set(sys.modules), 'framework loaded'"
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60, cwd=REPO)
+
+
+def test_tests_mirror_the_package():
+    """Every lesson module has tests/<package>/test_<module>.py (a module's tests may cover a sibling)."""
+    covered_elsewhere = {"core.device_loader": "core/test_data.py", "training.window": "training/test_loop.py",
+                         "training.stepper": "training/test_loop.py", "cli.common": "cli/test_main.py"}
+    missing = []
+    for name, _ in modules():
+        pkg, mod = name.split(".")
+        if not (REPO / "tests" / pkg / f"test_{mod}.py").exists() and name not in covered_elsewhere:
+            missing.append(f"tests/{pkg}/test_{mod}.py")
+    assert not missing, f"modules without a mirrored test file: {missing}"
