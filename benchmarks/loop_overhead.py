@@ -14,13 +14,12 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import time
 from pathlib import Path
 
 import torch
 from torch import nn
 
-from labkit.core.clock import now_s
+from labkit.core.clock import now_s, process_time_s
 from labkit.core.device import device_label, get_device
 from labkit.core.env import pick
 from labkit.core.models import build_model
@@ -35,7 +34,7 @@ def bare_loop(model: nn.Module, batches: list, device: torch.device, lr: float =
     loss_fn = nn.CrossEntropyLoss()
     model.train()
     synchronize(device)
-    start, cpu_start = now_s(), time.process_time()
+    start, cpu_start = now_s(), process_time_s()
     for x, y in batches:
         x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
         loss = loss_fn(model(x), y)
@@ -43,7 +42,7 @@ def bare_loop(model: nn.Module, batches: list, device: torch.device, lr: float =
         opt.step()
         opt.zero_grad(set_to_none=True)
     synchronize(device)
-    return now_s() - start, time.process_time() - cpu_start
+    return now_s() - start, process_time_s() - cpu_start
 
 
 def instrumented_loop(model: nn.Module, batches: list, device: torch.device, sync_every_step: bool = False,
@@ -51,9 +50,9 @@ def instrumented_loop(model: nn.Module, batches: list, device: torch.device, syn
     """labkit.training.loop.train over the same batches (phase marks, records, sampler, callback hook)."""
     cfg = TrainConfig(steps=len(batches), progress=False, evaluate=False, profile_model=profile,
                       device=str(device), warmup_steps=0, sync_every_step=sync_every_step, log_every=len(batches))
-    start, cpu_start = now_s(), time.process_time()
+    start, cpu_start = now_s(), process_time_s()
     train(model, batches, cfg, callback=lambda rec, progress: None)
-    return now_s() - start, time.process_time() - cpu_start
+    return now_s() - start, process_time_s() - cpu_start
 
 
 def measure(name: str, batch_size: int, steps: int, repeats: int, device: torch.device) -> dict:

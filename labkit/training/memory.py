@@ -19,11 +19,11 @@ import psutil
 import torch
 from torch import nn
 
+from labkit.core.choices import OPTIMIZERS
 from labkit.core.validation import positive_int
 from labkit.training.dtypes import autocast, dtype_bytes, normalise_dtype
 from labkit.training.memory_timeline import LayerLine, backward_peak_bytes, fit_layer_lines, layer_memory
 
-OPTIMIZERS = ("sgd", "sgd_momentum", "adam")
 _STATE_COPIES = {"sgd": 0, "sgd_momentum": 1, "adam": 2}     # fp32 tensors of parameter size kept per optimizer
 # parameter-sized temporaries inside optimizer.step(): torch's foreach Adam builds sqrt(v) as a new list of tensors
 _STEP_TEMP_COPIES = {"sgd": 0, "sgd_momentum": 0, "adam": 1}
