@@ -157,9 +157,9 @@ def benchmark_loader(dataset: Dataset, config: LoaderConfig, *, batch_size: int 
     return LoaderResult(config, samples, total_s, wait_s, timeline)
 
 
-def default_grid(workers: int | None = None) -> list[LoaderConfig]:
-    """A compact sweep: 0, 1 and ``workers`` (default: the cores) workers, then each knob on top."""
-    n = workers or max(2, cpu_count())
+def default_grid(num_workers: int | None = None) -> list[LoaderConfig]:
+    """A compact sweep: 0, 1 and ``num_workers`` (default: the cores) loader workers, then each knob on top."""
+    n = num_workers or max(2, cpu_count())
     return [LoaderConfig(0), LoaderConfig(1), LoaderConfig(n), LoaderConfig(n, pin_memory=True),
             LoaderConfig(n, prefetch_factor=4), LoaderConfig(n, persistent_workers=True),
             LoaderConfig(n, pin_memory=True, prefetch_factor=4, persistent_workers=True)]

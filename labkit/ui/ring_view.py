@@ -22,15 +22,15 @@ CSS_CLASS = "labkit-ring-view"
 
 def chunk_contributions(result: AllreduceResult) -> np.ndarray:
     """(steps+1, R, R) ints: after step s, how many inputs worker w's copy of chunk c combines (R = complete)."""
-    R = result.world_size
-    states = [np.ones((R, R), dtype=np.int64)]
+    world_size = result.world_size
+    states = [np.ones((world_size, world_size), dtype=np.int64)]
     by_step: dict[int, list] = {}
     for msg in result.steps:
         by_step.setdefault(msg.step, []).append(msg)
     for step in range(result.num_steps):
         prev, new = states[-1], states[-1].copy()
         for msg in by_step.get(step, []):  # messages of one step are simultaneous: read the previous state
-            chunks = slice(0, R) if msg.chunk is None else slice(msg.chunk, msg.chunk + msg.num_chunks)
+            chunks = slice(0, world_size) if msg.chunk is None else slice(msg.chunk, msg.chunk + msg.num_chunks)
             if msg.reduces:
                 new[msg.receiver, chunks] += prev[msg.sender, chunks]
             else:
@@ -53,8 +53,8 @@ def step_caption(result: AllreduceResult, step: int) -> str:
     return f"{result.algorithm} step {step}/{result.num_steps} ({msgs[0].phase}): {what}{more}; {kb:.2f} kB moved"
 
 
-def _positions(R: int) -> np.ndarray:
-    angles = np.pi / 2 - 2 * np.pi * np.arange(R) / R  # worker 0 at the top, clockwise
+def _positions(world_size: int) -> np.ndarray:
+    angles = np.pi / 2 - 2 * np.pi * np.arange(world_size) / world_size  # worker 0 at the top, clockwise
     return np.stack([np.cos(angles), np.sin(angles)], axis=1)
 
 
@@ -62,20 +62,21 @@ def draw_step(result: AllreduceResult, step: int, ax=None, states: np.ndarray | 
     """Draw the workers on a circle, each with its R chunks shaded by completeness, and this step's messages."""
     if result.world_size > MAX_VIEW_WORKERS:
         raise ValueError(f"the step view draws at most {MAX_VIEW_WORKERS} workers, got {result.world_size}; "
-                         "simulate a smaller R to look at, and a large one to measure")
+                         "simulate a smaller world_size to look at, and a larger one to measure")
     if ax is None:
         ax = Figure(figsize=(5.2, 5.2)).add_subplot()
 
-    R = result.world_size
+    world_size = result.world_size
     states = chunk_contributions(result) if states is None else states
-    pos = _positions(R)
-    width = 0.9 * min(1.0, 2.4 / R) if R > 1 else 0.5
+    pos = _positions(world_size)
+    width = 0.9 * min(1.0, 2.4 / world_size) if world_size > 1 else 0.5
     cmap = matplotlib.colormaps["viridis"]
-    for w in range(R):
+    for w in range(world_size):
         x0, y0 = pos[w]
-        for c in range(R):
-            frac = states[step, w, c] / R
-            ax.add_patch(Rectangle((x0 - width / 2 + c * width / R, y0 - 0.08), width / R, 0.16,
+        for c in range(world_size):
+            frac = states[step, w, c] / world_size
+            chunk_w = width / world_size
+            ax.add_patch(Rectangle((x0 - width / 2 + c * chunk_w, y0 - 0.08), chunk_w, 0.16,
                                    facecolor=cmap(frac), edgecolor="white", linewidth=0.5))
         ax.text(x0, y0 + 0.14, f"worker {w}", ha="center", fontsize=8)
     if step > 0:
