@@ -44,7 +44,8 @@ def test_parse_junit_from_a_real_pytest_run(tmp_path):
 def test_file_names_for_tests_and_notebooks():
     case = lambda **attrs: ET.Element("testcase", attrs)  # noqa: E731
     assert junit_file_of(case(classname="tests.test_ladder", name="x")) == "tests/test_ladder.py"
-    assert junit_file_of(case(classname="tests.training.test_loop.TestTiming", name="x")) == "tests/training/test_loop.py"
+    assert junit_file_of(case(classname="tests.training.test_loop.TestTiming", name="x")) == \
+        "tests/training/test_loop.py"
     assert junit_file_of(case(classname="notebooks.10_tuning_ladder.ipynb", name="Cell 6")) == \
         "notebooks/10_tuning_ladder.ipynb"
     assert junit_file_of(case(file="tests/test_x.py", classname="whatever")) == "tests/test_x.py"

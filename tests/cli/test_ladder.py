@@ -6,6 +6,7 @@ import torch
 
 from labkit.cli import main as cli
 
+from tests.cli.support import labkit, usage_error
 from tests.ladder.fakes import MEASURED
 
 
@@ -35,8 +36,8 @@ def test_cli_out_is_checked_before_the_run(tmp_path, capsys, monkeypatch):
 
 
 def test_cli_ddp_world_size_is_checked_before_the_run(capsys, monkeypatch, tmp_path):
-    import labkit.core.device
     import labkit.comm.backend
+    import labkit.core.device
 
     monkeypatch.setattr(labkit.comm.backend, "cpu_count", lambda: 2)
     assert cli_error(["ladder", "--device", "cpu", "--ddp-world-size", "100000", "--out", str(tmp_path)],
@@ -72,3 +73,24 @@ def test_cli_writes_json_and_markdown(tmp_path, capsys):
     assert doc["rows"][1]["status"] in MEASURED and doc["dataset"] == "digits"
     assert (tmp_path / "ladder.md").read_text().startswith("Device:")
     assert "wrote" in capsys.readouterr().out
+
+
+LADDER_SKIP = ["input_pipeline", "no_sync", "mixed_precision", "channels_last", "compile", "ddp"]
+
+
+def test_ladder_runs_headless_and_writes_its_table(tmp_path):
+    proc = labkit("ladder", "--model", "mlp", "--dataset", "digits", "--train-limit", "32", "--budget-epochs", "1",
+                  "--batch-sizes", "8,16", "--skip", *LADDER_SKIP, "--device", "cpu", "--out", str(tmp_path),
+                  "--json", "--no-progress")
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    assert (tmp_path / "ladder.json").exists() and (tmp_path / "ladder.md").exists()
+    assert json.loads((tmp_path / "ladder.json").read_text()) == data
+    text = json.dumps(data)
+    assert "naive" in text and "batch" in text and "skipped" in text
+
+
+def test_ladder_usage_errors_exit_2(capsys):
+    proc = labkit("ladder", "--skip", "warp_drive")
+    assert proc.returncode == 2 and "--skip" in proc.stderr
+    assert "budget_epochs" in usage_error(["ladder", "--budget-epochs", "0"], capsys)

@@ -1,0 +1,45 @@
+"""`labkit allreduce-bench`: the nccl-tests layout on real gloo processes, busbw = algbw x 2(n-1)/n."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from labkit.cli import main as cli
+
+from tests.cli.support import labkit, usage_error
+
+
+def test_allreduce_bench_prints_the_nccl_tests_layout():
+    proc = labkit("allreduce-bench", "--world-size", "2", "--sizes", "1K,64K", "-n", "3", "-w", "1",
+                  "--backend", "gloo")
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    assert "# all_reduce, 2 ranks, gloo" in out
+    for column in ("size", "count", "type", "redop", "time", "algbw", "busbw", "#wrong", "(us)", "(GB/s)"):
+        assert column in out
+    rows = [line.split() for line in out.splitlines() if line and not line.startswith("#")]
+    assert [int(r[0]) for r in rows] == [1024, 65536] and [int(r[1]) for r in rows] == [256, 16384]
+    assert all(r[-1] == "0" for r in rows)                       # no wrong elements
+    assert "# Out of bounds values : 0 OK" in out
+
+
+def test_allreduce_bench_json_busbw_is_algbw_times_2_n_minus_1_over_n(capsys):
+    assert cli.main(["allreduce-bench", "-g", "2", "-b", "16", "-e", "256", "-f", "4", "-n", "2", "-w", "0",
+                     "--json", "--no-progress"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert [r["size_bytes"] for r in data["rows"]] == [16, 64, 256]
+    for r in data["rows"]:
+        assert r["busbw_gb_s"] == pytest.approx(r["algbw_gb_s"] * 2 * (2 - 1) / 2)
+        assert r["algbw_gb_s"] == pytest.approx(r["size_bytes"] / r["time_s"] / 1e9)
+        assert r["wrong"] == 0
+
+
+def test_allreduce_bench_usage_errors_exit_2(capsys):
+    proc = labkit("allreduce-bench", "--world-size", "0")
+    assert proc.returncode == 2 and "--world-size" in proc.stderr
+    assert "whole float32 elements" in usage_error(["allreduce-bench", "--sizes", "6"], capsys)
+    assert "--max-bytes" in usage_error(["allreduce-bench", "-b", "1M", "-e", "1K"], capsys)
+    assert "at most" in usage_error(["allreduce-bench", "--world-size", "999", "--backend", "gloo"], capsys)
+    if not __import__("torch").cuda.is_available():
+        assert "nccl" in usage_error(["allreduce-bench", "--backend", "nccl"], capsys)

@@ -1,0 +1,60 @@
+"""`labkit sweep`: every batch size measured, the largest that fits, and what limits it."""
+from __future__ import annotations
+
+import json
+
+from labkit.cli import main as cli
+
+from tests.cli.support import labkit, usage_error
+
+SWEEP = ["sweep", "--model", "mlp", "--dataset", "digits", "--batch-sizes", "8,32", "--steps", "4",
+         "--memory-budget", "64M", "--limit", "512", "--device", "cpu"]
+
+
+def test_sweep_prints_every_batch_size_and_the_largest_that_fits():
+    proc = labkit(*SWEEP)
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    for header in ("batch", "samples/s", "step ms", "peak memory", "val acc %"):
+        assert header in out
+    rows = [line.split() for line in out.splitlines() if line.strip().split(" ")[0] in ("8", "32")]
+    assert {r[0] for r in rows} >= {"8", "32"}
+    assert "largest batch that fits:" in out and "memory-model" in out and "finder trials" in out
+
+
+def test_sweep_json_agrees_with_the_finder(capsys):
+    from labkit.core.data import load_data
+    from labkit.core.models import build_model
+    from labkit.training.finder import find_max_batch
+
+    assert cli.main(SWEEP + ["--json", "--no-progress"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert [r["batch_size"] for r in data["rows"]] == [8, 32]
+    assert all(r["fits"] and r["samples_per_s"] > 0 and r["steps"] == 4 for r in data["rows"])
+    assert all(0 <= r["val_accuracy"] <= 1 for r in data["rows"])
+    digits = load_data("digits")
+    direct = find_max_batch(build_model("mlp", 10, digits.image_shape), digits.image_shape, device="cpu",
+                            memory_budget_bytes=64 * 2**20, limit=512, timing_steps=0)
+    assert data["max_batch"] == direct.max_batch > 32
+
+
+def test_sweep_says_when_the_dataset_not_memory_is_the_limit():
+    from types import SimpleNamespace
+
+    from labkit.cli.sweep import format_finder
+
+    finder = SimpleNamespace(max_batch=4096, usable_bytes=2**30, method="memory-model", device="cpu", trials=[])
+    text = format_finder({"finder": finder, "budget_bytes": 2**30, "budget_source": "RAM available now",
+                          "limit": 4096, "train_samples": 1437, "dataset": "digits"})
+    assert text.startswith("largest batch that fits: at least 4096 (the search stopped at --limit); memory is not the "
+                           "limit here: the digits set has only 1437 samples, so every batch up to 1437 fits")
+
+
+def test_sweep_usage_errors_exit_2(capsys):
+    proc = labkit("sweep", "--batch-sizes", "16,x")
+    assert proc.returncode == 2 and "--batch-sizes" in proc.stderr
+    assert "--batch-sizes" in usage_error(["sweep", "--batch-sizes", "0,8"], capsys)
+    assert "exceed" in usage_error(["sweep", "--dataset", "digits", "--batch-sizes", "99999", "--no-find-max"],
+                                   capsys)
+    assert "--safety-margin" in usage_error(["sweep", "--safety-margin", "1.5"], capsys)
+    assert "--memory-budget" in usage_error(["sweep", "--memory-budget", "lots"], capsys)
