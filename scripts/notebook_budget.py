@@ -18,6 +18,8 @@ import nbformat
 import psutil
 from nbclient import NotebookClient
 
+from labkit.core.clock import now_s
+
 
 def _pss_bytes(pid: int) -> tuple[int, int]:
     """(PSS, anonymous PSS) of one process from /proc/PID/smaps_rollup."""
@@ -55,7 +57,7 @@ def run_notebook(path: Path, timeout_s: int = 900) -> dict:
 
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
-    start = time.perf_counter()
+    start = now_s()
     try:
         NotebookClient(nb, timeout=timeout_s, kernel_name="python3",
                        resources={"metadata": {"path": str(path.parent)}}).execute()
@@ -65,7 +67,7 @@ def run_notebook(path: Path, timeout_s: int = 900) -> dict:
     finally:
         done.set()
         sampler.join()
-    return {"notebook": path.name, "seconds": time.perf_counter() - start,
+    return {"notebook": path.name, "seconds": now_s() - start,
             "peak_pss_bytes": peak["pss"], "peak_anon_bytes": peak["anon"], "error": error}
 
 
