@@ -8,12 +8,11 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import tempfile
 from pathlib import Path
 
 from labkit.cli.common import add_output_flags, device_name, int_list, positive_int, subparser
 from labkit.core.choices import MODELS
-from labkit.core.rundirs import run_path
+from labkit.core.rundirs import check_writable_dir, run_path
 from labkit.ladder.rungs import RUNG_KEYS
 
 
@@ -24,13 +23,9 @@ def checked_out_dir(text: str) -> Path:
         raise ValueError(f"--out {text} is a file, not a directory; give a directory for ladder.json and "
                          "ladder.md, e.g. --out runs/ladder")
     try:
-        path.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=path, prefix=".write_test_"):
-            pass
-    except OSError as err:
-        raise ValueError(f"--out {text} is not a writable directory ({err.strerror}); give a directory you can "
-                         "write to, e.g. --out runs/ladder") from None
-    return path
+        return check_writable_dir(path, name="--out", example="--out runs/ladder")
+    except PermissionError as err:          # a bad --out is a usage error (exit 2), found before any work
+        raise ValueError(str(err)) from None
 
 
 def max_ddp_world_size(device: str | None) -> tuple[int, str]:

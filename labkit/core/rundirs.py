@@ -26,14 +26,18 @@ def run_path(*parts: str) -> Path:
     return run_root().joinpath(*parts)
 
 
-def check_writable_dir(run_dir: str | Path) -> Path:
-    """Create ``run_dir`` if needed and prove it is writable, or raise one clear PermissionError."""
+def check_writable_dir(run_dir: str | Path, *, name: str = "run_dir",
+                       example: str = "'runs/my_experiment'") -> Path:
+    """Create ``run_dir`` if needed and prove it is writable, or raise one clear PermissionError.
+
+    ``name`` and ``example`` word the message for the caller (the CLI says ``--out`` and ``--out runs/ladder``).
+    """
     path = Path(run_dir)
     try:
         path.mkdir(parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile(dir=path, prefix=".write_test_"):
             pass
     except OSError as err:
-        raise PermissionError(f"run_dir={str(path)!r} is not a writable directory ({err.strerror}); "
-                              "pass a run_dir you can write to, e.g. 'runs/my_experiment'") from None
+        raise PermissionError(f"{name}={str(path)!r} is not a writable directory ({err.strerror}); "
+                              f"pass a {name} you can write to, e.g. {example}") from None
     return path

@@ -31,8 +31,8 @@ def test_cli_out_is_checked_before_the_run(tmp_path, capsys, monkeypatch):
            "e.g. --out runs/ladder\n")
     bad = a_file / "sub"
     assert cli_error(["ladder", "--out", str(bad)], capsys, monkeypatch) == (
-        2, f"error: --out {bad} is not a writable directory (Not a directory); give a directory you can write to, "
-           "e.g. --out runs/ladder\n")
+        2, f"error: --out={str(bad)!r} is not a writable directory (Not a directory); pass a --out you can write "
+           "to, e.g. --out runs/ladder\n")
 
 
 def test_cli_ddp_world_size_is_checked_before_the_run(capsys, monkeypatch, tmp_path):
