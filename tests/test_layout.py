@@ -40,9 +40,19 @@ def modules() -> list[tuple[str, Path]]:
     return out
 
 
+def top_level_ids(tree: ast.Module) -> set[int]:
+    """ids of the module's top-level statements, counting those in a top-level ``if TYPE_CHECKING:`` block
+    (imports for type hints only: never run, so they load nothing)."""
+    top = {id(n) for n in tree.body}
+    for node in tree.body:
+        if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING":
+            top |= {id(n) for n in node.body}
+    return top
+
+
 def labkit_imports(tree: ast.Module) -> list[tuple[ast.AST, str, bool]]:
     """(node, imported 'pkg.module' or 'pkg', at_top_level) for every import of labkit."""
-    top = {id(n) for n in tree.body}
+    top = top_level_ids(tree)
     found = []
     for node in ast.walk(tree):
         names = []
@@ -89,7 +99,7 @@ def test_third_party_imports_are_at_the_top_unless_optional_or_a_framework(name,
         return
     text = path.read_text()
     tree, lines = ast.parse(text), text.splitlines()
-    top = {id(n) for n in tree.body}
+    top = top_level_ids(tree)
     lazy = []
     for node in ast.walk(tree):
         if isinstance(node, (ast.Import, ast.ImportFrom)) and id(node) not in top:
