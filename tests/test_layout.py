@@ -40,9 +40,19 @@ def modules() -> list[tuple[str, Path]]:
     return out
 
 
+def top_level_ids(tree: ast.Module) -> set[int]:
+    """ids of the module's top-level statements, counting those in a top-level ``if TYPE_CHECKING:`` block
+    (imports for type hints only: never run, so they load nothing)."""
+    top = {id(n) for n in tree.body}
+    for node in tree.body:
+        if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING":
+            top |= {id(n) for n in node.body}
+    return top
+
+
 def labkit_imports(tree: ast.Module) -> list[tuple[ast.AST, str, bool]]:
     """(node, imported 'pkg.module' or 'pkg', at_top_level) for every import of labkit."""
-    top = {id(n) for n in tree.body}
+    top = top_level_ids(tree)
     found = []
     for node in ast.walk(tree):
         names = []
@@ -89,7 +99,7 @@ def test_third_party_imports_are_at_the_top_unless_optional_or_a_framework(name,
         return
     text = path.read_text()
     tree, lines = ast.parse(text), text.splitlines()
-    top = {id(n) for n in tree.body}
+    top = top_level_ids(tree)
     lazy = []
     for node in ast.walk(tree):
         if isinstance(node, (ast.Import, ast.ImportFrom)) and id(node) not in top:
@@ -146,3 +156,42 @@ def test_tests_mirror_the_package():
         if not (REPO / "tests" / pkg / f"test_{mod}.py").exists() and name not in covered_elsewhere:
             missing.append(f"tests/{pkg}/test_{mod}.py")
     assert not missing, f"modules without a mirrored test file: {missing}"
+
+
+def _is_property(fn: ast.FunctionDef) -> bool:
+    return any(getattr(d, "id", "") == "property" for d in fn.decorator_list)
+
+
+def _hints_complete(fn: ast.FunctionDef) -> bool:
+    """A return annotation, and one on every parameter but self/cls (``*args`` and ``**kwargs`` included)."""
+    args = [a for a in fn.args.posonlyargs + fn.args.args + fn.args.kwonlyargs if a.arg not in ("self", "cls")]
+    args += [a for a in (fn.args.vararg, fn.args.kwarg) if a is not None]
+    return fn.returns is not None and all(a.annotation is not None for a in args)
+
+
+def undocumented_or_unhinted(tree: ast.Module) -> list[str]:
+    """Public module-level functions, public classes and their public methods missing a docstring or a hint."""
+    gaps = []
+    for node in tree.body:
+        fns = [node] if isinstance(node, ast.FunctionDef) and not node.name.startswith("_") else []
+        if isinstance(node, ast.ClassDef) and not node.name.startswith("_"):
+            if not ast.get_docstring(node):
+                gaps.append(f"line {node.lineno}: class {node.name} has no docstring")
+            fns += [n for n in node.body if isinstance(n, ast.FunctionDef) and not n.name.startswith("_")]
+        for fn in fns:
+            if not ast.get_docstring(fn) and not _is_property(fn):
+                gaps.append(f"line {fn.lineno}: {fn.name} has no docstring")
+            if not _hints_complete(fn):
+                gaps.append(f"line {fn.lineno}: {fn.name} has incomplete type hints")
+    return gaps
+
+
+ALL_MODULES = sorted(PACKAGE.rglob("*.py"))          # the lesson folders, their __init__s and the top level
+
+
+@pytest.mark.parametrize("path", ALL_MODULES, ids=[str(p.relative_to(PACKAGE)) for p in ALL_MODULES])
+def test_public_functions_have_a_docstring_and_type_hints(path):
+    """STYLE.md rule 4: every public function, class and method says what it does and has full type hints
+    (a property needs its return hint; its docstring is optional)."""
+    gaps = undocumented_or_unhinted(ast.parse(path.read_text()))
+    assert not gaps, f"{path.relative_to(REPO)}: {gaps}"

@@ -93,7 +93,7 @@ def summary_lines(rows: list, wall_s: float) -> str:
     return "\n".join(lines)
 
 
-def add_parser(sub) -> None:
+def add_parser(sub: argparse._SubParsersAction) -> None:
     """Register `allreduce-bench`."""
     p = subparser(sub, "allreduce-bench", help="benchmark a real all-reduce (gloo/NCCL) by message size",
                   description="Time a real torch.distributed all_reduce across world-size processes for each "

@@ -11,11 +11,16 @@ import json
 import math
 import re
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 
 from labkit.core.choices import DATASETS, MODELS
+
+if TYPE_CHECKING:
+    from torch import nn
+
+    from labkit.core.data import ImageData
 
 BYTE_UNITS = {"": 1, "B": 1, "K": 2**10, "KB": 2**10, "KIB": 2**10, "M": 2**20, "MB": 2**20, "MIB": 2**20,
               "G": 2**30, "GB": 2**30, "GIB": 2**30}
@@ -175,14 +180,15 @@ def add_model_flags(parser: argparse.ArgumentParser, default_model: str = "small
     parser.add_argument("--seed", type=nonnegative_int, default=0, help="random seed (default 0)")
 
 
-def subparser(sub, name: str, *, help: str, description: str, examples: Sequence[str]) -> argparse.ArgumentParser:
+def subparser(sub: argparse._SubParsersAction, name: str, *, help: str, description: str,
+              examples: Sequence[str]) -> argparse.ArgumentParser:
     """A subcommand parser whose --help ends with worked examples."""
     epilog = "examples:\n" + "\n".join(f"  {line}" for line in examples)
     return sub.add_parser(name, help=help, description=description, epilog=epilog,
                           formatter_class=argparse.RawDescriptionHelpFormatter)
 
 
-def load_workload(args: argparse.Namespace, train_limit: int | None = None):
+def load_workload(args: argparse.Namespace, train_limit: int | None = None) -> tuple[ImageData, nn.Module]:
     """The dataset and model chosen by --dataset/--model/--seed (the notebooks' loaders and models)."""
     from labkit.core.data import load_data
     from labkit.core.env import seed_everything

@@ -126,7 +126,7 @@ def run(args: argparse.Namespace) -> int:
     return 0 if report.ok else 1
 
 
-def add_parser(sub) -> None:
+def add_parser(sub: argparse._SubParsersAction) -> None:
     """Register `doctor`."""
     p = subparser(sub, "doctor", help="report versions, devices, mode and dataset",
                   description="Report versions, devices, the kit's mode and the dataset it will use.",

@@ -9,11 +9,15 @@ from __future__ import annotations
 import argparse
 import dataclasses
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from labkit.cli.common import add_output_flags, device_name, int_list, positive_int, subparser
 from labkit.core.choices import MODELS
 from labkit.core.rundirs import check_writable_dir, run_path
 from labkit.ladder.rungs import RUNG_KEYS
+
+if TYPE_CHECKING:
+    from labkit.ladder.config import LadderConfig
 
 
 def checked_out_dir(text: str) -> Path:
@@ -41,7 +45,7 @@ def max_ddp_world_size(device: str | None) -> tuple[int, str]:
     return world_size_limit("gloo")
 
 
-def config_from_args(args: argparse.Namespace):
+def config_from_args(args: argparse.Namespace) -> LadderConfig:
     """The LadderConfig the options describe (mode preset plus the options given)."""
     from labkit.ladder.config import LadderConfig
 
@@ -53,7 +57,7 @@ def config_from_args(args: argparse.Namespace):
     return dataclasses.replace(LadderConfig.for_mode(**overrides), progress=not args.no_progress)
 
 
-def check_args(args: argparse.Namespace):
+def check_args(args: argparse.Namespace) -> tuple[Path, LadderConfig]:
     """Every check that can fail, before the first rung: returns (out dir, config) or raises one ValueError."""
     from labkit.core.validation import positive_int as checked_positive
 
@@ -80,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_parser(sub) -> None:
+def add_parser(sub: argparse._SubParsersAction) -> None:
     """Register `ladder`."""
     p = subparser(sub, "ladder", help="climb the tuning ladder: every speed-up rung measured on one job",
                   description="Train one job with the kit's speed-ups switched on rung by rung (batch size, data "

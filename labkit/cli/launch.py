@@ -35,7 +35,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_parser(sub) -> None:
+def add_parser(sub: argparse._SubParsersAction) -> None:
     """Register `launch`."""
     p = subparser(sub, "launch", help="run a module function on N processes (torch.distributed, gloo or NCCL)",
                   description="Run package.module:function on --world-size processes joined in a torch.distributed "

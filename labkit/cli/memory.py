@@ -59,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_parser(sub) -> None:
+def add_parser(sub: argparse._SubParsersAction) -> None:
     """Register `memory`."""
     p = subparser(sub, "memory", help="per-rank memory of DDP vs ZeRO-1/2/3 and bytes sent per step",
                   description="Per-rank training memory (params, grads, optimizer state, activations) under DDP and "

@@ -7,12 +7,16 @@ from __future__ import annotations
 import argparse
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from labkit.cli.common import (add_model_flags, add_output_flags, fmt, format_bytes, format_table, load_workload,
                                nonnegative_int, positive_int, print_json, subparser)
 from labkit.core.clock import timestamp_s
 from labkit.core.progress import progress_bar
 from labkit.core.rundirs import check_writable_dir, run_path
+
+if TYPE_CHECKING:
+    from labkit.profile.summary import ProfileSummary
 
 TRACE_VIEWER = "https://ui.perfetto.dev (drag the .json in) or chrome://tracing"
 
@@ -75,12 +79,12 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def on_gpu(summary) -> bool:
+def on_gpu(summary: ProfileSummary) -> bool:
     """Whether the profiled steps ran on a CUDA device (so the trace has GPU kernel times)."""
     return "(cuda:" in str(summary.device)   # labkit.core.device.device_label writes 'NAME (cuda:N)' for a GPU
 
 
-def format_summary(summary, args: argparse.Namespace, dataset: str) -> str:
+def format_summary(summary: ProfileSummary, args: argparse.Namespace, dataset: str) -> str:
     """The profile as readable text: headline, time by category, top operators, trace paths."""
     s = summary.schedule
     head = [f"Profiled {summary.profiled_steps} steps of {summary.samples_per_step} samples: {args.model} on "
@@ -105,7 +109,7 @@ def format_summary(summary, args: argparse.Namespace, dataset: str) -> str:
     return "\n".join(head + tables + files + [f"open the trace at {TRACE_VIEWER}"])
 
 
-def add_parser(sub) -> None:
+def add_parser(sub: argparse._SubParsersAction) -> None:
     """Register `profile`."""
     p = subparser(sub, "profile", help="profile N training steps and write a trace",
                   description="Profile training steps with torch.profiler on a wait/warmup/active schedule, "

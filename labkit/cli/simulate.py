@@ -119,7 +119,7 @@ def _log_table(log: list, limit: int) -> str:
                                 ("nbytes", "bytes", format_bytes), ("phase", "phase", str)], title=f"messages{more}")
 
 
-def add_parser(sub) -> None:
+def add_parser(sub: argparse._SubParsersAction) -> None:
     """Register `simulate`."""
     p = subparser(sub, "simulate", help="simulate an all-reduce: steps, bytes per worker, modelled time",
                   description="Simulate an all-reduce of one array per worker in this process, check every output "

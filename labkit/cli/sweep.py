@@ -7,12 +7,18 @@ checks the memory model against a budget (default: the RAM available now).
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 
 import psutil
 
 from labkit.cli.common import (add_model_flags, add_output_flags, fmt, format_bytes, format_table, int_list,
-                               load_workload, nonnegative_int, parse_bytes, positive_float, positive_int,
-                               print_json, subparser)
+                               load_workload, nonnegative_int, parse_bytes, positive_float, positive_int, print_json,
+                               subparser)
+
+if TYPE_CHECKING:
+    from torch import nn
+
+    from labkit.core.data import ImageData
 
 
 def margin(text: str) -> float:
@@ -38,11 +44,11 @@ def cpu_budget_bytes() -> int:
     return int(psutil.virtual_memory().available)
 
 
-def run_finder(args: argparse.Namespace, data, model) -> dict:
+def run_finder(args: argparse.Namespace, data: ImageData, model: nn.Module) -> dict:
     """find_max_batch on the chosen device; returns its result and the budget it used, for printing."""
-    from labkit.training.finder import find_max_batch
-    from labkit.core.env import pick
     from labkit.core.device import get_device
+    from labkit.core.env import pick
+    from labkit.training.finder import find_max_batch
 
     dev = get_device(args.device)
     budget = args.memory_budget
@@ -60,9 +66,9 @@ def run_finder(args: argparse.Namespace, data, model) -> dict:
 
 def run(args: argparse.Namespace) -> int:
     """Sweep, find the largest batch, print the table."""
-    from labkit.training.batch_size import batch_size_sweep
     from labkit.core.env import get_mode
     from labkit.core.models import build_model
+    from labkit.training.batch_size import batch_size_sweep
 
     sizes, steps = defaults()
     sizes, steps = args.batch_sizes or sizes, args.steps or steps
@@ -120,7 +126,7 @@ def format_finder(found: dict) -> str:
     return head + "\n" + trials
 
 
-def add_parser(sub) -> None:
+def add_parser(sub: argparse._SubParsersAction) -> None:
     """Register `sweep`."""
     p = subparser(sub, "sweep", help="batch-size sweep: throughput, step time, memory, accuracy; largest batch",
                   description="Train a fresh model for a few steps at each batch size and print throughput, step "

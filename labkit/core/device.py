@@ -24,6 +24,8 @@ def get_device(device: str | torch.device | None = None) -> torch.device:
 
 @dataclass(frozen=True)
 class GpuInfo:
+    """One visible CUDA GPU: its index, name, total memory and compute capability."""
+
     index: int
     name: str
     memory_bytes: int

@@ -8,11 +8,19 @@ input pipeline from the step. Works on CPU too (``device='cpu'``), so CI tests t
 from __future__ import annotations
 
 import math
-from typing import Iterator
+from typing import Iterator, Protocol
 
 import torch
 import torch.nn.functional as F
 from torch.utils.data import Dataset, Subset, TensorDataset
+
+
+class BatchLoader(Protocol):
+    """What ``train()`` reads: a sized iterable of (inputs, labels) batches (DataLoader, DeviceLoader, a list)."""
+
+    def __len__(self) -> int: ...
+
+    def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]: ...
 
 
 class DeviceLoader:

@@ -44,6 +44,7 @@ class SmallCNN(nn.Module):
         self.head = nn.Linear(2 * width * 4 * 4, num_classes)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Class logits for a batch of images."""
         return self.head(self.features(x).flatten(1))        # (B, 2w, 4, 4) -> (B, 32w) -> (B, classes)
 
 
@@ -56,6 +57,7 @@ class MLP(nn.Module):
                                  nn.Linear(hidden, hidden), nn.ReLU(), nn.Linear(hidden, num_classes))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Class logits for a batch of images, flattened first."""
         return self.net(x)
 
 

@@ -22,7 +22,7 @@ def progress_enabled(requested: bool = True) -> bool:
 
 
 def progress_bar(iterable: Iterable | None = None, *, total: int | None = None, desc: str = "", unit: str = "it",
-                 enabled: bool = True, **kwargs: Any):
+                 enabled: bool = True, **kwargs: Any) -> tqdm:
     """A ``tqdm.auto`` bar (``leave=False``) that is disabled where nobody can watch it."""
     kwargs.setdefault("leave", False)
     return tqdm(iterable, total=total, desc=desc, unit=unit, disable=not progress_enabled(enabled),

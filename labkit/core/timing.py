@@ -86,7 +86,7 @@ class PhaseClock:
         else:
             self.mode = "host"
 
-    def mark(self):
+    def mark(self) -> torch.cuda.Event | float:
         """A time mark: a recorded CUDA event, or a perf_counter reading."""
         if self.mode == "events":
             event = torch.cuda.Event(enable_timing=True)
@@ -101,7 +101,7 @@ class PhaseClock:
         if self.mode == "events":
             synchronize(self.device)
 
-    def elapsed_s(self, start, end) -> float:
+    def elapsed_s(self, start: torch.cuda.Event | float, end: torch.cuda.Event | float) -> float:
         """Seconds between two marks (call :meth:`settle` first in 'events' mode)."""
         if self.mode == "events":
             return start.elapsed_time(end) / 1e3

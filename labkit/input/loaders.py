@@ -9,7 +9,7 @@ from __future__ import annotations
 import gc
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import matplotlib.pyplot as plt
 import pandas as pd
@@ -22,6 +22,9 @@ from labkit.core.device import device_label
 from labkit.core.machine import cpu_count
 from labkit.core.progress import progress_bar
 from labkit.core.validation import checked_int, positive_int
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
 
 TRANSFORM_KINDS = ("io", "cpu")
 
@@ -181,11 +184,11 @@ class LoaderSweep:
         """The results keyed by their configuration's label."""
         return {r.config.label: r for r in self.results}
 
-    def to_dataframe(self):
+    def to_dataframe(self) -> pd.DataFrame:
         """samples/s, data-wait fraction and total seconds per configuration (a pandas DataFrame)."""
         return pd.DataFrame(self.rows).set_index("config")[["samples_per_s", "data_wait_fraction", "total_s"]]
 
-    def plot(self, ax=None):
+    def plot(self, ax: Axes | None = None) -> Axes:
         """Bar chart of samples/s, annotated with the data-wait fraction."""
         ax = ax or plt.subplots(figsize=(8, 3.2))[1]
         labels = [r.config.label for r in self.results]
@@ -209,7 +212,7 @@ def sweep_loaders(dataset: Dataset, configs: list[LoaderConfig] | None = None, *
     return LoaderSweep(results, device_label("cpu"))
 
 
-def plot_overlap(results: list[LoaderResult], max_batches: int = 8, ax=None):
+def plot_overlap(results: list[LoaderResult], max_batches: int = 8, ax: Axes | None = None) -> Axes:
     """Gantt chart of waiting for data (red) and stepping (blue), one row per configuration."""
     ax = ax or plt.subplots(figsize=(9, 1 + 0.6 * len(results)))[1]
     for row, res in enumerate(results):

@@ -11,7 +11,7 @@ import functools
 from dataclasses import asdict, dataclass, replace
 from typing import Callable
 
-from labkit.core.data import load_data, make_loader
+from labkit.core.data import ImageData, load_data, make_loader
 from labkit.core.device import device_label, get_device
 from labkit.core.env import get_mode, seed_everything
 from labkit.core.models import build_model, check_model_accepts
@@ -181,7 +181,7 @@ def climb(job: LadderJob) -> tuple[list[LadderRow], dict[int, float], list[str]]
     return rows, probe, notes
 
 
-def run_ladder(config: LadderConfig | None = None, model_fn: Callable | None = None, data=None, *,
+def run_ladder(config: LadderConfig | None = None, model_fn: Callable | None = None, data: ImageData | None = None, *,
                trainer: Callable | None = None, ceiling_fn: Callable | None = None) -> LadderResult:
     """Climb the ladder on one job: measure every rung, carry forward the ones that help, return the table.
 

@@ -13,9 +13,10 @@ The climb itself is :func:`labkit.ladder.climb.run_ladder`; headless: ``python -
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
-from labkit.core.env import pick
 from labkit.core.choices import MODELS
+from labkit.core.env import Mode, pick
 from labkit.core.validation import checked_int, positive_int, positive_ints, positive_number
 from labkit.ladder.rungs import RUNG_KEYS
 
@@ -69,7 +70,7 @@ class LadderConfig:
         positive_number(self.ddp_timeout_s, "ddp_timeout_s", hint="seconds")
 
     @classmethod
-    def fast(cls, **overrides) -> "LadderConfig":
+    def fast(cls, **overrides: Any) -> LadderConfig:
         """CPU-sized (fast mode): the small CNN on the lab's data, 5 epochs per rung, batches up to 64.
 
         Five epochs bring the digits to a plateau, so rungs that only reorder floating-point work land within
@@ -80,20 +81,20 @@ class LadderConfig:
                       **overrides})
 
     @classmethod
-    def full(cls, **overrides) -> "LadderConfig":
+    def full(cls, **overrides: Any) -> LadderConfig:
         """GPU-sized (full mode): ResNet-18 on up to 10,000 training images, 2 epochs or 30 steps at batch 512."""
         return cls(**{"model": "resnet18", "train_limit": 10_000, "budget_epochs": 2,
                       "batch_candidates": (64, 128, 256, 512), **overrides})
 
     @classmethod
-    def smoke(cls, **overrides) -> "LadderConfig":
+    def smoke(cls, **overrides: Any) -> LadderConfig:
         """Seconds-long, for tests: tiny data, two candidates, no compile, no DDP, no ceiling."""
         return cls(**{"model": "small_cnn", "train_limit": 64, "val_limit": 32, "budget_epochs": 1,
                       "min_optimizer_steps": 4, "batch_candidates": (4, 8), "probe_steps": 2, "warmup_steps": 1,
                       "skip": ("compile", "ddp"), "measure_ceiling": False, "progress": False, **overrides})
 
     @classmethod
-    def for_mode(cls, mode=None, **overrides) -> "LadderConfig":
+    def for_mode(cls, mode: Mode | None = None, **overrides: Any) -> LadderConfig:
         """``fast()`` in fast mode, ``full()`` in full mode."""
         return pick(fast=cls.fast, full=cls.full, mode=mode)(**overrides)
 

@@ -8,11 +8,13 @@ the gradient all-reduce with the backward pass, bucket by bucket (Li et al. 2020
 from __future__ import annotations
 
 import statistics
+from typing import TYPE_CHECKING, Callable
 
 import torch
 import torch.distributed as dist
+from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
-from torch.utils.data import DataLoader, DistributedSampler, Subset
+from torch.utils.data import DataLoader, Dataset, DistributedSampler, Subset
 
 from labkit.comm.launch import launch
 from labkit.core.data import make_device_loader, make_loader
@@ -20,6 +22,10 @@ from labkit.core.env import seed_everything
 from labkit.core.timing import Stopwatch
 from labkit.ladder.measure import Measurement, measure_model
 from labkit.ladder.rungs import Recipe
+
+if TYPE_CHECKING:
+    from labkit.core.data import ImageData
+    from labkit.core.device_loader import DeviceLoader
 
 
 class EpochAdvancingSampler(DistributedSampler):
@@ -31,7 +37,8 @@ class EpochAdvancingSampler(DistributedSampler):
         return indices
 
 
-def shard_loader(dataset, recipe: Recipe, rank: int, world_size: int, seed: int, device: str = "cpu"):
+def shard_loader(dataset: Dataset, recipe: Recipe, rank: int, world_size: int, seed: int,
+                 device: str = "cpu") -> DataLoader | DeviceLoader:
     """This rank's training loader: its shard of ``dataset`` at the per-process batch size."""
     if recipe.device_data:               # this rank's fixed shard, held on its own device
         shard = Subset(dataset, list(range(rank, len(dataset), world_size)))
@@ -65,8 +72,9 @@ def ddp_rung_worker(job: dict) -> dict:
     return {"measurement": m, "train_wall_s": sw.elapsed_s}
 
 
-def measure_ddp(recipe: Recipe, model_fn, data, *, steps: int, lr: float, warmup_steps: int, seed: int,
-                timeout_s: float, threads_per_rank: int, lr_warmup_steps: int = 0) -> Measurement:
+def measure_ddp(recipe: Recipe, model_fn: Callable[[], nn.Module], data: ImageData, *, steps: int, lr: float,
+                warmup_steps: int, seed: int, timeout_s: float, threads_per_rank: int,
+                lr_warmup_steps: int = 0) -> Measurement:
     """Run ``recipe`` on ``recipe.world_size`` processes and combine the ranks into one measurement.
 
     Throughput is the sum over ranks (they step in lockstep); start-up adds the process launch

@@ -9,16 +9,20 @@ from __future__ import annotations
 import contextlib
 import math
 from dataclasses import dataclass
-from typing import Iterator
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator
 
 import torch
-from torch.utils.data import DataLoader, RandomSampler
+from torch import nn
+from torch.utils.data import DataLoader, Dataset, RandomSampler
 
 from labkit.core.data import make_device_loader, validate_batch_size, validate_num_workers
 from labkit.ladder.rungs import Recipe
 from labkit.training.flops import mfu, peak_flops_per_s
-from labkit.training.loop import TrainConfig, evaluate_accuracy, train
+from labkit.training.loop import RunResult, TrainConfig, evaluate_accuracy, train
 from labkit.training.memory import build_memory_model
+
+if TYPE_CHECKING:
+    from labkit.core.device_loader import BatchLoader, DeviceLoader
 
 
 @dataclass(frozen=True)
@@ -62,7 +66,7 @@ def math_mode(recipe: Recipe, device_type: str) -> str:
     return "tf32" if recipe.tf32 and device_type == "cuda" else "fp32"
 
 
-def train_loader(dataset, recipe: Recipe, seed: int, device: str = "cpu"):
+def train_loader(dataset: Dataset, recipe: Recipe, seed: int, device: str = "cpu") -> DataLoader | DeviceLoader:
     """The recipe's training batches: a DataLoader, or (``device_data``) tensors held on ``device``.
 
     The DataLoader's shuffle has its own generator, so workers never change the order (a DataLoader draws its
@@ -84,7 +88,7 @@ def steps_for_budget(budget_samples: int, global_batch: int, min_steps: int) -> 
     return max(min_steps, budget_samples // global_batch)
 
 
-def summarise_run(result, warmup_steps: int, sync_every_step: bool) -> tuple[float, float, float]:
+def summarise_run(result: RunResult, warmup_steps: int, sync_every_step: bool) -> tuple[float, float, float]:
     """(samples/s, step time s, start-up s) over the steady window, one estimator for every recipe.
 
     With per-step sync the window is the sum of steady step times; without it, the loop's own window
@@ -104,7 +108,7 @@ def summarise_run(result, warmup_steps: int, sync_every_step: bool) -> tuple[flo
 
 
 def train_config(recipe: Recipe, *, steps: int, lr: float, warmup_steps: int, seed: int, device: str,
-                 lr_warmup_steps: int = 0):
+                 lr_warmup_steps: int = 0) -> TrainConfig:
     """The loop's TrainConfig for a recipe (also what the hardware ceiling is measured with)."""
     return TrainConfig(steps=steps, lr=lr, warmup_steps=warmup_steps, device=device, amp_dtype=recipe.amp_dtype,
                        channels_last=recipe.channels_last, compile=recipe.compile,
@@ -113,8 +117,10 @@ def train_config(recipe: Recipe, *, steps: int, lr: float, warmup_steps: int, se
                        profile_model=not recipe.compile)   # FLOP probes would recompile a compiled model
 
 
-def measure_model(model, loader, val_loader, recipe: Recipe, *, steps: int, lr: float, warmup_steps: int,
-                  seed: int, device: str, trainer=None, eval_model=None, lr_warmup_steps: int = 0) -> Measurement:
+def measure_model(model: nn.Module, loader: BatchLoader, val_loader: Iterable[tuple[torch.Tensor, torch.Tensor]] | None,
+                  recipe: Recipe, *, steps: int, lr: float, warmup_steps: int, seed: int, device: str,
+                  trainer: Callable[..., RunResult] | None = None, eval_model: nn.Module | None = None,
+                  lr_warmup_steps: int = 0) -> Measurement:
     """Train ``model`` with ``recipe`` for ``steps`` in this process and measure it.
 
     Accuracy is read from ``eval_model`` (default ``model``): the plain module, never a compiled or DDP

@@ -6,9 +6,13 @@ import json
 import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import matplotlib.pyplot as plt
 import pandas as pd
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 MEASURED = ("baseline", "faster", "slower", "no clear gain")   # statuses that carry numbers
 
@@ -113,12 +117,12 @@ class LadderResult:
             lines.append("| " + " | ".join(c.replace("|", "/") for c in cells) + " |")
         return "\n".join(lines + [""] + [f"- {n}" for n in self.notes])
 
-    def to_dataframe(self):
+    def to_dataframe(self) -> pd.DataFrame:
         """The rows as a pandas DataFrame (needs pandas)."""
         return pd.DataFrame([asdict(r) for r in self.rows]).set_index("rung")
 
     @classmethod
-    def from_dict(cls, doc: dict) -> "LadderResult":
+    def from_dict(cls, doc: dict) -> LadderResult:
         """The result back from :meth:`to_dict` / ``ladder.json`` (reports are rendered from saved runs)."""
         rows = [LadderRow(**row) for row in doc["rows"]]
         probe = {int(k): v for k, v in doc.get("batch_probe", {}).items()}
@@ -134,7 +138,7 @@ class LadderResult:
         (out / "ladder.md").write_text(self.to_markdown(link_base="notebooks/"))
         return out / "ladder.json", out / "ladder.md"
 
-    def plot(self):
+    def plot(self) -> Figure:
         """Bar chart of cumulative and per-rung speedup (log scale), with validation accuracy beside it."""
         labels = [f"{r.rung}. {r.title}" for r in self.rows]
         ys = range(len(self.rows))

@@ -31,6 +31,8 @@ from labkit.core.validation import checked_int, positive_int, positive_ints, pos
 # ---------------------------------------------------------------------------------------------- pitfall 1
 @dataclass(frozen=True)
 class TorchUnevenBatchEvidence:
+    """Pitfall 1's evidence: padded shards, the 1-sample last batch that breaks BatchNorm, and drop_last's fix."""
+
     samples_per_rank: tuple[int, ...]          # DistributedSampler(drop_last=False): padded to equal length
     duplicated_samples: int                    # samples that appear twice across ranks because of the padding
     last_batch_sizes: tuple[int, ...]          # per rank, DataLoader(drop_last=False)
@@ -132,6 +134,8 @@ def sharded_eval_worker(correct: list[int]) -> dict:
 
 @dataclass(frozen=True)
 class ShardedEvalEvidence:
+    """Pitfall 3's evidence: the exact accuracy, the padded shards' (samples double-counted) and the fix's."""
+
     exact_accuracy: float
     padded_accuracy: float
     padded_samples_seen: int

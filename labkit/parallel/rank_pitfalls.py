@@ -26,6 +26,8 @@ from labkit.core.validation import checked_int, positive_number
 # ---------------------------------------------------------------------------------------------- pitfall 4
 @dataclass(frozen=True)
 class WrappedSaveEvidence:
+    """Pitfall 4's evidence: the wrapper's 'module.' keys failing to load, the inner model's loading exactly."""
+
     wrapped_keys_sample: tuple[str, ...]
     broken_error: str                    # loading the wrapper's state_dict into a plain model
     fixed_max_abs_diff: float            # plain model loaded from the inner model's state_dict
@@ -109,6 +111,8 @@ def rank0_extra_work_worker(extra_work_s: float, variant: str, barrier_timeout_s
 
 @dataclass(frozen=True)
 class StragglerEvidence:
+    """Pitfall 6's evidence for one variant: did the collective survive rank 0's extra work, and how long it took."""
+
     variant: str
     ok: bool
     failed_rank: int | None

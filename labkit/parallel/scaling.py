@@ -141,7 +141,7 @@ def scaling_sweep_worker(world_sizes: tuple[int, ...] = (1, 2, 4), rounds: int =
 
 
 def measure_scaling(world_sizes: tuple[int, ...] = (1, 2, 4), *, backend: str = "auto", timeout_s: float = 120.0,
-                    **worker_kwargs) -> list[StepTimes]:
+                    **worker_kwargs: int) -> list[StepTimes]:
     """Real runs, one torch thread per rank: T_comp, T_sync and step time for each world size.
 
     ``backend='auto'`` follows ``labkit.comm.backend.choose_backend``: NCCL on the GPUs when each rank has its

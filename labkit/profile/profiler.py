@@ -13,7 +13,7 @@ import os
 import statistics
 import warnings
 from pathlib import Path
-from typing import Callable, Iterable, Iterator
+from typing import Callable, Iterable, Iterator, Sequence
 
 import torch
 from torch import nn
@@ -63,7 +63,9 @@ def _batches(loader: Iterable, steps: int):
             raise ValueError("the loader yielded no batches; give profile_training a non-empty loader")
 
 
-def train_step(model: nn.Module, batch, optimizer, loss_fn, device: torch.device, sync_every_step: bool) -> int:
+def train_step(model: nn.Module, batch: Sequence[torch.Tensor], optimizer: torch.optim.Optimizer,
+               loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], device: torch.device,
+               sync_every_step: bool) -> int:
     """One labelled training step (h2d, forward, backward, optimizer, optional .item()); returns batch size."""
     x, y = batch[0], batch[1]
     with record_function(LABEL_PREFIX + "h2d"):

@@ -55,7 +55,7 @@ class ProfileSummary:
                 f"peak memory during profiling {mem}; traces in {self.run_dir}")
 
 
-def compare_runs(runs: dict[str, ProfileSummary]):
+def compare_runs(runs: dict[str, ProfileSummary]) -> pd.DataFrame:
     """Per-sample milliseconds by category, one column per run (a pandas DataFrame)."""
     if len(runs) < 2:
         raise ValueError(f"compare_runs needs two or more runs to compare, got {len(runs)}")

@@ -34,6 +34,7 @@ class Checkpointed(nn.Module):
         self.inner = inner
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """``inner(x)``, its activations recomputed during backward instead of kept."""
         return checkpoint(self.inner, x, use_reentrant=False)
 
 

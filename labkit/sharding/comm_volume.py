@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass, field
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator
 
 import numpy as np
 import torch.distributed as dist
@@ -23,6 +23,9 @@ from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_
 from labkit.comm.collectives import allreduce
 from labkit.core.validation import checked_int, positive_int
 from labkit.sharding.memory import check_strategy
+
+if TYPE_CHECKING:
+    import torch
 
 KINDS = ("all_reduce", "reduce_scatter", "all_gather")
 # collectives per step, each over the full parameter (= gradient) bytes; FSDP2's ZeRO-2 gathers once
@@ -80,9 +83,11 @@ class CommCounter:
     calls: list[tuple[str, int]] = field(default_factory=list)
 
     def record(self, kind: str, full_bytes: int) -> None:
+        """Log one collective: its kind and the full tensor's bytes."""
         self.calls.append((kind, int(full_bytes)))
 
     def bytes_sent(self) -> float:
+        """Bytes one rank sent over every recorded call, by the ring convention."""
         return sum(ring_bytes_sent(kind, nbytes, self.world_size) for kind, nbytes in self.calls)
 
     def by_kind(self) -> dict[str, int]:
@@ -90,10 +95,11 @@ class CommCounter:
         return {kind: sum(1 for k, _ in self.calls if k == kind) for kind in KINDS}
 
     def reset(self) -> None:
+        """Forget the recorded calls."""
         self.calls.clear()
 
     @staticmethod
-    def ddp_hook(process_group, bucket):
+    def ddp_hook(process_group: dist.ProcessGroup, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
         """DDP comm hook: the default all-reduce, but issued through Python's ``dist.all_reduce`` so it is counted.
 
         DDP's built-in reducer calls the process group from C++, out of reach of ``counting_collectives``.

@@ -102,6 +102,7 @@ class Zero1Optimizer:
         self.adam = torch.optim.Adam([self.shard], lr=lr)
 
     def zero_grad(self) -> None:
+        """Zero the flat gradient buffer (every parameter's .grad is a view into it)."""
         self.flat_grad.zero_()
 
     def step(self) -> None:

@@ -11,10 +11,13 @@ This module imports neither torch nor anything that does; TensorFlow is imported
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from labkit.training.batch_rules import per_replica_batch
 from labkit.core.validation import positive_int
+from labkit.training.batch_rules import per_replica_batch
+
+if TYPE_CHECKING:
+    import tensorflow as tf
 
 CROSS_DEVICE_OPS = ("auto", "nccl", "hierarchical_copy", "reduction_to_one_device")
 
@@ -54,7 +57,7 @@ def _nccl_on_cpu() -> None:
                      "'reduction_to_one_device' or 'hierarchical_copy'")
 
 
-def cross_device_ops(name: str, device_type: str):
+def cross_device_ops(name: str, device_type: str) -> tf.distribute.CrossDeviceOps:
     """The tf.distribute cross-device reduction called ``name`` (see CROSS_DEVICE_OPS); NCCL needs GPUs."""
     tf = _tf()
     if name not in CROSS_DEVICE_OPS:
@@ -71,7 +74,7 @@ def cross_device_ops(name: str, device_type: str):
 
 
 def make_strategy(world_size: int | None = None, *, cross_device_ops_name: str = "auto",
-                  use_gpus: bool | None = None):
+                  use_gpus: bool | None = None) -> tf.distribute.MirroredStrategy:
     """A MirroredStrategy with ``world_size`` replicas: on the GPUs if there are any, else on logical CPUs.
 
     ``world_size=None`` means one per GPU (or 2 logical CPUs on a CPU-only machine). Call it before any other

@@ -10,6 +10,7 @@ from __future__ import annotations
 import statistics
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -17,9 +18,12 @@ from labkit.core.clock import now_s
 from labkit.core.procs import run_in_fresh_process
 from labkit.core.validation import checked_int, positive_int
 
+if TYPE_CHECKING:
+    import tensorflow as tf
+
 
 def keras_small_cnn(num_classes: int = 10, image_shape: tuple[int, int, int] = (32, 32, 3), width: int = 32,
-                    float32_logits: bool = False):
+                    float32_logits: bool = False) -> tf.keras.Sequential:
     """Two conv blocks and a linear head (channels-last input, as Keras expects).
 
     ``float32_logits=True`` ends in a float32 activation, as mixed-precision policies want for a stable loss.

@@ -12,6 +12,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -19,6 +20,12 @@ import pandas as pd
 
 from labkit.core.clock import host_times_s, now_s
 from labkit.core.validation import checked_int, positive_int
+
+if TYPE_CHECKING:
+    import tensorflow as tf
+    from matplotlib.axes import Axes
+
+    from labkit.core.data import ImageData
 
 
 def _tf():
@@ -42,11 +49,11 @@ class Comparison:
                 return row
         raise KeyError(f"no variant {variant!r} in {self.name}; have {[r['variant'] for r in self.rows]}")
 
-    def to_dataframe(self):
+    def to_dataframe(self) -> pd.DataFrame:
         """The rows as a pandas DataFrame."""
         return pd.DataFrame(self.rows).set_index("variant")
 
-    def plot(self, ax=None, key: str = "samples_per_s"):
+    def plot(self, ax: Axes | None = None, key: str = "samples_per_s") -> Axes:
         """Horizontal bars of ``key`` (default samples/s), one per variant."""
         ax = ax or plt.subplots(figsize=(6, 0.5 + 0.5 * len(self.rows)))[1]
         ax.barh([r["variant"] for r in self.rows], [r[key] for r in self.rows], color="tab:orange")
@@ -63,13 +70,13 @@ def _check_images(images: np.ndarray) -> np.ndarray:
     return images
 
 
-def images_from(data, limit: int | None = None) -> np.ndarray:
+def images_from(data: ImageData, limit: int | None = None) -> np.ndarray:
     """uint8 (N, H, W, C) images from a ``labkit.load_data`` result, for tf.data experiments."""
     images = data.train.images[:limit].permute(0, 2, 3, 1).contiguous().numpy()   # (N, C, H, W) -> (N, H, W, C)
     return _check_images(images)
 
 
-def parse(x, mean: float = 0.5, std: float = 0.25):
+def parse(x: tf.Tensor, mean: float = 0.5, std: float = 0.25) -> tf.Tensor:
     """A vectorisable parse, works at any batch rank: uint8 -> float in [0, 1] -> standardised."""
     tf = _tf()
     x = tf.cast(x, tf.float32) * (1.0 / 255.0)
@@ -108,7 +115,7 @@ def map_vs_batch(images: np.ndarray, batch_size: int = 32, repeats: int = 3, epo
                       "same output, one parse call per batch instead of per sample")
 
 
-def sleep_op(x, seconds: float):
+def sleep_op(x: tf.Tensor, seconds: float) -> tf.Tensor:
     """Pass ``x`` through after a host sleep of ``seconds`` (simulated I/O or decode latency)."""
     tf = _tf()
 

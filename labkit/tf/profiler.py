@@ -17,6 +17,7 @@ import importlib.util
 import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -25,6 +26,9 @@ from labkit.core.procs import run_in_fresh_process
 from labkit.core.rundirs import check_writable_dir
 from labkit.core.validation import checked_int, positive_int
 from labkit.tf.keras import keras_small_cnn
+
+if TYPE_CHECKING:
+    import tensorflow as tf
 
 METHODS = ("programmatic", "callback")
 
@@ -62,7 +66,8 @@ def xplane_files(run_dir: str | Path) -> list[str]:
     return sorted(str(p) for p in Path(run_dir).glob("plugins/profile/*/*.xplane.pb"))
 
 
-def profile_keras_fit(model, x, y, *, run_dir: str | Path, batch_size: int = 32, epochs: int = 1,
+def profile_keras_fit(model: tf.keras.Model, x: np.ndarray, y: np.ndarray, *, run_dir: str | Path,
+                      batch_size: int = 32, epochs: int = 1,
                       profile_batch: tuple[int, int] = (2, 4), method: str = "programmatic") -> TFProfileResult:
     """``model.fit(x, y)`` with the TF profiler on batches ``profile_batch``; checks the .xplane.pb exists."""
     import tensorflow as tf

@@ -10,11 +10,16 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from labkit.core.clock import host_times_s, percentile
 from labkit.core.machine import cpu_count
 from labkit.core.procs import run_in_fresh_process
 from labkit.core.validation import positive_ints
+
+if TYPE_CHECKING:
+    import pandas as pd
+    from matplotlib.axes import Axes
 
 
 @dataclass
@@ -37,13 +42,13 @@ class ThreadSweep:
         """The row with the lowest median time."""
         return min(self.rows, key=lambda r: r["median_s"])
 
-    def to_dataframe(self):
+    def to_dataframe(self) -> pd.DataFrame:
         """The rows as a pandas DataFrame."""
         import pandas as pd  # lazy: every TensorFlow thread child imports this module and never builds a table
 
         return pd.DataFrame(self.rows).set_index("setting")
 
-    def plot(self, ax=None):
+    def plot(self, ax: Axes | None = None) -> Axes:
         """Bar chart of the median milliseconds per call, one bar per setting."""
         import matplotlib.pyplot as plt  # lazy: TensorFlow children import this module and never plot (1.5 s each)
 

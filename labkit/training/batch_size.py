@@ -9,7 +9,7 @@ from __future__ import annotations
 import gc
 import math
 from dataclasses import asdict, dataclass
-from typing import Callable
+from typing import TYPE_CHECKING, Callable, Sequence
 
 import matplotlib.pyplot as plt
 import pandas as pd
@@ -17,11 +17,15 @@ import torch
 from torch import nn
 
 from labkit.core.clock import Deadline
-from labkit.core.data import make_loader, validate_batch_size
+from labkit.core.data import ImageData, make_loader, validate_batch_size
 from labkit.core.device import device_label
 from labkit.training.batch_rules import scaled_lr
 from labkit.training.loop import TrainConfig, train
 from labkit.training.memory import build_memory_model, release_cpu_memory
+
+if TYPE_CHECKING:
+    import numpy as np
+    from matplotlib.axes import Axes
 
 
 @dataclass(frozen=True)
@@ -55,7 +59,7 @@ class SweepResult:
     rows: list[SweepRow]
     device: str
 
-    def to_dataframe(self):
+    def to_dataframe(self) -> pd.DataFrame:
         """The rows as a pandas DataFrame."""
         return pd.DataFrame([asdict(r) for r in self.rows])
 
@@ -64,7 +68,7 @@ class SweepResult:
         ok = [r for r in self.rows if r.fits]
         return knee_batch([r.batch_size for r in ok], [r.samples_per_s for r in ok], fraction)
 
-    def plot(self, axes=None):
+    def plot(self, axes: Sequence[Axes] | np.ndarray | None = None) -> Sequence[Axes] | np.ndarray:
         """Throughput and peak memory against batch size (log2 axis), knee marked."""
         if axes is None:
             _, axes = plt.subplots(1, 2, figsize=(10, 3.5))
@@ -84,9 +88,9 @@ class SweepResult:
         return axes
 
 
-def batch_size_sweep(model_fn: Callable[[], nn.Module], data, batch_sizes: list[int], *, steps: int | None = None,
-                     epochs: int | None = None, time_budget_s: float | None = None, base_lr: float = 0.05,
-                     base_batch: int = 32, lr_scaling: bool = False, lr_warmup_steps: int = 5,
+def batch_size_sweep(model_fn: Callable[[], nn.Module], data: ImageData, batch_sizes: list[int], *,
+                     steps: int | None = None, epochs: int | None = None, time_budget_s: float | None = None,
+                     base_lr: float = 0.05, base_batch: int = 32, lr_scaling: bool = False, lr_warmup_steps: int = 5,
                      memory_budget_bytes: int | None = None, device: str | None = None, seed: int = 0,
                      progress: bool = True) -> SweepResult:
     """Train a fresh model per batch size; throughput, step time, peak memory, val accuracy per row."""
@@ -103,7 +107,7 @@ def batch_size_sweep(model_fn: Callable[[], nn.Module], data, batch_sizes: list[
     return SweepResult(rows, device_label(device))
 
 
-def _sweep_row(model: nn.Module, data, batch_size: int, cfg: TrainConfig, memory_budget_bytes: int | None,
+def _sweep_row(model: nn.Module, data: ImageData, batch_size: int, cfg: TrainConfig, memory_budget_bytes: int | None,
                time_budget_s: float | None) -> SweepRow:
     """Train ``model`` at ``batch_size``, or a row saying why it does not fit (over the budget, out of memory)."""
     if memory_budget_bytes is not None:

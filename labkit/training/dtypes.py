@@ -72,7 +72,7 @@ def amp_torch_dtype(amp_dtype: str | torch.dtype | None) -> torch.dtype | None:
     return p.torch_dtype
 
 
-def autocast(device_type: str, amp_dtype: str | torch.dtype | None):
+def autocast(device_type: str, amp_dtype: str | torch.dtype | None) -> contextlib.AbstractContextManager[None]:
     """``torch.autocast`` for ``amp_dtype`` on ``device_type`` ('cpu', 'cuda'), or a do-nothing context for fp32."""
     dtype = amp_torch_dtype(amp_dtype)
     if dtype is None:

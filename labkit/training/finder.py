@@ -61,7 +61,7 @@ class FinderResult:
         return (f"largest batch that fits: {self.max_batch}; {self.max_batch + 1} does not "
                 f"(method {self.method}, {self.device})")
 
-    def to_dataframe(self):
+    def to_dataframe(self) -> pd.DataFrame:
         """Trials as a pandas DataFrame."""
         return pd.DataFrame([asdict(t) for t in self.trials])
 

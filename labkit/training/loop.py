@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import statistics
 from dataclasses import asdict, dataclass, field
-from typing import Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
 
 import pandas as pd
 import torch
@@ -28,6 +28,9 @@ from labkit.training.flops import active_math_mode, checked_mfu, peak_flops_per_
 from labkit.training.sampling import UtilizationSampler
 from labkit.training.stepper import Stepper
 from labkit.training.window import PendingStep, TrainProgress, settle
+
+if TYPE_CHECKING:
+    from labkit.core.device_loader import BatchLoader
 
 
 @dataclass(frozen=True)
@@ -70,7 +73,7 @@ class TrainConfig:
             positive_int(getattr(self, name), name)
 
     @classmethod
-    def fast(cls, **overrides) -> "TrainConfig":
+    def fast(cls, **overrides: Any) -> TrainConfig:
         """A CPU-sized preset for tests and fast mode: 10 steps, no progress bar."""
         return cls(**{"steps": 10, "progress": False, **overrides})
 
@@ -125,12 +128,13 @@ class RunResult:
     peak_flops_per_s: float | None = None        # the peak MFU was computed against (None: no MFU)
     extra: dict = field(default_factory=dict)
 
-    def to_dataframe(self):
+    def to_dataframe(self) -> pd.DataFrame:
         """The per-step records as a pandas DataFrame."""
         return pd.DataFrame([asdict(r) for r in self.steps])
 
 
-def evaluate_accuracy(model: nn.Module, loader, device: str | torch.device | None = None) -> float:
+def evaluate_accuracy(model: nn.Module, loader: Iterable[tuple[torch.Tensor, torch.Tensor]],
+                      device: str | torch.device | None = None) -> float:
     """Top-1 accuracy of ``model`` over ``loader`` (eval mode, no grad; train mode restored)."""
     dev = get_device(device) if device is not None else next(model.parameters()).device
     was_training, correct, total = model.training, 0, 0
@@ -199,7 +203,8 @@ def _summarise(records: list[StepRecord], config: TrainConfig) -> dict:
                 data_wait_fraction=wait / busy if busy > 0 else 0.0)
 
 
-def train(model: nn.Module, train_loader, config: TrainConfig, val_loader=None,
+def train(model: nn.Module, train_loader: BatchLoader, config: TrainConfig,
+          val_loader: Iterable[tuple[torch.Tensor, torch.Tensor]] | None = None,
           callback: Callable[[StepRecord, TrainProgress], bool | None] | None = None) -> RunResult:
     """Train ``model`` and measure every step without stalling the device.
 

@@ -21,7 +21,7 @@ from torch import nn
 
 from labkit.core.models import build_model
 from labkit.training.dtypes import autocast
-from labkit.training.memory import MemoryBreakdown, build_memory_model, preserved_state
+from labkit.training.memory import MemoryBreakdown, MemoryModel, build_memory_model, preserved_state
 from labkit.training.window import TrainProgress
 
 
@@ -84,8 +84,8 @@ class CpuCheck:
         return 100.0 * (self.predicted_optimizer_bytes - self.counted_optimizer_bytes) / self.counted_optimizer_bytes
 
 
-def check_on_cpu(model: nn.Module, memory_model, optimizer: torch.optim.Optimizer, sample_shape: tuple[int, ...],
-                 batch_size: int, num_classes: int = 10) -> CpuCheck:
+def check_on_cpu(model: nn.Module, memory_model: MemoryModel, optimizer: torch.optim.Optimizer,
+                 sample_shape: tuple[int, ...], batch_size: int, num_classes: int = 10) -> CpuCheck:
     """Run one real training step at ``batch_size`` and count what it kept, without the model's hook."""
     x = torch.randn(batch_size, *sample_shape)
     y = torch.randint(0, num_classes, (batch_size,))

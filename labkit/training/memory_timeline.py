@@ -47,7 +47,8 @@ def _nbytes(t) -> int:
     return t.untyped_storage().nbytes() if isinstance(t, torch.Tensor) else 0
 
 
-def layer_memory(model: nn.Module, inputs: torch.Tensor, autocast=None) -> list[LayerMemory]:
+def layer_memory(model: nn.Module, inputs: torch.Tensor,
+                 autocast: contextlib.AbstractContextManager | None = None) -> list[LayerMemory]:
     """Per leaf module, in forward order: saved, gradient and input/output bytes of one forward pass."""
     param_ptrs = {p.untyped_storage().data_ptr() for p in model.parameters()}
     leaves = [m for m in model.modules() if not list(m.children())]

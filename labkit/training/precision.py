@@ -9,9 +9,11 @@ in :mod:`labkit.tf.precision`.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, Callable
 
 import numpy as np
 import torch
+from torch import nn
 
 from labkit.core.device import device_label
 from labkit.core.timing import time_fn
@@ -26,6 +28,8 @@ FP16_SMALLEST_SUBNORMAL = 2.0 ** -24     # ~5.96e-8: anything smaller becomes 0 
 # ---------------------------------------------------------------------------------------------- loss scaling
 @dataclass(frozen=True)
 class LossScalingEvidence:
+    """Small gradients cast to fp16 with and without loss scaling, and to bf16: what survives each cast."""
+
     gradients: np.ndarray            # float32 values, log-spaced
     fp16_zero_fraction: float        # flushed to 0 when cast to fp16 as they are
     scaled_zero_fraction: float      # flushed to 0 after multiplying by `scale` first
@@ -55,6 +59,8 @@ def fp16_underflow(low_exp: float = -10.0, high_exp: float = -2.0, count: int = 
 # ---------------------------------------------------------------------------------------------- torch.autocast
 @dataclass(frozen=True)
 class AutocastResult:
+    """One training step under one autocast dtype: its time, throughput and memory."""
+
     dtype: str
     device: str
     step_time_median_s: float
@@ -63,7 +69,8 @@ class AutocastResult:
     peak_cuda_mem_bytes: int | None      # torch.cuda.max_memory_allocated on a GPU, else None
 
 
-def autocast_step(model, batch_size: int, dtype: str = "bf16", *, image_shape=(3, 32, 32), repeats: int = 3,
+def autocast_step(model: nn.Module, batch_size: int, dtype: str = "bf16", *,
+                  image_shape: tuple[int, ...] = (3, 32, 32), repeats: int = 3,
                   warmup: int = 1, num_classes: int = 10) -> AutocastResult:
     """Time one SGD training step under autocast ``dtype`` on the model's device (fp16 on CUDA uses a GradScaler)."""
     device = next(model.parameters()).device
@@ -94,8 +101,8 @@ def autocast_step(model, batch_size: int, dtype: str = "bf16", *, image_shape=(3
                           saved_activation_bytes(model, x, amp_dtype=dtype), peak)
 
 
-def compare_autocast(model_fn, batch_size: int, dtypes: tuple[str, ...] = ("fp32", "bf16"),
-                     **kwargs) -> list[AutocastResult]:
+def compare_autocast(model_fn: Callable[[], nn.Module], batch_size: int, dtypes: tuple[str, ...] = ("fp32", "bf16"),
+                     **kwargs: Any) -> list[AutocastResult]:
     """``autocast_step`` for each dtype, each on a fresh model from ``model_fn()`` (same seed)."""
     out = []
     for dtype in dtypes:

@@ -8,6 +8,7 @@ the loop reads it.
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
@@ -15,7 +16,10 @@ from torch import nn
 from labkit.core.timing import PhaseClock
 from labkit.training.dtypes import autocast
 from labkit.training.flops import count_training_flops
-from labkit.training.memory import build_memory_model, preserved_state
+from labkit.training.memory import MemoryBreakdown, build_memory_model, preserved_state
+
+if TYPE_CHECKING:
+    from labkit.training.loop import TrainConfig
 
 NAN = math.nan
 
@@ -23,7 +27,7 @@ NAN = math.nan
 class Stepper:
     """Holds model, optimizer, loss, AMP state; ``step(i, batch)`` returns the phase times of one step."""
 
-    def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer, config, device: torch.device,
+    def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer, config: TrainConfig, device: torch.device,
                  clock: PhaseClock | None = None) -> None:
         self.model, self.optimizer, self.config, self.device = model, optimizer, config, device
         self.loss_fn = nn.CrossEntropyLoss()
@@ -59,7 +63,7 @@ class Stepper:
                 raise ValueError(f"model output has shape {tuple(out.shape)}; expected (batch, classes)")
             return self.loss_fn(out, y)
 
-    def step(self, i: int, batch) -> dict:
+    def step(self, i: int, batch: tuple[torch.Tensor, torch.Tensor]) -> dict[str, Any]:
         """Run one step on ``batch`` = (inputs, targets); returns its phase marks, loss tensor and samples."""
         x, y = batch
         mark = self.clock.mark
@@ -87,7 +91,7 @@ class Stepper:
         self.last_loss, self.last_inputs = loss.detach(), x
         return dict(marks=(t0, t1, t2, t3, t4), loss=self.last_loss, samples=int(x.shape[0]))
 
-    def probe(self):
+    def probe(self) -> tuple[float, MemoryBreakdown] | tuple[None, None]:
         """(training FLOPs per sample, MemoryBreakdown at the run's batch size) from 2- and 4-sample probes."""
         if self.last_inputs is None:
             return None, None

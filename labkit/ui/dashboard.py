@@ -19,7 +19,7 @@ from matplotlib.figure import Figure
 from torch.utils.data import Subset
 
 from labkit.core.clock import now_s
-from labkit.core.data import load_data, make_loader, validate_batch_size
+from labkit.core.data import ImageData, load_data, make_loader, validate_batch_size
 from labkit.core.env import pick
 from labkit.core.models import build_model
 from labkit.core.validation import checked_int, positive_int
@@ -130,7 +130,7 @@ class BatchSizeDashboard:
     def running(self) -> bool:
         return self._thread is not None and self._thread.is_alive()
 
-    def data(self):
+    def data(self) -> ImageData:
         """The dataset (loaded on first use: digits offline, CIFAR-10 when available)."""
         if self._data is None:
             self._data = load_data(train_limit=pick(fast=512, full=None), val_limit=pick(fast=256, full=None))

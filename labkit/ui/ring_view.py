@@ -7,6 +7,7 @@ wraps both in a Play button + slider (ipywidgets). The logic runs and is tested 
 from __future__ import annotations
 
 import io
+from typing import TYPE_CHECKING
 
 import ipywidgets as widgets
 import matplotlib
@@ -15,6 +16,9 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
 from labkit.comm.collectives import AllreduceResult
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
 
 MAX_VIEW_WORKERS = 16
 CSS_CLASS = "labkit-ring-view"
@@ -58,7 +62,7 @@ def _positions(world_size: int) -> np.ndarray:
     return np.stack([np.cos(angles), np.sin(angles)], axis=1)
 
 
-def draw_step(result: AllreduceResult, step: int, ax=None, states: np.ndarray | None = None):
+def draw_step(result: AllreduceResult, step: int, ax: Axes | None = None, states: np.ndarray | None = None) -> Axes:
     """Draw the workers on a circle, each with its R chunks shaded by completeness, and this step's messages."""
     if result.world_size > MAX_VIEW_WORKERS:
         raise ValueError(f"the step view draws at most {MAX_VIEW_WORKERS} workers, got {result.world_size}; "
@@ -101,7 +105,7 @@ def render_png(result: AllreduceResult, step: int, states: np.ndarray | None = N
     return buf.getvalue()
 
 
-def ring_view(result: AllreduceResult):
+def ring_view(result: AllreduceResult) -> widgets.VBox:
     """A Play button and slider over ``result``'s steps, redrawing the workers' chunks; CSS class labkit-ring-view."""
     states = chunk_contributions(result)
     slider = widgets.IntSlider(value=0, min=0, max=result.num_steps, description="step", continuous_update=True)
