@@ -56,7 +56,8 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
                     "reference_allreduce"),
     "comm.bench": ("BenchRow", "allreduce_benchmark", "fit_latency_bandwidth", "format_nccl_tests_table"),
     "comm.bench_report": ("plot_busbw",),
-    "ui.ring_view": ("chunk_contributions", "draw_step"),  # the ring_view() widget: from labkit.ui.ring_view import ring_view
+    # the ring_view() widget itself: from labkit.ui.ring_view import ring_view
+    "ui.ring_view": ("chunk_contributions", "draw_step"),
     "comm.launch_env": ("LaunchEnv", "LaunchEnvError", "detect_launcher_env"),
     "comm.mpi": ("DemoRun", "MpiError", "MpiInfo", "MpiRankError", "MpiTimeout", "MpiUnavailableError",
             "mpi_allreduce_benchmark", "mpi_info", "run_demo"),

@@ -23,7 +23,8 @@ REQUIRED = (
     ("torch", "torch", "every lab"), ("torchvision", "torchvision", "ResNet-18 and CIFAR-10"),
     ("numpy", "numpy", "every lab"), ("tqdm", "tqdm", "progress bars"), ("psutil", "psutil", "CPU/RAM readings"),
     ("matplotlib", "matplotlib", "plots"), ("ipywidgets", "ipywidgets", "dashboards"),
-    ("jupyterlab", "jupyterlab", "the lab itself"), ("tensorflow-cpu", "tensorflow", "TensorFlow labs (03, 04, 08, 09)"),
+    ("jupyterlab", "jupyterlab", "the lab itself"),
+    ("tensorflow-cpu", "tensorflow", "TensorFlow labs (03, 04, 08, 09)"),
 )
 OPTIONAL = (
     ("pandas", "pandas", "DataFrame tables"), ("nvidia-ml-py", "pynvml", "GPU utilization sampling"),
@@ -100,7 +101,8 @@ def format_report(report: Report) -> str:
               f"GPUs         {len(report.gpus)}"]
     for g in report.gpus:
         cc = ".".join(map(str, g["compute_capability"]))
-        lines.append(f"  cuda:{g['index']}      {g['name']}, {g['memory_bytes'] / gib:.1f} GiB, compute capability {cc}")
+        lines.append(f"  cuda:{g['index']}      {g['name']}, {g['memory_bytes'] / gib:.1f} GiB, "
+                     f"compute capability {cc}")
     lines.append(f"NCCL         {'available' if report.nccl else 'not available (gloo is used for torch.distributed)'}")
     for name, value in report.extras.items():
         lines.append(f"{name:<12} {value}")

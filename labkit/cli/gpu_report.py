@@ -90,7 +90,8 @@ def _outcome_table(title: str, outcomes: list[Outcome]) -> list[str]:
         return lines + ["Nothing was run.", ""]
     failing = sum(o.status == "FAIL" for o in outcomes)
     lines += [f"{len(outcomes) - failing} of {len(outcomes)} passed.", "",
-              "| file | result | passed | failed | errors | skipped | first failure / skip reason |", "|---|---|---|---|---|---|---|"]
+              "| file | result | passed | failed | errors | skipped | first failure / skip reason |",
+              "|---|---|---|---|---|---|---|"]
     for o in outcomes:
         why = o.first_failure or "; ".join(o.skip_reasons)
         lines.append(f"| `{o.name}` | {o.status} | {o.passed} | {o.failed} | {o.errors} | {o.skipped} | "
@@ -165,7 +166,8 @@ def render_report(inputs: ReportInputs) -> str:
     return "\n".join(lines).rstrip() + "\n"
 
 
-def load_inputs(folder: str | Path, versions: dict, dry_run: bool = False, notes: list[str] | None = None) -> ReportInputs:
+def load_inputs(folder: str | Path, versions: dict, dry_run: bool = False,
+                notes: list[str] | None = None) -> ReportInputs:
     """Read a gpu-check work folder: tests.xml, nbval_*.xml, loop_overhead.json, memory.json, ladder.json."""
     folder = Path(folder)
 

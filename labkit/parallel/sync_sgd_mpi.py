@@ -19,7 +19,7 @@ from labkit.parallel.sync_sgd import sync_sgd_worker, train_replica
 
 
 def sgd(comm: Any, steps: int = 5, seed: int = 0, micro_batch: int = 8, lr: float = 0.1, bucket: bool = False) -> dict:
-    """The from-scratch synchronous SGD of ``labkit.parallel.sync_sgd`` with MPI doing the broadcast and the all-reduce."""
+    """The from-scratch synchronous SGD of ``labkit.parallel.sync_sgd``, MPI doing the broadcast and all-reduce."""
     from mpi4py import MPI
 
     torch.set_num_threads(1)

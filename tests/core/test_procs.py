@@ -59,7 +59,7 @@ def test_tensorflow_tests_skip_with_one_reason_where_tensorflow_is_absent(tmp_pa
     """`make test` on a GPU box without TF: the TF tests skip, each with the install hint, and the run is green."""
     tf_tests = ["tests/tf/test_profiler.py", "tests/tf/test_distribute.py",
                 "tests/tf/test_threads.py::test_tf_sweep_in_children",
-                "tests/training/test_precision.py::test_keras_mixed_bfloat16_policy_child"]
+                "tests/tf/test_precision.py::test_keras_mixed_bfloat16_policy_child"]
     proc = without_tensorflow(tmp_path, ["-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", *tf_tests])
     assert proc.returncode == 0, proc.stdout[-3000:]
     skipped = [line for line in proc.stdout.splitlines() if line.startswith("SKIPPED")]

@@ -1,7 +1,7 @@
 """Keras mixed precision: the dtype-policy child, run in a fresh TensorFlow process."""
 import pytest
 
-from labkit.tf.distribute import run_in_fresh_process
+from labkit.core.procs import run_in_fresh_process
 
 
 @pytest.mark.tensorflow

@@ -44,5 +44,5 @@ def test_sweep_time_budget_and_bad_sizes(data):
     assert res.rows[0].steps == 1                                 # stopped by the time budget after one step
     with pytest.raises(ValueError, match="larger than the dataset"):
         batch_size_sweep(make, data, [1000], steps=1, progress=False)
-    with pytest.raises(ValueError, match="positive integer"):
+    with pytest.raises(ValueError, match=r"batch size in batch_sizes must be an integer between 1 and \d+, got 0"):
         batch_size_sweep(make, data, [0], steps=1, progress=False)
