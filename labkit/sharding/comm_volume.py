@@ -14,18 +14,16 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Iterator
+from typing import Iterator
 
 import numpy as np
+import torch
 import torch.distributed as dist
 from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
 
 from labkit.comm.collectives import allreduce
 from labkit.core.validation import checked_int, positive_int
 from labkit.sharding.memory import check_strategy
-
-if TYPE_CHECKING:
-    import torch
 
 KINDS = ("all_reduce", "reduce_scatter", "all_gather")
 # collectives per step, each over the full parameter (= gradient) bytes; FSDP2's ZeRO-2 gathers once
@@ -105,6 +103,12 @@ class CommCounter:
         DDP's built-in reducer calls the process group from C++, out of reach of ``counting_collectives``.
         """
         return allreduce_hook(process_group, bucket)
+
+
+# DDP's register_comm_hook compares the hook's annotations with the real classes, and inspect.signature does not
+# evaluate the strings `from __future__ import annotations` makes of them: give it the objects.
+CommCounter.ddp_hook.__annotations__.update(process_group=dist.ProcessGroup, bucket=dist.GradBucket,
+                                            **{"return": torch.futures.Future[torch.Tensor]})
 
 
 def _nbytes(t) -> int:

@@ -42,3 +42,20 @@ def test_counting_patches_and_restores():
     counter.record("all_gather", 800)
     counter.record("reduce_scatter", 800)
     assert counter.bytes_sent() == 800 and counter.by_kind()["all_gather"] == 1
+
+
+def test_the_ddp_hook_is_accepted_by_ddp():
+    """register_comm_hook checks the hook's annotations against the real classes (strings are refused)."""
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+
+    from labkit.sharding.comm_volume import CommCounter
+
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        model = DistributedDataParallel(torch.nn.Linear(4, 2))
+        model.register_comm_hook(None, CommCounter.ddp_hook)
+        model(torch.randn(3, 4)).sum().backward()
+    finally:
+        dist.destroy_process_group()
