@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -127,6 +128,7 @@ def main(argv: list[str] | None = None) -> int:
     from labkit.cli.gpu_report import load_inputs, render_report
 
     work = run_path("gpu-check")
+    shutil.rmtree(work, ignore_errors=True)       # a failed step must show "not available", never an older result
     work.mkdir(parents=True, exist_ok=True)
     failures = live_run(work)
     text = render_report(load_inputs(work, machine_versions()))

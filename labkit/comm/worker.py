@@ -42,10 +42,14 @@ def rank_device() -> torch.device:
 
 
 def init_process_group(rank: int, world_size: int, local_rank: int, backend: str = "auto",
-                       pg_timeout_s: float | None = None) -> str:
-    """Initialise torch.distributed from MASTER_ADDR/MASTER_PORT; on NCCL bind this rank's GPU. Returns the backend."""
+                       pg_timeout_s: float | None = None, local_world_size: int | None = None) -> str:
+    """Initialise torch.distributed from MASTER_ADDR/MASTER_PORT; on NCCL bind this rank's GPU. Returns the backend.
+
+    ``auto`` picks NCCL only when every rank on this node has a GPU of its own: the node's rank count is
+    ``local_world_size`` (an MPI launcher's), else torchrun's ``LOCAL_WORLD_SIZE``, else ``world_size``.
+    """
     if backend == "auto":
-        local = int(os.environ.get("LOCAL_WORLD_SIZE", world_size))
+        local = local_world_size or int(os.environ.get("LOCAL_WORLD_SIZE", world_size))
         backend = choose_backend(world_size, "auto", local_world_size=local).backend
     if backend == "nccl":
         torch.cuda.set_device(local_rank)
@@ -77,7 +81,8 @@ def init_from_env(backend: str = "auto", pg_timeout_s: float | None = None) -> t
     if dist.is_initialized():
         return dist.get_rank(), dist.get_world_size()
     place = detect_launcher_env(os.environ)
-    init_process_group(place.rank, place.world_size, place.local_rank, backend, pg_timeout_s)
+    init_process_group(place.rank, place.world_size, place.local_rank, backend, pg_timeout_s,
+                       local_world_size=place.local_world_size)
     return place.rank, place.world_size
 
 

@@ -198,8 +198,9 @@ def run_ladder(config: LadderConfig | None = None, model_fn: Callable | None = N
     model_fn = model_fn or functools.partial(build_model, config.model, data.num_classes, tuple(data.image_shape))
     check_model_accepts(model_fn(), tuple(data.image_shape), data.num_classes)
     caps = detect_capabilities(device, config.ddp_world_size, config.num_workers)
+    ddp_world = caps.ddp_world_size if "ddp" not in config.skip and caps.ddp_world_size >= 2 else 1
     job = LadderJob(config, model_fn, data, str(device), caps, make_loader(data.val, min(256, len(data.val))),
-                    budget_samples(config, len(data.train)), trainer)
+                    budget_samples(config, len(data.train), ddp_world), trainer)
     rows, probe, notes = climb(job)
     result = LadderResult(rows, device_label(device), str(get_mode()), name, data.name, job.budget_samples,
                           probe, notes)

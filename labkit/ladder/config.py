@@ -99,8 +99,9 @@ class LadderConfig:
         return pick(fast=cls.fast, full=cls.full, mode=mode)(**overrides)
 
 
-def budget_samples(config: LadderConfig, train_len: int) -> int:
-    """Samples every rung trains on: ``budget_epochs`` passes, raised so that the largest candidate batch that
-    the data allows still takes ``min_optimizer_steps`` steps (a budget of 6 steps at batch 512 learns nothing)."""
+def budget_samples(config: LadderConfig, train_len: int, world_size: int = 1) -> int:
+    """Samples every rung trains on: ``budget_epochs`` passes, raised so that the largest global batch (the
+    largest candidate the data allows, times the DDP rung's ``world_size``) still takes ``min_optimizer_steps``
+    steps (a budget of 6 steps at batch 512 learns nothing; 8 GPUs at 512 each would get fewer still)."""
     largest = max([b for b in config.batch_candidates if b <= train_len] or [1])
-    return max(config.budget_epochs * train_len, config.min_optimizer_steps * largest)
+    return max(config.budget_epochs * train_len, config.min_optimizer_steps * largest * world_size)

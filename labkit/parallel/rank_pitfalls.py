@@ -124,7 +124,11 @@ class StragglerEvidence:
 def rank0_extra_work(variant: str = "broken", *, extra_work_s: float = 4.0, pg_timeout_s: float = 2.0,
                      barrier_timeout_s: float = 30.0, world_size: int = 2,
                      timeout_s: float = 120.0) -> StragglerEvidence:
-    """Pitfall 6 with real processes and a short collective timeout (``pg_timeout_s`` < ``extra_work_s``)."""
+    """Pitfall 6 with real processes and a short collective timeout (``pg_timeout_s`` < ``extra_work_s``).
+
+    Always gloo: its timeout names the waiting rank ("Timed out") the same way on every machine, while NCCL's
+    watchdog words it differently and may report from either rank. The pitfall itself is backend-independent.
+    """
     if variant not in ("broken", "all_ranks", "barrier"):
         raise ValueError(f"variant must be 'broken', 'all_ranks' or 'barrier', got {variant!r}")
     for name, seconds in (("extra_work_s", extra_work_s), ("pg_timeout_s", pg_timeout_s),
@@ -134,7 +138,7 @@ def rank0_extra_work(variant: str = "broken", *, extra_work_s: float = 4.0, pg_t
     start = now_s()
     try:
         res = launch(rank0_extra_work_worker, world_size, args=(extra_work_s, variant, barrier_timeout_s),
-                     timeout_s=timeout_s, pg_timeout_s=pg_timeout_s, show_output=False)
+                     backend="gloo", timeout_s=timeout_s, pg_timeout_s=pg_timeout_s, show_output=False)
     except RankFailedError as err:
         return StragglerEvidence(variant, False, err.rank, err.summary, now_s() - start, None)
     return StragglerEvidence(variant, True, None, None, now_s() - start, res[0]["sum"])

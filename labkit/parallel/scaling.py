@@ -192,6 +192,18 @@ SIZED_CASES = {   # work sized so "pays / does not pay" is far from the break-ev
     "compute-bound: 0.5 MB of gradients, batch 2048": dict(in_features=256, hidden=256, depth=2, batch=2048),
     "communication-bound: 25 MB of gradients, batch 1": dict(in_features=1024, hidden=2048, depth=2, batch=1),
 }
+# NCCL on GPUs moves 25 MB in ~0.1-0.2 ms over NVLink, about what batch 1 computes: too close to call. There the
+# compute-bound job does ~200 GFLOP a step (ms of tensor-core work) against 8 MB of gradients, and the
+# communication-bound one moves 400 MB (over 1 ms even at NVLink's few hundred GB/s) against ~0.5 ms of compute.
+NCCL_SIZED_CASES = {
+    "compute-bound: 8 MB of gradients, batch 16384": dict(in_features=1024, hidden=1024, depth=2, batch=16384),
+    "communication-bound: 400 MB of gradients, batch 1": dict(in_features=4096, hidden=8192, depth=2, batch=1),
+}
+
+
+def sized_cases(backend: str) -> dict:
+    """The two verdict workloads for a backend: CPU gloo ranks and NCCL GPUs sit at very different break-evens."""
+    return NCCL_SIZED_CASES if backend == "nccl" else SIZED_CASES
 
 
 @dataclass(frozen=True)
@@ -223,10 +235,11 @@ def pays_verdicts(world_size: int = 2, cases: dict | None = None, *, rounds: int
     """Measure R=1 vs R=``world_size`` for each sized case (interleaved rounds, fastest round) and compare."""
     checked_int(world_size, "world_size", minimum=2, hint="the verdict compares one replica with more")
     rounds, steps = positive_int(rounds, "rounds"), positive_int(steps, "steps")
-    cases = cases or SIZED_CASES
+    chosen = choose_backend(world_size, backend).backend
+    cases = cases or sized_cases(chosen)
     kwargs = dict(cases=cases, world_size=world_size, rounds=rounds, steps=steps)
-    by_case = launch(verdict_worker, world_size, kwargs=kwargs, backend=choose_backend(world_size, backend).backend,
-                     timeout_s=timeout_s, show_output=False)[0]
+    by_case = launch(verdict_worker, world_size, kwargs=kwargs, backend=chosen, timeout_s=timeout_s,
+                     show_output=False)[0]
     verdicts = []
     for case, runs in by_case.items():
         point = compare_with_model(runs, cores or cpu_count())[-1]

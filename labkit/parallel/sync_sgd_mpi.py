@@ -38,6 +38,9 @@ def sgd(comm: Any, steps: int = 5, seed: int = 0, micro_batch: int = 8, lr: floa
 def torch_sgd(steps: int = 5, seed: int = 0, micro_batch: int = 8, lr: float = 0.1, mpi_too: bool = False) -> dict:
     """torch.distributed (gloo) under whichever launcher started us: rank and world size come from launch_env.
 
+    gloo on every machine, GPUs or not: the demo compares its CPU weights bit for bit with MPI's and with
+    single-process training. A GPU job calls ``init_from_env()`` with ``backend="auto"`` to get NCCL.
+
     ``mpi_too=True`` (under an MPI launcher) also runs the same training with MPI collectives in the same
     processes (``mpi_weights``), which saves a second launch and a second torch import per rank.
     """

@@ -17,7 +17,8 @@ from IPython.display import clear_output, display
 from matplotlib.figure import Figure
 
 from labkit.parallel.scaling import ScalingPoint
-from labkit.parallel.speedup import (ExplorerResult, ExplorerSettings, explore, measured_overlay_text, readout_text,
+from labkit.parallel.speedup import (ExplorerResult, ExplorerSettings, explore, measured_overlay_text,
+                                    measured_training_flops_per_s, readout_text,
                                      speedup_curve)
 
 SLIDER_DESCRIPTIONS = {"world_size": "Replicas", "batch": "Batch", "model_params_m": "Params (M)",
@@ -51,6 +52,8 @@ class SpeedupExplorer:
     def __init__(self, settings: ExplorerSettings | None = None, measured: list[ScalingPoint] | None = None,
                  max_world_size: int = 64, draw: bool = True) -> None:
         s = settings or ExplorerSettings()
+        if s.device_flops_per_s is None:                   # this device's sustained training rate, measured once
+            s = replace(s, device_flops_per_s=measured_training_flops_per_s()[0])
         self.base, self.measured, self.max_world_size, self.draw = s, list(measured or []), max_world_size, draw
         d, style = SLIDER_DESCRIPTIONS, {"description_width": "120px"}
         self.sliders = {
@@ -66,7 +69,7 @@ class SpeedupExplorer:
         }
         self.readout = w.HTML()
         self.readout.add_class("labkit-readout")
-        self.measured_label = w.HTML(f"<b>Measured on gloo:</b> {measured_overlay_text(self.measured)}"
+        self.measured_label = w.HTML(f"<b>Measured here:</b> {measured_overlay_text(self.measured)}"
                                      if self.measured else "")
         self.plot = w.Output()
         self.widget = w.VBox([*self.sliders.values(), self.readout, self.measured_label, self.plot])

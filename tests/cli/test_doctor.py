@@ -24,6 +24,16 @@ def test_missing_required_package_gives_one_line_fix(monkeypatch):
     assert "Fix: run `make lab`" in doctor.format_report(report)
 
 
+def test_tensorflow_is_optional(monkeypatch):
+    """A GPU box without TensorFlow passes the doctor (notebook 00's check); the TF lessons say NOT CHECKED."""
+    real = doctor.machine.package_version
+    monkeypatch.setattr(doctor.machine, "package_version",
+                        lambda n: None if n in ("tensorflow-cpu", "tensorflow") else real(n))
+    report = doctor.collect(check_network=False)
+    assert report.ok and report.packages["tensorflow-cpu"] is None
+    assert "tensorflow-cpu         missing (optional: the TensorFlow halves" in doctor.format_report(report)
+
+
 def run_doctor(*args, env_extra=None):
     import os
 

@@ -60,6 +60,18 @@ def test_worker_with_a_gpu_per_rank_binds_its_own_gpu(gpus, recorded_init):
     assert recorded_init == {"backend": "nccl", "init_method": "env://", "rank": 1, "world_size": 2, "device": 1}
 
 
+def test_mpi_job_on_two_nodes_uses_the_mpi_local_count(gpus, recorded_init, monkeypatch):
+    """mpiexec -n 8 on 2 nodes of 4 GPUs (Open MPI's variables, no LOCAL_WORLD_SIZE): NCCL, this rank's GPU 1."""
+    gpus(4)
+    monkeypatch.delenv("LOCAL_WORLD_SIZE")
+    for name, value in (("OMPI_COMM_WORLD_RANK", "5"), ("OMPI_COMM_WORLD_SIZE", "8"),
+                        ("OMPI_COMM_WORLD_LOCAL_RANK", "1"), ("OMPI_COMM_WORLD_LOCAL_SIZE", "4")):
+        monkeypatch.setenv(name, value)
+    monkeypatch.setattr(dist, "is_initialized", lambda: False)
+    assert worker.init_from_env() == (5, 8)
+    assert recorded_init["backend"] == "nccl" and recorded_init["device"] == 1
+
+
 # ---- no orphans: the workers die with their launcher
 def test_workers_exit_when_the_launching_process_is_killed(tmp_path):
     with parent_of_sleeping_ranks(tmp_path) as (parent, kids):

@@ -11,6 +11,7 @@ def test_budget_gives_the_largest_batch_enough_optimizer_steps():
     assert budget_samples(cfg, 10_000) == 20_000                    # CIFAR-10 subset: 2 epochs already give 39
     assert budget_samples(LadderConfig.fast(), 1438) == 5 * 1438
     assert budget_samples(cfg, 100) == 30 * 64                      # only candidates the data allows count
+    assert budget_samples(cfg, 1438, world_size=8) == 30 * 512 * 8  # the DDP rung's global batch learns too
 
 @pytest.mark.parametrize("kwargs, match", [
     ({"model": "vgg"}, "model must be one of"),

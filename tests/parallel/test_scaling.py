@@ -62,6 +62,22 @@ def test_pays_verdicts_real_processes_call_both_sized_cases():
     assert comm.predicted_speedup < compute.predicted_speedup
 
 
+@pytest.mark.parametrize("backend, factor", [("gloo", 20), ("nccl", 20)])
+def test_sized_cases_are_named_by_their_gradient_size_and_far_apart(backend, factor):
+    """Each backend's two jobs: the names state the real gradient size, and the sizes sit far apart."""
+    import re
+
+    cases = sc.sized_cases(backend)
+    assert cases is (sc.NCCL_SIZED_CASES if backend == "nccl" else sc.SIZED_CASES)
+    sizes = []
+    for name, kw in cases.items():
+        params = sum(p.numel() for p in sc._mlp(kw["in_features"], kw["hidden"], kw["depth"]).parameters())
+        stated_mb = float(re.search(r"([\d.]+) MB of gradients", name).group(1))
+        assert abs(params * 4 / 2**20 - stated_mb) / stated_mb < 0.1, (name, params * 4 / 2**20)
+        sizes.append(params * 4)
+    assert sizes[0] * factor < sizes[1]
+
+
 @pytest.mark.parametrize("world_size", [1, 0, 2.0])
 def test_pays_verdicts_needs_more_than_one_replica(world_size):
     with pytest.raises(ValueError, match=r"^world_size must be an integer >= 2, got .*; the verdict compares"):

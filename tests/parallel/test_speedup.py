@@ -1,9 +1,13 @@
 """The speedup explorer's maths: the model's numbers by hand, the curve, the measured compute rate."""
+from functools import partial
+
 import pytest
 
 from labkit.parallel import speedup as sp
 from labkit.parallel.costmodel import predicted_speedup, sync_time_s
 from labkit.parallel.scaling import ScalingPoint
+
+Settings = partial(sp.ExplorerSettings, device_flops_per_s=20e12)   # a fixed rate: these tests check the maths
 
 
 def test_explore_matches_the_model_by_hand():
@@ -21,14 +25,14 @@ def test_explore_matches_the_model_by_hand():
 
 
 def test_more_bandwidth_never_hurts_and_slow_links_do_not_pay():
-    fast = sp.explore(sp.ExplorerSettings(bandwidth_gb_s=100.0))
-    slow = sp.explore(sp.ExplorerSettings(bandwidth_gb_s=0.01, world_size=2))
-    assert fast.speedup > sp.explore(sp.ExplorerSettings(bandwidth_gb_s=1.0)).speedup
+    fast = sp.explore(Settings(bandwidth_gb_s=100.0))
+    slow = sp.explore(Settings(bandwidth_gb_s=0.01, world_size=2))
+    assert fast.speedup > sp.explore(Settings(bandwidth_gb_s=1.0)).speedup
     assert not slow.pays and slow.speedup < 1
 
 
 def test_curve_and_settings_validation():
-    curve = sp.speedup_curve(sp.ExplorerSettings(), [1, 2, 4])
+    curve = sp.speedup_curve(Settings(), [1, 2, 4])
     assert curve[0] == 1.0 and len(curve) == 3
     with pytest.raises(ValueError, match="world_size"):
         sp.ExplorerSettings(world_size=0)
@@ -51,9 +55,22 @@ def test_compute_rate_is_measured_on_the_device():
     assert sp.explore(settings).t_comp_s == pytest.approx(6.0 * 25e6 * 256 / flops)
 
 
+def test_training_rate_is_peak_times_measured_mfu():
+    """The explorer's default rate: a real training step's counted FLOPs over its time (no MFU on a CPU)."""
+    flops, note = sp.measured_training_flops_per_s("cpu", model="small_cnn", batch_size=8, repeats=2)
+    assert 1e6 < flops < 1e13 and "small_cnn training step, batch 8" in note and "no MFU" in note
+
+
+def test_rate_must_be_given_or_measured():
+    with pytest.raises(ValueError, match=r"^device_flops_per_s is unset: pass this device's sustained rate"):
+        sp.explore(sp.ExplorerSettings())
+    with pytest.raises(ValueError, match="device_flops_per_s"):
+        sp.ExplorerSettings(device_flops_per_s=0)
+
+
 def test_settings_counts_must_be_integers():
     with pytest.raises(ValueError, match=r"^batch must be an integer >= 1, got 2.0 \(float\)"):
         sp.ExplorerSettings(batch=2.0)
     with pytest.raises(ValueError, match=r"^latency_us must be >= 0"):
         sp.ExplorerSettings(latency_us=-1.0)
-    assert sp.explore(sp.ExplorerSettings(latency_us=0.0)).t_sync_s > 0      # an ideal link still moves bytes
+    assert sp.explore(Settings(latency_us=0.0)).t_sync_s > 0      # an ideal link still moves bytes

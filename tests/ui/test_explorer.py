@@ -6,10 +6,20 @@ from labkit.parallel.scaling import ScalingPoint
 from labkit.ui import explorer as ex
 
 matplotlib.use("Agg")
+RATE = sp.ExplorerSettings(device_flops_per_s=20e12)   # a fixed compute rate: these tests check the widget
+
+
+def test_without_a_rate_the_panel_measures_this_device_once(monkeypatch):
+    calls = []
+    monkeypatch.setattr(ex, "measured_training_flops_per_s", lambda: calls.append(1) or (3e12, "measured"))
+    panel = ex.SpeedupExplorer(draw=False)
+    assert calls == [1] and panel.settings().device_flops_per_s == 3e12
+    panel.sliders["world_size"].value = 16
+    assert calls == [1]
 
 
 def test_widget_hooks_and_readout_follow_the_sliders():
-    panel = ex.SpeedupExplorer(draw=False)
+    panel = ex.SpeedupExplorer(RATE, draw=False)
     assert "labkit-explorer" in panel.widget._dom_classes
     assert "labkit-readout" in panel.readout._dom_classes
     assert [sl.description for sl in panel.sliders.values()] == list(ex.SLIDER_DESCRIPTIONS.values())
@@ -25,9 +35,9 @@ def test_widget_hooks_and_readout_follow_the_sliders():
 
 def test_measured_overlay_and_plot():
     pts = [ScalingPoint(1, 0.01, 0.0, 0.0, 1.0, 1.0, 1.0), ScalingPoint(2, 0.01, 0.002, 0.003, 1.0, 1.6, 1.5)]
-    fig = ex.plot_explorer(sp.ExplorerSettings(), pts, max_world_size=8)
+    fig = ex.plot_explorer(RATE, pts, max_world_size=8)
     assert len(fig.axes) == 2
-    panel = ex.SpeedupExplorer(measured=pts, draw=True)   # drawing works outside a notebook too
+    panel = ex.SpeedupExplorer(RATE, measured=pts, draw=True)   # drawing works outside a notebook too
     assert "measured 1.50x" in panel.measured_label.value
 
 
@@ -37,6 +47,6 @@ def test_displaying_the_explorer_shows_its_widget(monkeypatch):
 
     shown = []
     monkeypatch.setattr(explorer_module, "display", shown.append)
-    panel = explorer_module.SpeedupExplorer(draw=False)
+    panel = explorer_module.SpeedupExplorer(RATE, draw=False)
     panel._ipython_display_()
     assert shown == [panel.widget]
