@@ -21,7 +21,10 @@ NOTEBOOK_CELL_TIMEOUT_S = 900
 STEP_TIMEOUT_S = 3 * 3600
 DRY_RUN_NOTES = ["Notebooks 01 and 05 passed on the H100 as well (no per-cell log was kept for them).",
                  "The test file table lists only the files with failures: the H100 log itemises failures, not passes "
-                 "(345 passed, 11 failed, 5 errors in all)."]
+                 "(345 passed, 11 failed, 5 errors in all).",
+                 "Memory rows: the recorded H100 peaks (baseline subtracted, second step) against the current memory "
+                 "model built on a CPU. The misses are fp32 rows at small batches, where cuDNN's convolution "
+                 "workspace (chosen per layer and batch, e.g. +48 MB for the small CNN at batch 64) is not predicted."]
 
 
 def cuda_present() -> bool:

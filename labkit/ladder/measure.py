@@ -17,7 +17,7 @@ from torch.utils.data import DataLoader, Dataset, RandomSampler
 
 from labkit.core.data import make_device_loader, validate_batch_size, validate_num_workers
 from labkit.ladder.rungs import Recipe
-from labkit.training.flops import mfu, peak_flops_per_s
+from labkit.training.flops import checked_mfu, peak_flops_per_s
 from labkit.training.loop import RunResult, TrainConfig, evaluate_accuracy, train
 from labkit.training.memory import build_memory_model
 
@@ -154,5 +154,5 @@ def mfu_of(flops_per_sample: float | None, samples_per_s: float, device: str, mo
     """Model FLOPs utilisation against the peak of the math mode actually run, or None where it is unknown."""
     if flops_per_sample is None or not math.isfinite(samples_per_s):
         return None
-    peak, _ = peak_flops_per_s(device, mode)
-    return mfu(flops_per_sample * samples_per_s, peak)
+    peak, note = peak_flops_per_s(device, mode)
+    return checked_mfu(flops_per_sample * samples_per_s, peak, note)     # never above 100%: a wrong peak warns

@@ -72,7 +72,7 @@ RUNGS = (
     RungSpec(5, "tf32", "TF32 math",
              "fp32 convolutions and matmuls on tensor cores in TF32 (10-bit mantissa, fp32 range and accumulation).\n"
              "Rungs before this one run strict IEEE fp32; NVIDIA Ampere and later GPUs only.",
-             "02_batch_size.ipynb"),
+             "10_tuning_ladder.ipynb"),
     RungSpec(6, "mixed_precision", "mixed precision",
              "Autocast to bf16 (or fp16 with a GradScaler where bf16 is missing), master weights in fp32.\n"
              "Tensor cores run 16-bit math much faster (Micikevicius et al. 2018); CPUs often do not.",

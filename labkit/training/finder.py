@@ -18,6 +18,7 @@ from torch import nn
 from labkit.core.device import device_label, get_device
 from labkit.core.timing import synchronize, time_fn
 from labkit.core.validation import checked_int, positive_int
+from labkit.training.device_memory import baseline_bytes, peak_since
 from labkit.training.memory import build_memory_model, optimizer_settings, release_cpu_memory
 
 
@@ -129,10 +130,12 @@ class _StepRunner:
         self.optimizer.zero_grad(set_to_none=True)
 
     def try_step(self, batch_size: int) -> tuple[bool, int | None]:
-        """(ran without OOM, peak allocated bytes on CUDA)."""
+        """(ran without OOM, the step's peak allocated bytes on CUDA, other code's tensors subtracted)."""
         cuda = self.device.type == "cuda"
+        baseline = 0
         if cuda:
             synchronize(self.device)
+            baseline = baseline_bytes(self.device, self.model, self.optimizer)
             torch.cuda.reset_peak_memory_stats(self.device)
         ok = True
         try:
@@ -143,7 +146,7 @@ class _StepRunner:
         if not ok:
             self.free()
             return False, None
-        return True, int(torch.cuda.max_memory_allocated(self.device)) if cuda else None
+        return True, peak_since(self.device, baseline)[0] if cuda else None
 
     def free(self) -> None:
         """Release everything a failed step left behind so the process stays usable."""

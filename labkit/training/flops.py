@@ -62,7 +62,7 @@ PEAK_TABLE: tuple[PeakSpec, ...] = (
     PeakSpec("NVIDIA V100 SXM2", ("V100", "SXM2"), (),
              {"fp32": 15.7 * _T, "fp16": 125 * _T},
              "NVIDIA Tesla V100 GPU datasheet, SXM2 column: 15.7 TFLOPS single precision, 125 TFLOPS tensor"),
-    PeakSpec("NVIDIA V100 PCIe", ("V100",), ("SXM",),
+    PeakSpec("NVIDIA V100 PCIe", ("V100",), ("SXM", "V100S"),     # the V100S (16.4 TFLOPS) is a different card
              {"fp32": 14 * _T},
              "NVIDIA Tesla V100 GPU datasheet, PCIe column: 14 TFLOPS single precision (its tensor figure is "
              "left out: not re-checked)"),

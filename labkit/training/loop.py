@@ -23,6 +23,7 @@ from labkit.core.env import seed_everything
 from labkit.core.progress import progress_bar
 from labkit.core.timing import PhaseClock, Stopwatch
 from labkit.core.validation import checked_int, positive_int, positive_number
+from labkit.training.device_memory import baseline_bytes, peak_since
 from labkit.training.dtypes import AMP_DTYPES
 from labkit.training.flops import active_math_mode, checked_mfu, peak_flops_per_s
 from labkit.training.sampling import UtilizationSampler
@@ -126,6 +127,7 @@ class RunResult:
     final_loss: float = math.nan
     math_mode: str = "fp32"                      # labkit.training.flops.active_math_mode: what the MFU peak is for
     peak_flops_per_s: float | None = None        # the peak MFU was computed against (None: no MFU)
+    peak_mem_note: str = ""                      # how peak_mem_bytes was obtained (GPU: measured; CPU: predicted)
     extra: dict = field(default_factory=dict)
 
     def to_dataframe(self) -> pd.DataFrame:
@@ -215,6 +217,7 @@ def train(model: nn.Module, train_loader: BatchLoader, config: TrainConfig,
     """
     seed_everything(config.seed)
     device = get_device(config.device)
+    baseline = baseline_bytes(device, model)          # other cells' tensors on the GPU: not this run's peak
     model = _prepare(model, config, device)
     clock = PhaseClock(device, config.sync_every_step)
     stepper = Stepper(model, make_optimizer(model, config), config, device, clock)
@@ -227,7 +230,7 @@ def train(model: nn.Module, train_loader: BatchLoader, config: TrainConfig,
     if not run.records:
         raise ValueError("no training steps ran")
     return _finish(model, stepper, run.records, config, device, val_loader, sampler.summary(),
-                   run.stopped, device_label(device), wall.elapsed_s)
+                   run.stopped, device_label(device), wall.elapsed_s, baseline)
 
 
 class _Run:
@@ -273,7 +276,8 @@ class _Run:
                              weight_decay=cfg.weight_decay, amp_dtype=cfg.amp_dtype, device=str(st.device))
 
 
-def _finish(model, stepper, records, config, device, val_loader, util, stopped, label, wall_s) -> RunResult:
+def _finish(model, stepper, records, config, device, val_loader, util, stopped, label, wall_s,
+            baseline: int) -> RunResult:
     """Read memory, FLOPs, MFU and accuracy once the timed steps are over."""
     stats = _summarise(records, config)
     flops, breakdown = stepper.probe() if config.profile_model else (None, None)
@@ -281,10 +285,11 @@ def _finish(model, stepper, records, config, device, val_loader, util, stopped, 
     mode = active_math_mode(device, config.amp_dtype)
     peak, note = peak_flops_per_s(device, mode)
     if device.type == "cuda":
-        peak_mem = int(torch.cuda.max_memory_allocated(device))
-        reserved = int(torch.cuda.max_memory_reserved(device))
+        peak_mem, reserved = peak_since(device, baseline)
+        mem_note = f"measured: peak allocated minus the {baseline / 2**20:.0f} MiB other code held on the GPU"
     else:
         peak_mem, reserved = (breakdown.total_bytes if breakdown is not None else None), None
+        mem_note = "predicted by the memory model (a CPU has no allocator peak)" if breakdown is not None else ""
     acc = evaluate_accuracy(model, val_loader, device) if (config.evaluate and val_loader is not None) else None
     wall_rate = sum(r.samples for r in records) / wall_s if wall_s > 0 else math.nan
     return RunResult(records, **stats, peak_mem_bytes=peak_mem, val_accuracy=acc, flops_per_sample=flops,
@@ -292,5 +297,5 @@ def _finish(model, stepper, records, config, device, val_loader, util, stopped, 
                      device=label, stopped_early=stopped, peak_reserved_bytes=reserved,
                      peak_rss_bytes=util.peak_rss_bytes, utilization_percent=util.mean_percent,
                      utilization_note=util.note, memory=breakdown, final_loss=records[-1].loss,
-                     math_mode=mode, peak_flops_per_s=peak,
+                     math_mode=mode, peak_flops_per_s=peak, peak_mem_note=mem_note,
                      extra={"wall_s": wall_s, "wall_samples_per_s": wall_rate, "timing": stepper.clock.mode})

@@ -20,6 +20,7 @@ import torch
 from torch import nn
 
 from labkit.core.models import build_model
+from labkit.training.device_memory import baseline_bytes, optimizer_state_bytes, peak_since
 from labkit.training.dtypes import autocast
 from labkit.training.memory import MemoryBreakdown, MemoryModel, build_memory_model, preserved_state
 from labkit.training.window import TrainProgress
@@ -55,12 +56,6 @@ def graph_saved_bytes(output: torch.Tensor, exclude: list[torch.Tensor] = ()) ->
                     storages[ptr] = storage.nbytes()
         stack.extend(fn for fn, _ in node.next_functions)
     return int(sum(storages.values()))
-
-
-def optimizer_state_bytes(optimizer: torch.optim.Optimizer) -> int:
-    """Bytes of the tensors an optimizer keeps between steps (momentum, Adam's moments)."""
-    return int(sum(v.numel() * v.element_size() for state in optimizer.state.values()
-                   for v in state.values() if isinstance(v, torch.Tensor) and v.dim() > 0))
 
 
 @dataclass(frozen=True)
@@ -115,12 +110,6 @@ class StepMemory:
         return self.peak_reserved_bytes - self.peak_allocated_bytes
 
 
-def _model_state_bytes(model: nn.Module, optimizer: torch.optim.Optimizer) -> int:
-    params = list(model.parameters())
-    return (sum(p.numel() * p.element_size() for p in params) + optimizer_state_bytes(optimizer)
-            + sum(p.grad.numel() * p.grad.element_size() for p in params if p.grad is not None))
-
-
 def measure_step_memory(model: nn.Module, optimizer: torch.optim.Optimizer, inputs: torch.Tensor,
                         targets: torch.Tensor, amp_dtype: str | None = None) -> StepMemory:
     """Second-step peak of a real training step on CUDA, with everything other code holds subtracted."""
@@ -138,16 +127,12 @@ def measure_step_memory(model: nn.Module, optimizer: torch.optim.Optimizer, inpu
     torch.cuda.synchronize(dev)
     step()                                            # creates optimizer state and the cuBLAS/cuDNN workspaces
     torch.cuda.synchronize(dev)
-    baseline = torch.cuda.memory_allocated(dev) - _model_state_bytes(model, optimizer) - _nbytes(inputs, targets)
+    baseline = baseline_bytes(dev, model, optimizer, (inputs, targets))
     torch.cuda.reset_peak_memory_stats(dev)
     step()
     torch.cuda.synchronize(dev)
-    peak, reserved = int(torch.cuda.max_memory_allocated(dev)), int(torch.cuda.max_memory_reserved(dev))
-    return StepMemory(int(baseline), peak - int(baseline), peak, reserved)
-
-
-def _nbytes(*tensors: torch.Tensor) -> int:
-    return sum(t.numel() * t.element_size() for t in tensors)
+    step_peak, reserved = peak_since(dev, baseline)
+    return StepMemory(baseline, step_peak, step_peak + baseline, reserved)
 
 
 RECORDED_H100 = Path(__file__).resolve().parents[2] / "tests" / "fixtures" / "gpu_reference_h100.json"

@@ -18,6 +18,7 @@ from torch import nn
 from labkit.core.device import device_label
 from labkit.core.timing import time_fn
 from labkit.core.validation import checked_int, positive_int
+from labkit.training.device_memory import baseline_bytes, peak_since
 from labkit.training.dtypes import AMP_DTYPES, autocast
 from labkit.training.memory import saved_activation_bytes
 
@@ -93,10 +94,11 @@ def autocast_step(model: nn.Module, batch_size: int, dtype: str = "bf16", *,
         scaler.step(opt)                   # unscales in fp32; skips the step if it finds inf/NaN
         scaler.update()
 
+    baseline = baseline_bytes(device, model, opt, (x, y))      # earlier cells' GPU tensors are not this step's
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     t = time_fn(step, warmup=warmup, repeats=repeats, device=device)
-    peak = torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None
+    peak = peak_since(device, baseline)[0] if device.type == "cuda" else None
     return AutocastResult(dtype, device_label(device), t.median_s, batch_size / t.median_s,
                           saved_activation_bytes(model, x, amp_dtype=dtype), peak)
 

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from labkit.training.memory import build_memory_model
+from labkit.training import device_memory
 from labkit.training.memory_check import (StepMemory, check_on_cpu, compare_with_reference, cuda_baseline_bytes,
                                           graph_saved_bytes, measure_run_memory, measure_step_memory,
                                           predict_run_memory)
@@ -102,6 +103,10 @@ def test_measure_step_memory_subtracts_other_cells(monkeypatch):
         pass
     xs = x.as_subclass(CudaLike)
     monkeypatch.setattr(CudaLike, "device", property(lambda self: torch.device("cuda")))
+    # the model and batch really sit on the CPU here: count them there, as they would be on the GPU
+    count_on_cpu = device_memory.work_bytes_on
+    monkeypatch.setattr(device_memory, "work_bytes_on", lambda device, model, opt, tensors: count_on_cpu(
+        torch.device("cpu"), model, opt, tuple(t.as_subclass(torch.Tensor) for t in tensors)))
     got = measure_step_memory(model, opt, xs, y)
     assert got == StepMemory(500_000_000, 7_000, 500_007_000, 600_000_000)
     assert got.reserve_bytes == 99_993_000
