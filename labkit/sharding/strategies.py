@@ -22,8 +22,8 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from labkit.comm.launch import launch
 from labkit.comm.worker import rank_device
 from labkit.core.validation import checked_int, positive_int, positive_number
-from labkit.sharding.comm_volume import (CommCounter, counting_collectives, predicted_bytes_per_step,
-                                         simulated_bytes_per_step)
+from labkit.sharding.comm_volume import (CommCounter, bytes_written_by_process, counting_collectives,
+                                         predicted_bytes_per_step, simulated_bytes_per_step)
 from labkit.sharding.memory import STRATEGIES, check_strategy, count_rank_state_bytes, predict_per_rank
 from labkit.training.memory import build_memory_model
 
@@ -108,11 +108,11 @@ class Zero1Optimizer:
     def step(self) -> None:
         """Reduce-scatter the gradients, update this rank's slice, all-gather the parameters."""
         reduced = torch.empty_like(self.shard.grad)      # transient: the output must not alias the input
-        dist.reduce_scatter_tensor(reduced, self.flat_grad, op=dist.ReduceOp.SUM)
+        dist.reduce_scatter_single(reduced, self.flat_grad, op=dist.ReduceOp.SUM)
         self.shard.grad.copy_(reduced.div_(self.world_size))
         self.adam.step()
         with torch.no_grad():
-            dist.all_gather_into_tensor(self.flat, self.shard.detach().clone())
+            dist.all_gather_single(self.flat, self.shard.detach().clone())
 
 
 def _wrap(cfg: ShardingConfig, strategy: str):
@@ -150,9 +150,12 @@ def strategy_worker(cfg_dict: dict, strategy: str) -> dict:
     model, opt = _wrap(cfg, strategy)
     device = rank_device()
     held: dict[str, int] = {}
+    on_sockets = dist.get_backend() == "gloo"
+    wire = None
     with counting_collectives(counter):
         for step in range(cfg.steps):
             counter.reset()
+            written_before = bytes_written_by_process() if on_sockets else None
             x, y = (t.to(device) for t in global_batch(cfg, step, world_size))
             lo = rank * cfg.micro_batch
             loss = nn.functional.cross_entropy(model(x[lo:lo + cfg.micro_batch]), y[lo:lo + cfg.micro_batch])
@@ -160,11 +163,13 @@ def strategy_worker(cfg_dict: dict, strategy: str) -> dict:
             opt.zero_grad()
             loss.backward()
             opt.step()
+            written_after = bytes_written_by_process() if on_sockets else None
+            wire = None if written_before is None or written_after is None else written_after - written_before
     full = {k: (v.full_tensor() if hasattr(v, "full_tensor") else v).detach().cpu().clone()
             for k, v in model.state_dict().items()}
     full = {k.removeprefix("module."): v for k, v in full.items()}
     return {"strategy": strategy, "rank": rank, "world_size": world_size, "weights": full, "held_bytes": held,
-            "comm_bytes_sent": counter.bytes_sent(), "comm_calls": counter.by_kind()}
+            "comm_bytes_sent": counter.bytes_sent(), "comm_calls": counter.by_kind(), "wire_bytes_sent": wire}
 
 
 def all_strategies_worker(cfg_dict: dict, strategies: tuple[str, ...]) -> list[dict]:
@@ -207,6 +212,7 @@ def summarize_runs(cfg: ShardingConfig, runs: dict[int, dict[str, list[dict]]]) 
                          "counted_total_bytes": max(h["total"] for h in held),
                          "predicted_total_bytes": predicted.total_bytes - predicted.activations_bytes,
                          "counted_comm_bytes": max(r["comm_bytes_sent"] for r in ranks),
+                         "wire_comm_bytes": max((r.get("wire_bytes_sent") for r in ranks), key=lambda b: b or 0),
                          "predicted_comm_bytes": predicted_bytes_per_step(strategy, memory_model.param_bytes,
                                                                           world_size),
                          "simulated_comm_bytes": simulated_bytes_per_step(strategy, memory_model.param_bytes,
