@@ -142,7 +142,8 @@ def _count(model: nn.Module, opt) -> dict[str, int]:
 
 
 def strategy_worker(cfg_dict: dict, strategy: str) -> dict:
-    """Run inside ``launch``: train with ``strategy``; weights, bytes held after the last forward, comm."""
+    """Run inside ``launch``: train with ``strategy``; weights, bytes held after the last forward, comm (nominal and,
+    on gloo, on the wire) and, on a GPU, the last step's peak allocated minus what other code held."""
     torch.set_num_threads(1)
     cfg, strategy = ShardingConfig(**cfg_dict), check_strategy(strategy)
     rank, world_size = dist.get_rank(), dist.get_world_size()
@@ -150,12 +151,16 @@ def strategy_worker(cfg_dict: dict, strategy: str) -> dict:
     model, opt = _wrap(cfg, strategy)
     device = rank_device()
     held: dict[str, int] = {}
-    on_sockets = dist.get_backend() == "gloo"
-    wire = None
+    on_sockets, on_gpu = dist.get_backend() == "gloo", device.type == "cuda"
+    wire = step_peak = None
     with counting_collectives(counter):
         for step in range(cfg.steps):
             counter.reset()
             written_before = bytes_written_by_process() if on_sockets else None
+            if on_gpu:                 # this rank's step peak, without what other code holds on the GPU
+                torch.cuda.synchronize(device)
+                baseline = torch.cuda.memory_allocated(device) - _count(model, opt)["total"]
+                torch.cuda.reset_peak_memory_stats(device)
             x, y = (t.to(device) for t in global_batch(cfg, step, world_size))
             lo = rank * cfg.micro_batch
             loss = nn.functional.cross_entropy(model(x[lo:lo + cfg.micro_batch]), y[lo:lo + cfg.micro_batch])
@@ -164,12 +169,16 @@ def strategy_worker(cfg_dict: dict, strategy: str) -> dict:
             loss.backward()
             opt.step()
             written_after = bytes_written_by_process() if on_sockets else None
+            if on_gpu:
+                torch.cuda.synchronize(device)
+                step_peak = int(torch.cuda.max_memory_allocated(device)) - baseline
             wire = None if written_before is None or written_after is None else written_after - written_before
     full = {k: (v.full_tensor() if hasattr(v, "full_tensor") else v).detach().cpu().clone()
             for k, v in model.state_dict().items()}
     full = {k.removeprefix("module."): v for k, v in full.items()}
     return {"strategy": strategy, "rank": rank, "world_size": world_size, "weights": full, "held_bytes": held,
-            "comm_bytes_sent": counter.bytes_sent(), "comm_calls": counter.by_kind(), "wire_bytes_sent": wire}
+            "comm_bytes_sent": counter.bytes_sent(), "comm_calls": counter.by_kind(), "wire_bytes_sent": wire,
+            "cuda_step_peak_bytes": step_peak}
 
 
 def all_strategies_worker(cfg_dict: dict, strategies: tuple[str, ...]) -> list[dict]:
@@ -213,6 +222,8 @@ def summarize_runs(cfg: ShardingConfig, runs: dict[int, dict[str, list[dict]]]) 
                          "predicted_total_bytes": predicted.total_bytes - predicted.activations_bytes,
                          "counted_comm_bytes": max(r["comm_bytes_sent"] for r in ranks),
                          "wire_comm_bytes": max((r.get("wire_bytes_sent") for r in ranks), key=lambda b: b or 0),
+                         "cuda_step_peak_bytes": max((r.get("cuda_step_peak_bytes") for r in ranks),
+                                                     key=lambda b: b or 0),
                          "predicted_comm_bytes": predicted_bytes_per_step(strategy, memory_model.param_bytes,
                                                                           world_size),
                          "simulated_comm_bytes": simulated_bytes_per_step(strategy, memory_model.param_bytes,
