@@ -81,11 +81,15 @@ class RankForkServer:
     def _read_reports(self) -> None:
         assert self.proc.stdout is not None
         for line in self.proc.stdout:
-            kind, rank, value = line.decode(errors="replace").split()
+            fields = line.decode(errors="replace").split()
+            if len(fields) != 3 or fields[0] not in ("pid", "exit") or not fields[1].isdigit() \
+                    or not fields[2].lstrip("-").isdigit():
+                continue  # something the preloaded module printed at import time
+            kind, rank, value = fields[0], int(fields[1]), int(fields[2])
             if kind == "pid":
-                self.ranks[int(rank)].pid = int(value)
-            elif kind == "exit":
-                self.ranks[int(rank)].finish(int(value))
+                self.ranks[rank].pid = value
+            else:
+                self.ranks[rank].finish(value)
         code = self.proc.wait()  # the server is gone: a rank it never forked gets its exit code
         for rank in self.ranks:
             rank.finish(code if rank.pid is None and code != 0 else KILLED)
