@@ -23,23 +23,26 @@ def sleep_forever() -> None:
 
 
 @contextlib.contextmanager
-def parent_of_sleeping_ranks(tmp_path: Path, **popen) -> Iterator[tuple[subprocess.Popen, list[psutil.Process]]]:
-    """Start a Python process that launch()es 2 sleeping ranks; yield it and its children (once both run).
+def parent_of_sleeping_ranks(tmp_path: Path, start_method: str = "fresh",
+                             **popen) -> Iterator[tuple[subprocess.Popen, list[psutil.Process]]]:
+    """Start a Python process that launch()es 2 sleeping ranks; yield it and its descendants (once both ranks run).
 
-    Whatever the test does, the parent and everything it started are killed on the way out.
+    The descendants are the 2 ranks, plus their forkserver with ``start_method="forkserver"``. Whatever the test
+    does, the parent and everything it started are killed on the way out.
     """
     script = tmp_path / "parent.py"
     script.write_text(textwrap.dedent(f"""
         import sys; sys.path.insert(0, {str(REPO)!r})
         from labkit.comm.launch import launch
-        launch("tests.launch_support:sleep_forever", 2, timeout_s=300)
+        launch("tests.launch_support:sleep_forever", 2, timeout_s=300, start_method={start_method!r})
     """))
     parent = subprocess.Popen([sys.executable, str(script)], cwd=REPO, **popen)
+    expected = 2 + (start_method == "forkserver")
     try:
         deadline, kids = Deadline(60), []
-        while not deadline.expired and len(kids) < 2:
+        while not deadline.expired and len(kids) < expected:
             time.sleep(0.2)
-            kids = psutil.Process(parent.pid).children()
+            kids = psutil.Process(parent.pid).children(recursive=True)
         yield parent, kids
     finally:
         kill_tree(parent.pid)

@@ -1,7 +1,8 @@
 """Run a function on N real processes with torch.distributed, from a notebook or a script: the launcher side.
 
-``launch(fn, world_size)`` starts ``world_size`` fresh Python processes (gloo on CPU, NCCL when there is
-one GPU per rank), each running :func:`labkit.comm.worker.run_rank`, which initialises the process group,
+``launch(fn, world_size)`` starts ``world_size`` Python processes (gloo on CPU, NCCL when there is one GPU per
+rank) -- CPU ranks forked from a server that imported torch once (``labkit.comm.forkserver``), GPU ranks as fresh
+processes -- each running :func:`labkit.comm.worker.run_rank`, which initialises the process group,
 calls ``fn(*args, **kwargs)`` and reports back; ``launch`` returns the per-rank results in rank order. Every
 run has a timeout; a failing rank's traceback is re-raised here; worker output is shown in rank order; no
 child process outlives the call.
@@ -31,6 +32,7 @@ from typing import Any, Callable, Iterator, Mapping
 import psutil
 
 from labkit.comm.backend import check_world_size, choose_backend, world_size_limit
+from labkit.comm.forkserver import ForkedRank, RankForkServer, uses_forkserver
 from labkit.core.clock import Deadline
 from labkit.core.validation import checked_int, positive_int, positive_number
 
@@ -101,11 +103,14 @@ def free_port(host: str = "127.0.0.1") -> int:
 # ---------------------------------------------------------------------------------------------- launch
 def launch(fn: Callable | str, world_size: int, args: tuple = (), kwargs: dict | None = None, *,
            backend: str = "auto", timeout_s: float = 120.0, pg_timeout_s: float | None = None,
-           env: dict | None = None, threads_per_rank: int = 1, show_output: bool = True) -> list:
+           env: dict | None = None, threads_per_rank: int = 1, show_output: bool = True,
+           start_method: str = "auto") -> list:
     """Run ``fn(*args, **kwargs)`` on ``world_size`` processes in a process group; per-rank results in rank order.
 
     ``threads_per_rank`` defaults to 1: N ranks each starting one torch thread per core would oversubscribe the
     cores N-fold and time mostly contention. ``pg_timeout_s`` is torch.distributed's collective timeout.
+    ``start_method``: ``"forkserver"`` forks the ranks from one process that imported torch (they share its
+    memory), ``"fresh"`` starts a new interpreter per rank; ``"auto"`` forks gloo runs on Linux, NCCL runs fresh.
     """
     positive_number(timeout_s, "timeout_s", hint="a number of seconds")
     if pg_timeout_s is not None:
@@ -113,6 +118,7 @@ def launch(fn: Callable | str, world_size: int, args: tuple = (), kwargs: dict |
     positive_int(threads_per_rank, "threads_per_rank")
     backend = choose_backend(world_size, backend).backend
     check_world_size(world_size, world_size_limit(backend))
+    forked = uses_forkserver(start_method, backend)
     module, qualname = target_name(fn)
     payload = {"module": module, "qualname": qualname, "args": tuple(args), "kwargs": dict(kwargs or {}),
                "backend": backend, "pg_timeout_s": pg_timeout_s, "threads": threads_per_rank}
@@ -124,8 +130,9 @@ def launch(fn: Callable | str, world_size: int, args: tuple = (), kwargs: dict |
     with _sigterm_as_exit(), tempfile.TemporaryDirectory(prefix="labkit-launch-") as tmp:
         run_dir = Path(tmp)
         (run_dir / "payload.pkl").write_bytes(blob)
-        return _run(run_dir, f"{module}:{qualname}", world_size, timeout_s, _child_env(env, world_size,
-                    threads_per_rank), show_output)
+        child_env = _child_env(env, world_size, threads_per_rank)
+        return _run(run_dir, f"{module}:{qualname}", world_size, timeout_s, child_env, show_output,
+                    preload=module if forked else None)
 
 
 @contextlib.contextmanager
@@ -160,24 +167,26 @@ def _child_env(extra: Mapping[str, str] | None, world_size: int, threads: int) -
     return env
 
 
-def _run(run_dir: Path, target: str, world_size: int, timeout_s: float, env: dict, show_output: bool) -> list:
-    procs: list[subprocess.Popen] = []
+def _run(run_dir: Path, target: str, world_size: int, timeout_s: float, env: dict, show_output: bool,
+         preload: str | None) -> list:
+    """Start the ranks (forked from a server that imported ``preload``, or fresh when it is None) and collect them."""
+    procs: list[subprocess.Popen | ForkedRank] = []
+    server = None
     try:
-        for rank in range(world_size):
-            with open(run_dir / f"{rank}.out", "wb") as out, open(run_dir / f"{rank}.err", "wb") as err:
-                procs.append(subprocess.Popen(
-                    [sys.executable, "-c", _WORKER_CODE, str(run_dir)], stdout=out, stderr=err,
-                    stdin=subprocess.DEVNULL, env={**env, "RANK": str(rank), "LOCAL_RANK": str(rank)},
-                    start_new_session=True))  # Ctrl-C reaches only this process, which then stops the children
+        if preload is not None:
+            server = RankForkServer(run_dir, world_size, preload, env)
+            procs = list(server.ranks)
+        else:
+            for rank in range(world_size):
+                procs.append(_start_fresh(run_dir, rank, env))
         still_running = _wait(procs, timeout_s)
     finally:
-        for proc in procs:
-            kill_tree(proc.pid)
-            _kill_group(proc.pid)
-        for proc in procs:
-            proc.wait()
+        _stop(procs, server)
         if show_output and procs:
             print_outputs(run_dir, len(procs))
+    if server is not None and server.failed_to_fork:
+        raise LaunchError(f"{target}: the rank forkserver stopped before starting all {world_size} ranks "
+                          f"(start_method='fresh' starts them without it):\n{server.error_text()}")
     if still_running:
         raise LaunchTimeout(f"{target} on {world_size} processes did not finish within timeout_s={timeout_s:g}; "
                             f"rank(s) {still_running} were still running (a hang, a deadlock in a collective, or "
@@ -185,7 +194,30 @@ def _run(run_dir: Path, target: str, world_size: int, timeout_s: float, env: dic
     return _collect(run_dir, procs, target)
 
 
-def _wait(procs: list[subprocess.Popen], timeout_s: float) -> list[int]:
+def _start_fresh(run_dir: Path, rank: int, env: dict) -> subprocess.Popen:
+    """One rank as a new interpreter, its output in the run folder."""
+    with open(run_dir / f"{rank}.out", "wb") as out, open(run_dir / f"{rank}.err", "wb") as err:
+        return subprocess.Popen([sys.executable, "-c", _WORKER_CODE, str(run_dir)], stdout=out, stderr=err,
+                                stdin=subprocess.DEVNULL, env={**env, "RANK": str(rank), "LOCAL_RANK": str(rank)},
+                                start_new_session=True)  # Ctrl-C reaches only this process, which stops the children
+
+
+def _stop(procs: list[subprocess.Popen | ForkedRank], server: RankForkServer | None) -> None:
+    """Kill every rank (and what it started) and the forkserver; wait until each has an exit code."""
+    for proc in procs:
+        if proc.pid is not None:
+            kill_tree(proc.pid)
+            _kill_group(proc.pid)
+    if server is not None:
+        server.close(kill_tree)  # also kills a rank forked after the loop above read the pids
+        for proc in procs:
+            if proc.pid is not None:
+                _kill_group(proc.pid)
+    for proc in procs:
+        proc.wait()
+
+
+def _wait(procs: list[subprocess.Popen | ForkedRank], timeout_s: float) -> list[int]:
     """Wait for all ranks, or a failure plus a short grace; the ranks still running at the timeout (else [])."""
     deadline, grace = Deadline(timeout_s), None
     while True:
@@ -236,7 +268,7 @@ def print_outputs(run_dir: Path, world_size: int) -> None:
         stream.flush()
 
 
-def _collect(run_dir: Path, procs: list[subprocess.Popen], target: str) -> list:
+def _collect(run_dir: Path, procs: list[subprocess.Popen | ForkedRank], target: str) -> list:
     results, failures = [], []
     for rank, proc in enumerate(procs):
         path = run_dir / f"{rank}.result"
@@ -246,7 +278,8 @@ def _collect(run_dir: Path, procs: list[subprocess.Popen], target: str) -> list:
         elif status == "error":
             failures.append((value["time"], rank, value["traceback"], value["type"]))
         elif proc.returncode not in (None, 0) and proc.returncode != -9:
-            err = (run_dir / f"{rank}.err").read_text(errors="replace")[-2000:]
+            err_path = run_dir / f"{rank}.err"
+            err = err_path.read_text(errors="replace")[-2000:] if err_path.exists() else ""
             failures.append((float("inf"), rank, f"process exited with code {proc.returncode}\n{err}",
                              f"the process died (exit code {proc.returncode})"))
     if failures:

@@ -4,11 +4,14 @@
 watchdogs (no orphans when a notebook crashes), joins the process group, calls the function named in the
 payload and writes its result, or its traceback, where the launcher collects it. Under ``torchrun`` or an MPI
 launcher a script calls :func:`init_from_env` instead and joins the group the launcher describes
-(``labkit launch`` does that through :func:`run_in_launcher_group`).
+(``labkit launch`` does that through :func:`run_in_launcher_group`). For CPU runs the ranks are forked from
+:func:`serve_forks`, a server that imported torch once (``labkit.comm.forkserver``).
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
+import importlib
 import os
 import pickle
 import signal
@@ -166,3 +169,48 @@ def run_rank(run_dir_text: str) -> None:
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)
+
+
+def serve_forks(run_dir_text: str, world_size: int, preload: str) -> None:
+    """Entry point of a rank forkserver: import ``preload``, fork ``world_size`` ranks, report each pid and exit code.
+
+    Runs in a fresh child of the launcher that never touches CUDA (forking after CUDA is initialised is unsafe),
+    so the ranks share this process's torch pages copy-on-write. Writes ``pid RANK PID`` and ``exit RANK CODE``
+    lines to stdout; exits once every rank is reaped, or dies with the launcher (parent-death signal).
+    """
+    _die_with_parent(int(os.environ["LABKIT_PARENT_PID"]))
+    with contextlib.suppress(Exception):
+        importlib.import_module(preload)  # a failing import is reported by each rank, with its traceback
+    if torch.cuda.is_initialized():
+        sys.stderr.write(f"importing {preload} initialised CUDA; ranks cannot be forked from this process\n")
+        sys.stderr.flush()
+        os._exit(4)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    ranks = {}
+    for rank in range(world_size):
+        pid = os.fork()
+        if pid == 0:
+            _become_rank(Path(run_dir_text), rank)
+        ranks[pid] = rank
+        os.write(1, f"pid {rank} {pid}\n".encode())
+    while ranks:
+        pid, status = os.wait()
+        if pid in ranks:
+            os.write(1, f"exit {ranks.pop(pid)} {os.waitstatus_to_exitcode(status)}\n".encode())
+    os._exit(0)
+
+
+def _become_rank(run_dir: Path, rank: int) -> None:
+    """In a freshly forked child: own session, output to the rank's files, the rank's environment; run it."""
+    try:
+        os.setsid()  # the launcher kills the rank's whole process group (data-loader workers included)
+        for fd, name, flags in ((0, os.devnull, os.O_RDONLY), (1, run_dir / f"{rank}.out", os.O_WRONLY | os.O_CREAT),
+                                (2, run_dir / f"{rank}.err", os.O_WRONLY | os.O_CREAT)):
+            opened = os.open(name, flags, 0o600)
+            os.dup2(opened, fd)
+            os.close(opened)
+        os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), LABKIT_PARENT_PID=str(os.getppid()))
+        run_rank(str(run_dir))
+    finally:
+        os._exit(1)  # never return into the server's loop

@@ -65,8 +65,9 @@ def _assert_no_orphans() -> None:
 
 
 # ---- happy path
-def test_returns_values_in_rank_order_and_prints_output_rank_by_rank(capsys):
-    results = launch(report_and_print, 2, timeout_s=90)
+@pytest.mark.parametrize("start_method", ["forkserver", "fresh"])
+def test_returns_values_in_rank_order_and_prints_output_rank_by_rank(capsys, start_method):
+    results = launch(report_and_print, 2, timeout_s=90, start_method=start_method)
     assert [r[0] for r in results] == [0, 1]
     assert all(r[1] == 2 and r[2] == "gloo" for r in results)
     assert all(r[3] == 1 for r in results)  # one torch thread per rank by default (no oversubscription)
@@ -82,9 +83,10 @@ def test_string_target_and_world_of_one():
 
 
 # ---- failures
-def test_failing_rank_traceback_is_reraised_and_children_cleaned_up():
+@pytest.mark.parametrize("start_method", ["forkserver", "fresh"])
+def test_failing_rank_traceback_is_reraised_and_children_cleaned_up(start_method):
     with pytest.raises(RankFailedError) as info:
-        launch(fail_on_rank_one, 2, timeout_s=90, pg_timeout_s=30, show_output=False)
+        launch(fail_on_rank_one, 2, timeout_s=90, pg_timeout_s=30, show_output=False, start_method=start_method)
     err = info.value
     assert err.rank == 1
     assert "ValueError: rank one is unhappy" in str(err)
@@ -92,10 +94,11 @@ def test_failing_rank_traceback_is_reraised_and_children_cleaned_up():
     _assert_no_orphans()
 
 
-def test_timeout_kills_every_rank_and_names_them():
+@pytest.mark.parametrize("start_method", ["forkserver", "fresh"])
+def test_timeout_kills_every_rank_and_names_them(start_method):
     start = time.monotonic()
     with pytest.raises(LaunchTimeout, match=r"rank\(s\) \[0, 1\] were still running"):
-        launch(sleep_forever, 2, timeout_s=3, show_output=False)
+        launch(sleep_forever, 2, timeout_s=3, show_output=False, start_method=start_method)
     assert time.monotonic() - start < 30
     _assert_no_orphans()
 
@@ -107,14 +110,15 @@ def test_pg_timeout_turns_a_stuck_collective_into_an_error():
     _assert_no_orphans()
 
 
-def test_keyboard_interrupt_stops_all_children(monkeypatch):
+@pytest.mark.parametrize("start_method", ["forkserver", "fresh"])
+def test_keyboard_interrupt_stops_all_children(monkeypatch, start_method):
     def interrupted_wait(procs, timeout_s):
         assert all(p.poll() is None for p in procs)
         raise KeyboardInterrupt
 
     monkeypatch.setattr(ld, "_wait", interrupted_wait)
     with pytest.raises(KeyboardInterrupt):
-        launch(sleep_forever, 2, timeout_s=60, show_output=False)
+        launch(sleep_forever, 2, timeout_s=60, show_output=False, start_method=start_method)
     _assert_no_orphans()
 
 
@@ -160,6 +164,7 @@ def test_nccl_without_enough_gpus():
                                           ({"timeout_s": 0}, "timeout_s must be a number > 0"),
                                           ({"pg_timeout_s": -1}, "pg_timeout_s must be a number > 0"),
                                           ({"threads_per_rank": 0}, "threads_per_rank"),
+                                          ({"start_method": "spawn"}, "start_method must be one of"),
                                           ({"args": (threading.Lock(),)}, "cannot be pickled")])
 def test_bad_options(kwargs, match):
     with pytest.raises(ValueError, match=match):
@@ -198,12 +203,13 @@ def test_explicit_nccl_on_too_few_gpus_is_refused_up_front(gpus):
 
 
 # ---- SIGTERM: like Ctrl-C, no live workers and no temp dir with the pickled payload left behind
-def test_sigterm_to_the_launcher_kills_workers_and_removes_the_temp_dir(tmp_path):
+@pytest.mark.parametrize("start_method,processes", [("fresh", 2), ("forkserver", 3)])
+def test_sigterm_to_the_launcher_kills_workers_and_removes_the_temp_dir(tmp_path, start_method, processes):
     tmp = tmp_path / "tmp"
     tmp.mkdir()
-    with parent_of_sleeping_ranks(tmp_path, env={**os.environ, "TMPDIR": str(tmp)}, stdout=subprocess.DEVNULL,
-                                  stderr=subprocess.DEVNULL) as (parent, kids):
-        assert len(kids) == 2 and list(tmp.glob("labkit-launch-*"))
+    with parent_of_sleeping_ranks(tmp_path, start_method, env={**os.environ, "TMPDIR": str(tmp)},
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) as (parent, kids):
+        assert len(kids) == processes and list(tmp.glob("labkit-launch-*"))
         parent.send_signal(signal.SIGTERM)
         assert parent.wait(timeout=30) == 143
         gone, alive = psutil.wait_procs(kids, timeout=1)

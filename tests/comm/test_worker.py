@@ -73,19 +73,21 @@ def test_mpi_job_on_two_nodes_uses_the_mpi_local_count(gpus, recorded_init, monk
 
 
 # ---- no orphans: the workers die with their launcher
-def test_workers_exit_when_the_launching_process_is_killed(tmp_path):
-    with parent_of_sleeping_ranks(tmp_path) as (parent, kids):
-        assert len(kids) == 2  # killed at once: a watchdog that starts late still sees its parent gone
+@pytest.mark.parametrize("start_method,processes", [("fresh", 2), ("forkserver", 3)])
+def test_workers_exit_when_the_launching_process_is_killed(tmp_path, start_method, processes):
+    with parent_of_sleeping_ranks(tmp_path, start_method) as (parent, kids):
+        assert len(kids) == processes  # killed at once: a watchdog that starts late still sees its parent gone
         parent.send_signal(signal.SIGKILL)
         parent.wait()
         gone, alive = psutil.wait_procs(kids, timeout=30)
         assert alive == []
 
 
-def test_parent_death_signal_is_armed_in_workers():
+@pytest.mark.parametrize("start_method", ["fresh", "forkserver"])
+def test_parent_death_signal_is_armed_in_workers(start_method):
     if not sys.platform.startswith("linux"):
         pytest.skip("PR_SET_PDEATHSIG is Linux-only")
-    assert launch(parent_death_signal, 1, show_output=False) == [signal.SIGKILL]
+    assert launch(parent_death_signal, 2, show_output=False, start_method=start_method) == [signal.SIGKILL] * 2
 
 
 def test_a_gloo_rank_computes_on_the_cpu():
