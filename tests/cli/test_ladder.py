@@ -54,8 +54,14 @@ def test_cli_ddp_world_size_is_checked_before_the_run(capsys, monkeypatch, tmp_p
 
 def test_cli_batch_sizes_take_commas_like_sweep(capsys, monkeypatch):
     code, err = cli_error(["ladder", "--batch-sizes", "16 32"], capsys, monkeypatch)
-    assert code == 2 and err.strip().endswith("argument --batch-sizes: expected a positive integer (1, 2, 3, ...), "
-                                              "got '16 32'")
+    assert code == 2 and err.endswith(": error: argument --batch-sizes: give the numbers separated by commas, "
+                                      "e.g. 16,32; got '16 32'\n")
+    code, err = cli_error(["ladder", "--batch-sizes", "16;32 64"], capsys, monkeypatch)
+    assert code == 2 and err.endswith("argument --batch-sizes: give the numbers separated by commas, e.g. 16,32,64; "
+                                      "got '16;32 64'\n")
+    code, err = cli_error(["ladder", "--batch-sizes", "16 x"], capsys, monkeypatch)  # a bad number: its own message
+    assert code == 2 and err.endswith("argument --batch-sizes: expected a positive integer (1, 2, 3, ...), "
+                                      "got '16 x'\n")
     from labkit.cli.ladder import config_from_args
 
     args = cli.build_parser().parse_args(["ladder", "--model", "mlp", "--batch-sizes", "4,8", "--skip", "compile",

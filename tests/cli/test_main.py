@@ -57,7 +57,7 @@ def test_argument_types_and_table_formatting():
     from labkit.cli.common import format_bytes, format_table, int_list, jsonable, parse_bytes
 
     assert [parse_bytes(t) for t in ("4096", "64K", "1M", "2GiB", "1.5K")] == [4096, 65536, 2**20, 2 * 2**30, 1536]
-    assert int_list("16, 32,64") == [16, 32, 64]
+    assert int_list("16, 32,64") == [16, 32, 64]  # spaces next to the commas are fine
     for bad in ("12Q", "-1", ""):
         with pytest.raises(argparse.ArgumentTypeError):
             parse_bytes(bad)
