@@ -1,4 +1,4 @@
-"""Shared pieces of the `python -m labkit` subcommands: argument types, tables, JSON and progress bars.
+"""Shared pieces of the `labkit` subcommands: argument types, tables, JSON and progress bars.
 
 Argument types raise ``argparse.ArgumentTypeError`` so a bad value is one clear line and exit status 2.
 Tables and JSON go to stdout; progress bars go to stderr, so ``--json`` output stays machine-readable.

@@ -1,4 +1,4 @@
-"""`python -m labkit doctor`: the headless first look at this machine, and what the kit will do on it.
+"""`labkit doctor`: the headless first look at this machine, and what the kit will do on it.
 
 The torch-using parts of the kit (mode, devices, dataset, MPI) are imported inside :func:`collect`: every
 subcommand module is imported to build the parser, and `labkit --help` must not load torch.
@@ -153,7 +153,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     """Register `doctor`."""
     p = subparser(sub, "doctor", help="report versions, devices, mode and dataset",
                   description="Report versions, devices, the kit's mode and the dataset it will use.",
-                  examples=["python -m labkit doctor", "python -m labkit doctor --json"])
+                  examples=["labkit doctor", "labkit doctor --json"])
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.add_argument("--no-network", action="store_true", help="do not probe whether CIFAR-10 can be downloaded")
     p.set_defaults(func=run)

@@ -54,8 +54,8 @@ def test_cli_ddp_world_size_is_checked_before_the_run(capsys, monkeypatch, tmp_p
 
 def test_cli_batch_sizes_take_commas_like_sweep(capsys, monkeypatch):
     code, err = cli_error(["ladder", "--batch-sizes", "16 32"], capsys, monkeypatch)
-    assert code == 2 and err.endswith(": error: argument --batch-sizes: give the numbers separated by commas, "
-                                      "e.g. 16,32; got '16 32'\n")
+    assert code == 2 and err.endswith("\nlabkit ladder: error: argument --batch-sizes: give the numbers separated by "
+                                      "commas, e.g. 16,32; got '16 32'\n")
     code, err = cli_error(["ladder", "--batch-sizes", "16;32 64"], capsys, monkeypatch)
     assert code == 2 and err.endswith("argument --batch-sizes: give the numbers separated by commas, e.g. 16,32,64; "
                                       "got '16;32 64'\n")
