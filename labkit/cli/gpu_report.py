@@ -135,7 +135,7 @@ def _ladder_section(doc: dict | None) -> list[str]:
 
     lines = ["### Tuning ladder, MFU and the hardware ceiling", ""]
     if not doc:
-        return lines + ["Not available: `labkit ladder` produced nothing.", ""]
+        return lines + ["Not available: `python -m labkit ladder` produced nothing.", ""]
     result = LadderResult.from_dict(doc)
     measured = [r for r in result.rows if r.measured and r.accuracy_ok is not False]
     if measured and result.ceiling_samples_per_s:
