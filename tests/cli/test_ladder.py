@@ -52,7 +52,7 @@ def test_cli_ddp_world_size_is_checked_before_the_run(capsys, monkeypatch, tmp_p
                               "process per GPU and this machine has 1\n")
 
 
-def test_cli_batch_sizes_take_commas_like_sweep(capsys, monkeypatch):
+def test_cli_batch_sizes_take_commas_like_sweep(tmp_path, capsys, monkeypatch):
     code, err = cli_error(["ladder", "--batch-sizes", "16 32"], capsys, monkeypatch)
     assert code == 2 and err.endswith("\nlabkit ladder: error: argument --batch-sizes: give the numbers separated by "
                                       "commas, e.g. 16,32; got '16 32'\n")
@@ -65,8 +65,8 @@ def test_cli_batch_sizes_take_commas_like_sweep(capsys, monkeypatch):
     from labkit.cli.ladder import config_from_args
 
     args = cli.build_parser().parse_args(["ladder", "--model", "mlp", "--batch-sizes", "4,8", "--skip", "compile",
-                                          "ddp", "--budget-epochs", "2"])
-    cfg = config_from_args(args)
+                                          "ddp", "--budget-epochs", "2", "--out", str(tmp_path)])
+    cfg = config_from_args(args)   # checks --out (creating it): tmp_path, not the repository's runs/ladder
     assert (cfg.model, cfg.batch_candidates, cfg.skip, cfg.budget_epochs) == ("mlp", (4, 8), ("compile", "ddp"), 2)
 
 
