@@ -96,7 +96,7 @@ def test_ladder_runs_headless_and_writes_its_table(tmp_path):
     assert "naive" in text and "batch" in text and "skipped" in text
 
 
-def test_ladder_usage_errors_exit_2(capsys):
+def test_ladder_usage_errors_exit_2(tmp_path, capsys):
     proc = labkit("ladder", "--skip", "warp_drive")
     assert proc.returncode == 2 and "--skip" in proc.stderr
-    assert "budget_epochs" in usage_error(["ladder", "--budget-epochs", "0"], capsys)
+    assert "budget_epochs" in usage_error(["ladder", "--budget-epochs", "0", "--out", str(tmp_path)], capsys)
