@@ -78,13 +78,13 @@ def main() -> None:
     args = parser.parse_args()
     for path in args.notebooks:
         r = run_notebook(path)
-        mb = 1024 ** 2
+        mib = 1024 ** 2
         if args.markdown:
-            print(f"| `{r['notebook']}` | {r['seconds']:.0f} s | {r['peak_pss_bytes'] / mb:,.0f} MB "
-                  f"({r['peak_anon_bytes'] / mb:,.0f} MB anon) | {r['error'] or 'ok'} |")
+            print(f"| `{r['notebook']}` | {r['seconds']:.0f} s | {r['peak_pss_bytes'] / mib:,.0f} MiB "
+                  f"({r['peak_anon_bytes'] / mib:,.0f} MiB anon) | {r['error'] or 'ok'} |")
         else:
-            print(f"{r['notebook']}: {r['seconds']:.1f} s, peak PSS {r['peak_pss_bytes'] / mb:,.0f} MB "
-                  f"(anonymous {r['peak_anon_bytes'] / mb:,.0f} MB) {r['error'] or 'ok'}", flush=True)
+            print(f"{r['notebook']}: {r['seconds']:.1f} s, peak PSS {r['peak_pss_bytes'] / mib:,.0f} MiB "
+                  f"(anonymous {r['peak_anon_bytes'] / mib:,.0f} MiB) {r['error'] or 'ok'}", flush=True)
 
 
 if __name__ == "__main__":

@@ -1,2 +1,2 @@
-"""`python -m labkit` / `labkit`: the main parser and one module per subcommand.
+"""`labkit` / `python -m labkit`: the main parser and one module per subcommand.
 """

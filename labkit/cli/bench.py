@@ -1,4 +1,4 @@
-"""`python -m labkit allreduce-bench`: a real all-reduce over N processes (gloo or NCCL), nccl-tests layout.
+"""`labkit allreduce-bench`: a real all-reduce over N processes (gloo or NCCL), nccl-tests layout.
 
 Calls `labkit.comm.bench.allreduce_benchmark` and `format_nccl_tests_table`, the same functions notebook 06
 uses. Flags follow nccl-tests' all_reduce_perf: -b/-e/-f (sizes), -n (iterations), -w (warm-up).
@@ -99,10 +99,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                   description="Time a real torch.distributed all_reduce across world-size processes for each "
                               "message size and print time, algbw and busbw in the nccl-tests layout. "
                               "Backend auto = NCCL with one GPU per rank, else gloo over loopback TCP.",
-                  examples=["python -m labkit allreduce-bench",
-                            "python -m labkit allreduce-bench --world-size 4 -b 8 -e 128M -f 2",
-                            "python -m labkit allreduce-bench --world-size 2 --sizes 1K,64K,1M -n 50 -w 5",
-                            "python -m labkit allreduce-bench --backend nccl --world-size 8 -b 1M -e 1G --json"])
+                  examples=["labkit allreduce-bench",
+                            "labkit allreduce-bench --world-size 4 -b 8 -e 128M -f 2",
+                            "labkit allreduce-bench --world-size 2 --sizes 1K,64K,1M -n 50 -w 5",
+                            "labkit allreduce-bench --backend nccl --world-size 8 -b 1M -e 1G --json"])
     p.add_argument("--world-size", "-g", type=positive_int, default=2, help="number of ranks (processes; default 2)")
     p.add_argument("--backend", choices=BACKENDS, default="auto",
                    help="auto = nccl if there is a GPU per rank, else gloo (default auto)")

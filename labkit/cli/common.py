@@ -1,4 +1,4 @@
-"""Shared pieces of the `python -m labkit` subcommands: argument types, tables, JSON and progress bars.
+"""Shared pieces of the `labkit` subcommands: argument types, tables, JSON and progress bars.
 
 Argument types raise ``argparse.ArgumentTypeError`` so a bad value is one clear line and exit status 2.
 Tables and JSON go to stdout; progress bars go to stderr, so ``--json`` output stays machine-readable.
@@ -58,11 +58,24 @@ def positive_float(text: str) -> float:
     return value
 
 
+def _require_commas(text: str, parse_one: Callable[[str], Any]) -> None:
+    """Refuse other separators ('16 32', '16;32') with the comma form, when every piece is itself valid."""
+    pieces = [piece for piece in re.split(r"[\s,;]+", text) if piece]
+    if len(pieces) > len([part for part in text.split(",") if part.strip()]):
+        try:
+            [parse_one(piece) for piece in pieces]
+        except argparse.ArgumentTypeError:
+            return  # a bad piece: its own message says what is wrong with it
+        raise argparse.ArgumentTypeError(f"give the numbers separated by commas, e.g. {','.join(pieces)}; "
+                                         f"got {text!r}")
+
+
 def int_list(text: str) -> list[int]:
     """argparse type: comma-separated positive integers, e.g. ``16,32,64``."""
     items = [part.strip() for part in text.split(",") if part.strip()]
     if not items:
         raise argparse.ArgumentTypeError(f"expected comma-separated positive integers like 16,32,64, got {text!r}")
+    _require_commas(text, positive_int)
     return [positive_int(item) for item in items]
 
 
@@ -87,6 +100,7 @@ def byte_list(text: str) -> list[int]:
     items = [part for part in text.split(",") if part.strip()]
     if not items:
         raise argparse.ArgumentTypeError(f"expected comma-separated sizes like 1K,64K,1M, got {text!r}")
+    _require_commas(text, parse_bytes)
     return [parse_bytes(item) for item in items]
 
 

@@ -1,4 +1,4 @@
-"""`python -m labkit doctor`: the headless first look at this machine, and what the kit will do on it.
+"""`labkit doctor`: the headless first look at this machine, and what the kit will do on it.
 
 The torch-using parts of the kit (mode, devices, dataset, MPI) are imported inside :func:`collect`: every
 subcommand module is imported to build the parser, and `labkit --help` must not load torch.
@@ -51,11 +51,13 @@ class Report:
     dataset: str = ""
     dataset_reason: str = ""
     cifar10_cached: bool = False
+    data_dir: str = ""
+    data_problem: str = ""   # labkit.core.data's own message (what is wrong; what to do), "" when the data is usable
     extras: dict[str, str] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
-        return not self.missing_required
+        return not self.missing_required and not self.data_problem
 
 
 def _version(dist: str, module: str) -> str | None:
@@ -68,6 +70,17 @@ def _version(dist: str, module: str) -> str | None:
     if version is not None and importlib.util.find_spec(module) is None:
         return None
     return version
+
+
+def data_problem() -> str:
+    """"" when the data folder holds the manifest and the shipped digits with their checksum, else what to do."""
+    from labkit.core import data
+
+    try:
+        data.verify_data_file(data.DIGITS_FILE)   # checks the folder (check_data_dir), then the file's SHA-256
+    except data.DataUnavailableError as err:
+        return str(err)
+    return ""
 
 
 def collect(check_network: bool = True) -> Report:
@@ -88,7 +101,7 @@ def collect(check_network: bool = True) -> Report:
         cpu_cores=machine.cpu_count(), ram_bytes=machine.total_ram_bytes(),
         gpus=[asdict(g) for g in device.gpu_info()], nccl=device.nccl_available(),
         mode=mode.name, mode_reason=mode.reason, dataset=dataset, dataset_reason=reason,
-        cifar10_cached=data.cifar10_cached(),
+        cifar10_cached=data.cifar10_cached(), data_dir=str(data.DATA_DIR), data_problem=data_problem(),
     )
 
 
@@ -112,17 +125,22 @@ def format_report(report: Report) -> str:
     lines += ["", f"Mode         {report.mode} — {report.mode_reason}",
               f"             (set {MODE_ENV_VAR}=fast or {MODE_ENV_VAR}=full to force)",
               f"Dataset      {report.dataset} — {report.dataset_reason}",
-              f"CIFAR-10     {'cached in data/' if report.cifar10_cached else 'not cached'}", ""]
+              f"CIFAR-10     {'cached in data/' if report.cifar10_cached else 'not cached'}",
+              f"Data folder  {report.data_dir} — {'a problem (below)' if report.data_problem else 'verified'}", ""]
     if report.ok:
         lines.append("All required pieces are present.")
-    else:
+    if report.missing_required:
         lines.append("MISSING: " + "; ".join(report.missing_required))
         lines.append(f"Fix: {FIX}")
+    if report.data_problem:  # data's messages read "what is wrong; what to do"
+        problem, _, fix = report.data_problem.partition("; ")
+        lines.append(f"DATA PROBLEM: {problem}")
+        lines += [f"Fix: {fix}"] if fix else []
     return "\n".join(lines)
 
 
 def run(args: argparse.Namespace) -> int:
-    """Print the doctor report (or JSON); exit 1 when a required package is missing."""
+    """Print the doctor report (or JSON); exit 1 when a required package is missing or the data folder is unusable."""
     report = collect(check_network=not args.no_network)
     if args.json:
         print(json.dumps({**asdict(report), "ok": report.ok}, indent=2))
@@ -135,7 +153,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     """Register `doctor`."""
     p = subparser(sub, "doctor", help="report versions, devices, mode and dataset",
                   description="Report versions, devices, the kit's mode and the dataset it will use.",
-                  examples=["python -m labkit doctor", "python -m labkit doctor --json"])
+                  examples=["labkit doctor", "labkit doctor --json"])
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.add_argument("--no-network", action="store_true", help="do not probe whether CIFAR-10 can be downloaded")
     p.set_defaults(func=run)

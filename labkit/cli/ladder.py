@@ -1,4 +1,4 @@
-"""`python -m labkit ladder`: the tuning ladder of notebook 10 headless (the only ladder command line).
+"""`labkit ladder`: the tuning ladder of notebook 10 headless (the only ladder command line).
 
 Every option is checked before the first rung runs (a ladder takes minutes; a bad --out must not lose them):
 --out must be a writable directory, --ddp-world-size at most what this machine can run. Writes ladder.json and
@@ -91,10 +91,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                               "loading, data on the device, TF32, mixed precision, channels-last, compile, DDP), "
                               "each measured for the same budget of samples and judged against rung 0's accuracy; "
                               "keep the rungs that help. Writes ladder.json and ladder.md (notebook 10).",
-                  examples=["python -m labkit ladder",
-                            "python -m labkit ladder --model small_cnn --budget-epochs 1 --skip compile ddp",
-                            "python -m labkit ladder --train-limit 256 --batch-sizes 16,32 --out runs/ladder-small",
-                            "python -m labkit ladder --device cuda --json"])
+                  examples=["labkit ladder",
+                            "labkit ladder --model small_cnn --budget-epochs 1 --skip compile ddp",
+                            "labkit ladder --train-limit 256 --batch-sizes 16,32 --out runs/ladder-small",
+                            "labkit ladder --device cuda --json"])
     p.add_argument("--out", default=str(run_path("ladder")), help="directory for ladder.json and ladder.md "
                    "(default: runs/ladder at the repository root)")
     p.add_argument("--model", choices=MODELS, help="model (default: small_cnn in fast mode, resnet18 in full)")

@@ -1,4 +1,4 @@
-"""`python -m labkit launch`: run a module function on N processes joined in a torch.distributed group.
+"""`labkit launch`: run a module function on N processes joined in a torch.distributed group.
 
 Run by hand, it starts the ranks itself with `labkit.comm.launch.launch` (the notebooks' launcher: a timeout,
 output rank by rank, no orphaned processes) and prints each rank's result. Started by torchrun or mpiexec,
@@ -42,9 +42,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                               "process group and print each rank's return value. Under torchrun or mpiexec every "
                               "copy is one rank of the launcher's group instead (export MASTER_ADDR and "
                               "MASTER_PORT for mpiexec). Backend auto = NCCL with one GPU per rank, else gloo.",
-                  examples=["python -m labkit launch labkit.comm.demos:all_reduce_sum",
-                            "python -m labkit launch --world-size 3 --timeout 60 labkit.comm.demos:collectives_demo",
-                            "python -m labkit launch --backend nccl --world-size 8 labkit.comm.demos:all_reduce_sum",
+                  examples=["labkit launch labkit.comm.demos:all_reduce_sum",
+                            "labkit launch --world-size 3 --timeout 60 labkit.comm.demos:collectives_demo",
+                            "labkit launch --backend nccl --world-size 8 labkit.comm.demos:all_reduce_sum",
                             "torchrun --nproc-per-node=2 -m labkit launch labkit.comm.demos:all_reduce_sum"])
     p.add_argument("target", help="the function to run, as package.module:function (called with no arguments)")
     p.add_argument("--world-size", type=int, default=None,

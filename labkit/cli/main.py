@@ -1,7 +1,9 @@
-"""`python -m labkit SUBCOMMAND`: the lab's measurements from the terminal.
+"""`labkit SUBCOMMAND`: the lab's measurements from the terminal.
 
 Each subcommand calls the same `labkit` functions as the notebooks; usage errors exit with 2.
-Run `python -m labkit SUBCOMMAND --help` for a subcommand's options and examples.
+Run `labkit SUBCOMMAND --help` for a subcommand's options and examples. `labkit` is the console command
+the install puts in the venv (`.venv/bin/labkit`, or plain `labkit` once the venv is activated);
+`python -m labkit` is the same program.
 """
 from __future__ import annotations
 
@@ -13,19 +15,19 @@ from typing import Sequence
 # Subcommands that live in their own modules; each has `add_parser(subparsers)`.
 SUBCOMMAND_MODULES = ("labkit.cli.doctor", "labkit.cli.sweep", "labkit.cli.profile", "labkit.cli.memory",
                       "labkit.cli.bench", "labkit.cli.simulate", "labkit.cli.ladder", "labkit.cli.launch")
-EXAMPLES = """examples (`labkit ...` is the same command, installed into .venv/bin):
-  python -m labkit doctor
-  python -m labkit sweep --model small_cnn --batch-sizes 16,32,64
-  python -m labkit profile --batch-size 64 --active 3
-  python -m labkit allreduce-bench --world-size 2 --sizes 1K,64K,1M
-  python -m labkit simulate --algorithm ring --world-size 4 --size 1M
-  python -m labkit ladder --budget-epochs 1 --skip compile ddp
-  python -m labkit launch --world-size 2 labkit.comm.demos:all_reduce_sum"""
+EXAMPLES = """examples (`.venv/bin/labkit` without an activated venv; `python -m labkit` is the same program):
+  labkit doctor
+  labkit sweep --model small_cnn --batch-sizes 16,32,64
+  labkit profile --batch-size 64 --active 3
+  labkit allreduce-bench --world-size 2 --sizes 1K,64K,1M
+  labkit simulate --algorithm ring --world-size 4 --size 1M
+  labkit ladder --budget-epochs 1 --skip compile ddp
+  labkit launch --world-size 2 labkit.comm.demos:all_reduce_sum"""
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The `python -m labkit` parser with every available subcommand."""
-    parser = argparse.ArgumentParser(prog="python -m labkit", description=__doc__, epilog=EXAMPLES,
+    """The `labkit` parser with every available subcommand."""
+    parser = argparse.ArgumentParser(prog="labkit", description=__doc__, epilog=EXAMPLES,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in SUBCOMMAND_MODULES:

@@ -1,4 +1,4 @@
-"""`python -m labkit memory`: one rank's training memory under DDP / ZeRO-1 / ZeRO-2 / ZeRO-3.
+"""`labkit memory`: one rank's training memory under DDP / ZeRO-1 / ZeRO-2 / ZeRO-3.
 
 Measures the model's activations (``labkit.training.memory.build_memory_model``), applies the strategy's sharding
 factors (``labkit.sharding.memory.predict_per_rank``) and prints the per-rank breakdown, the ZeRO paper's
@@ -65,8 +65,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                   description="Per-rank training memory (params, grads, optimizer state, activations) under DDP and "
                               "ZeRO stages 1-3 (Rajbhandari et al. 2020), from the measured memory model with a "
                               "sharding factor, and the bytes each rank sends per step.",
-                  examples=["python -m labkit memory --model resnet18 --world-size 4 --strategy zero2 --json",
-                            "python -m labkit memory --model small_cnn --world-size 8 --strategy all"])
+                  examples=["labkit memory --model resnet18 --world-size 4 --strategy zero2 --json",
+                            "labkit memory --model small_cnn --world-size 8 --strategy all"])
     p.add_argument("--model", choices=MODELS, default="resnet18", help="model (default resnet18)")
     p.add_argument("--world-size", type=positive_int, default=1, help="number of data-parallel ranks (default 1)")
     p.add_argument("--strategy", choices=("ddp", "zero1", "zero2", "zero3", "all"), default="all",

@@ -1,4 +1,4 @@
-"""`python -m labkit profile`: profile N training steps on a schedule and say where the time went.
+"""`labkit profile`: profile N training steps on a schedule and say where the time went.
 
 Calls `labkit.profile.profiler.profile_training`, the same function notebook 03 uses; writes Chrome/Perfetto traces.
 """
@@ -114,10 +114,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p = subparser(sub, "profile", help="profile N training steps and write a trace",
                   description="Profile training steps with torch.profiler on a wait/warmup/active schedule, "
                               "print time by category and the top operators, and write Chrome/Perfetto traces.",
-                  examples=["python -m labkit profile",
-                            "python -m labkit profile --model resnet18 --batch-size 128 --active 5",
-                            "python -m labkit profile --wait 1 --warmup 1 --active 3 --repeat 2 --run-dir runs/prof",
-                            "python -m labkit profile --dataset synthetic --json"])
+                  examples=["labkit profile",
+                            "labkit profile --model resnet18 --batch-size 128 --active 5",
+                            "labkit profile --wait 1 --warmup 1 --active 3 --repeat 2 --run-dir runs/prof",
+                            "labkit profile --dataset synthetic --json"])
     add_model_flags(p)
     p.add_argument("--batch-size", type=positive_int, default=32, help="samples per step (default 32)")
     p.add_argument("--wait", type=nonnegative_int, default=1, help="steps skipped before tracing (default 1)")

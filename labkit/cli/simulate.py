@@ -1,4 +1,4 @@
-"""`python -m labkit simulate`: the simulated all-reduce, step by step, with bytes per worker and modelled time.
+"""`labkit simulate`: the simulated all-reduce, step by step, with bytes per worker and modelled time.
 
 Calls `labkit.comm.collectives.allreduce` and `allreduce_cost`, the same functions notebook 06 uses, and checks
 every worker's output against the exact reduction before printing anything.
@@ -125,10 +125,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                   description="Simulate an all-reduce of one array per worker in this process, check every output "
                               "against the exact reduction, and print the steps, bytes sent per worker and the "
                               "alpha-beta modelled time (Thakur, Rabenseifner & Gropp 2005).",
-                  examples=["python -m labkit simulate --algorithm ring --world-size 4 --size 1M",
-                            "python -m labkit simulate --algorithm all --world-size 8 --size 64M --no-steps",
-                            "python -m labkit simulate --algorithm tree --world-size 5 --size 4K --show-steps 50",
-                            "python -m labkit simulate --algorithm halving_doubling --world-size 16 --json"])
+                  examples=["labkit simulate --algorithm ring --world-size 4 --size 1M",
+                            "labkit simulate --algorithm all --world-size 8 --size 64M --no-steps",
+                            "labkit simulate --algorithm tree --world-size 5 --size 4K --show-steps 50",
+                            "labkit simulate --algorithm halving_doubling --world-size 16 --json"])
     p.add_argument("--algorithm", choices=(*ALGORITHMS, "all"), default="ring", help="algorithm, or all (default ring)")
     p.add_argument("--world-size", type=positive_int, default=4, help="number of simulated workers R (default 4)")
     p.add_argument("--size", type=parse_bytes, default=parse_bytes("1M"),

@@ -1,4 +1,4 @@
-"""`python -m labkit sweep`: the batch-size sweep and the largest batch that fits, from the terminal.
+"""`labkit sweep`: the batch-size sweep and the largest batch that fits, from the terminal.
 
 Calls `labkit.training.batch_size.batch_size_sweep` and `labkit.training.finder.find_max_batch`, the same
 functions notebook 02 uses. On a GPU the finder runs real steps until CUDA runs out of memory; on a CPU it
@@ -133,10 +133,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                               "time, peak memory and validation accuracy, then search for the largest batch that "
                               "fits (real steps until out of memory on a GPU; the memory model against a budget "
                               "on a CPU). Defaults follow the kit's mode: fast on CPU, full on GPU.",
-                  examples=["python -m labkit sweep",
-                            "python -m labkit sweep --model resnet18 --batch-sizes 32,64,128,256 --steps 50",
-                            "python -m labkit sweep --model mlp --dataset digits --lr-scaling --json",
-                            "python -m labkit sweep --device cpu --memory-budget 2G --no-find-max"])
+                  examples=["labkit sweep",
+                            "labkit sweep --model resnet18 --batch-sizes 32,64,128,256 --steps 50",
+                            "labkit sweep --model mlp --dataset digits --lr-scaling --json",
+                            "labkit sweep --device cpu --memory-budget 2G --no-find-max"])
     add_model_flags(p)
     p.add_argument("--batch-sizes", type=int_list, default=None,
                    help="comma-separated batch sizes (default: 16,32,64 fast / 32,...,512 full)")

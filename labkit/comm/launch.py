@@ -11,7 +11,7 @@ Under ``torchrun`` (or an MPI launcher) a script calls ``labkit.comm.worker.init
 same training entry point scales from one CPU process to several nodes; ``labkit launch`` does either::
 
     torchrun --nproc-per-node=2 -m labkit launch labkit.comm.demos:all_reduce_sum
-    python -m labkit launch --world-size 3 labkit.comm.demos:all_reduce_sum      # same, via launch()
+    labkit launch --world-size 3 labkit.comm.demos:all_reduce_sum                 # same, via launch()
 """
 from __future__ import annotations
 

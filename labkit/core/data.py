@@ -33,6 +33,7 @@ DATA_DIR = Path(os.environ.get(DATA_DIR_ENV_VAR, REPO_DATA_DIR))
 DATASET_ENV_VAR = "LABKIT_DATASET"
 OFFLINE_ENV_VAR = "LABKIT_OFFLINE"
 CIFAR10_HOST = "www.cs.toronto.edu"
+DIGITS_FILE = "digits.csv.gz"   # the offline dataset shipped in data/ (listed in data/manifest.json)
 CIFAR10_CLASSES = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck")
 
 
@@ -207,7 +208,7 @@ def _channel_stats(images: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def _load_digits(data_dir: Path) -> tuple[torch.Tensor, torch.Tensor]:
-    raw = np.loadtxt(gzip.open(verify_data_file("digits.csv.gz", data_dir)), delimiter=",")
+    raw = np.loadtxt(gzip.open(verify_data_file(DIGITS_FILE, data_dir)), delimiter=",")
     pixels = torch.tensor(raw[:, :-1], dtype=torch.float32).view(-1, 1, 8, 8) * (255.0 / 16.0)
     big = F.interpolate(pixels, size=(32, 32), mode="bilinear", align_corners=False)  # (N, 1, 32, 32)
     images = big.clamp(0, 255).round().to(torch.uint8).expand(-1, 3, -1, -1).contiguous()

@@ -7,7 +7,7 @@ same fixed budget of training samples (throughput *and* accuracy). A rung that d
 here, or that costs accuracy against rung 0, is still measured and reported, then left out of the following
 rungs; a rung that cannot apply here says why. Beside the table: the hardware ceiling (the best recipe on
 training batches already on the device), so the reader sees how far the recipe is from the hardware.
-The climb itself is :func:`labkit.ladder.climb.run_ladder`; headless: ``python -m labkit ladder``
+The climb itself is :func:`labkit.ladder.climb.run_ladder`; headless: ``labkit ladder``
 (:mod:`labkit.cli.ladder`).
 """
 from __future__ import annotations

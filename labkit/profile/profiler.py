@@ -39,14 +39,17 @@ def _activities(device: torch.device) -> list[ProfilerActivity]:
 
 
 def quiet_gpu_probe_without_gpu() -> None:
-    """Hide Kineto's 'ERROR: ... gpuGetDeviceCount failed' line on machines with no GPU.
+    """Hide Kineto's log lines on machines with no GPU: 'ERROR: ... gpuGetDeviceCount failed' and the markers.
 
     A CUDA build of PyTorch asks for the GPUs' properties when it writes a trace, even for a CPU-only
-    profile; with no GPU that probe logs an ERROR that is not one. ``KINETO_LOG_LEVEL=5`` keeps only
-    Kineto's start/stop markers; Kineto reads it when the profiler starts. A value the user set wins.
+    profile; with no GPU that probe logs an ERROR that is not one. Kineto's levels are VERBOSE 0, INFO 1,
+    WARNING 2, ERROR 3, STAGE 4 and USDT 5 (its 'USDT: ... profiler_start' / 'profiler_stop' markers), and it
+    prints those at or above ``KINETO_LOG_LEVEL``: 6 prints none of them. Kineto reads the variable when the
+    profiler first starts in a process. A value the user set wins; on a GPU Kineto's errors (CUPTI) matter and
+    are left alone.
     """
     if not torch.cuda.is_available():
-        os.environ.setdefault(KINETO_LOG_LEVEL_ENV_VAR, "5")
+        os.environ.setdefault(KINETO_LOG_LEVEL_ENV_VAR, "6")
 
 
 def _batches(loader: Iterable, steps: int):

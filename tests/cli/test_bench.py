@@ -39,6 +39,8 @@ def test_allreduce_bench_usage_errors_exit_2(capsys):
     proc = labkit("allreduce-bench", "--world-size", "0")
     assert proc.returncode == 2 and "--world-size" in proc.stderr
     assert "whole float32 elements" in usage_error(["allreduce-bench", "--sizes", "6"], capsys)
+    assert usage_error(["allreduce-bench", "--sizes", "1K 64K"], capsys).endswith(
+        ": error: argument --sizes: give the numbers separated by commas, e.g. 1K,64K; got '1K 64K'\n")
     assert "--max-bytes" in usage_error(["allreduce-bench", "-b", "1M", "-e", "1K"], capsys)
     assert "at most" in usage_error(["allreduce-bench", "--world-size", "999", "--backend", "gloo"], capsys)
     if not __import__("torch").cuda.is_available():

@@ -58,3 +58,41 @@ def test_doctor_reports_mpi(monkeypatch):
     monkeypatch.setenv("LABKIT_OFFLINE", "1")
     report = doctor.collect(check_network=False)
     assert "MPI" in report.extras and "MPI" in doctor.format_report(report)
+
+
+def test_doctor_reports_a_missing_data_folder_and_exits_1(tmp_path):
+    """LABKIT_DATA_DIR pointing nowhere used to pass the doctor (exit 0) while load_data failed."""
+    from labkit.core.data import REPO_DATA_DIR
+
+    missing = tmp_path / "nope"
+    proc = run_doctor("--no-network", env_extra={"LABKIT_DATA_DIR": str(missing)})
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stdout.splitlines()[-4:] == [
+        f"Data folder  {missing} — a problem (below)",
+        "",
+        f"DATA PROBLEM: data folder {missing} (from LABKIT_DATA_DIR={missing}) does not exist",
+        f"Fix: point LABKIT_DATA_DIR at a copy of the kit's data folder ({REPO_DATA_DIR}), or unset it to use that "
+        "folder",
+    ]
+    assert "All required pieces are present" not in proc.stdout
+    proc = run_doctor("--json", "--no-network", env_extra={"LABKIT_DATA_DIR": str(missing)})
+    report = json.loads(proc.stdout)
+    assert proc.returncode == 1 and report["ok"] is False
+    assert report["data_problem"].startswith(f"data folder {missing} (from LABKIT_DATA_DIR={missing}) does not exist; ")
+
+
+def test_doctor_reports_a_corrupt_data_file_with_the_copy_to_make(tmp_path, monkeypatch):
+    import shutil
+
+    from labkit.core import data
+
+    copy = tmp_path / "data"
+    shutil.copytree(data.REPO_DATA_DIR, copy, ignore=shutil.ignore_patterns("cifar-10*"))
+    (copy / data.DIGITS_FILE).write_bytes(b"not the digits")
+    monkeypatch.setattr(data, "DATA_DIR", copy)
+    report = doctor.collect(check_network=False)
+    assert not report.ok and report.missing_required == []
+    lines = doctor.format_report(report).splitlines()
+    assert lines[-2].startswith(f"DATA PROBLEM: {copy / data.DIGITS_FILE} fails its checksum (sha256 ")
+    assert lines[-1] == f"Fix: copy the kit's good one over it: `cp {data.REPO_DATA_DIR / data.DIGITS_FILE} " \
+                        f"{copy / data.DIGITS_FILE}`"

@@ -52,15 +52,21 @@ def test_cli_ddp_world_size_is_checked_before_the_run(capsys, monkeypatch, tmp_p
                               "process per GPU and this machine has 1\n")
 
 
-def test_cli_batch_sizes_take_commas_like_sweep(capsys, monkeypatch):
+def test_cli_batch_sizes_take_commas_like_sweep(tmp_path, capsys, monkeypatch):
     code, err = cli_error(["ladder", "--batch-sizes", "16 32"], capsys, monkeypatch)
-    assert code == 2 and err.strip().endswith("argument --batch-sizes: expected a positive integer (1, 2, 3, ...), "
-                                              "got '16 32'")
+    assert code == 2 and err.endswith("\nlabkit ladder: error: argument --batch-sizes: give the numbers separated by "
+                                      "commas, e.g. 16,32; got '16 32'\n")
+    code, err = cli_error(["ladder", "--batch-sizes", "16;32 64"], capsys, monkeypatch)
+    assert code == 2 and err.endswith("argument --batch-sizes: give the numbers separated by commas, e.g. 16,32,64; "
+                                      "got '16;32 64'\n")
+    code, err = cli_error(["ladder", "--batch-sizes", "16 x"], capsys, monkeypatch)  # a bad number: its own message
+    assert code == 2 and err.endswith("argument --batch-sizes: expected a positive integer (1, 2, 3, ...), "
+                                      "got '16 x'\n")
     from labkit.cli.ladder import config_from_args
 
     args = cli.build_parser().parse_args(["ladder", "--model", "mlp", "--batch-sizes", "4,8", "--skip", "compile",
-                                          "ddp", "--budget-epochs", "2"])
-    cfg = config_from_args(args)
+                                          "ddp", "--budget-epochs", "2", "--out", str(tmp_path)])
+    cfg = config_from_args(args)   # checks --out (creating it): tmp_path, not the repository's runs/ladder
     assert (cfg.model, cfg.batch_candidates, cfg.skip, cfg.budget_epochs) == ("mlp", (4, 8), ("compile", "ddp"), 2)
 
 
@@ -90,7 +96,7 @@ def test_ladder_runs_headless_and_writes_its_table(tmp_path):
     assert "naive" in text and "batch" in text and "skipped" in text
 
 
-def test_ladder_usage_errors_exit_2(capsys):
+def test_ladder_usage_errors_exit_2(tmp_path, capsys):
     proc = labkit("ladder", "--skip", "warp_drive")
     assert proc.returncode == 2 and "--skip" in proc.stderr
-    assert "budget_epochs" in usage_error(["ladder", "--budget-epochs", "0"], capsys)
+    assert "budget_epochs" in usage_error(["ladder", "--budget-epochs", "0", "--out", str(tmp_path)], capsys)

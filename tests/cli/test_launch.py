@@ -32,7 +32,7 @@ def test_help_has_examples_for_both_ways_to_start(capsys):
         cli.main(["launch", "--help"])
     assert exit_.value.code == 0
     out = capsys.readouterr().out
-    assert "examples:" in out and "python -m labkit launch" in out
+    assert "examples:" in out and "\n  labkit launch " in out
     assert "torchrun --nproc-per-node=2 -m labkit launch" in out
     for flag in ("--world-size", "--backend", "--timeout"):
         assert flag in out

@@ -1,4 +1,4 @@
-"""`python -m labkit`: the top-level parser, every subcommand's help, shared argument types, a torch-free --help.
+"""`labkit` (= `python -m labkit`): the top-level parser, every subcommand's help, shared argument types, a torch-free --help.
 
 Each subcommand's own tests live in tests/cli/test_<subcommand>.py and run it as a person runs it: subprocesses,
 small sizes, output and exit codes checked.
@@ -24,7 +24,27 @@ def test_help_lists_subcommands_with_examples():
     assert proc.returncode == 0
     for name in ("doctor", "profile", "simulate", "memory"):
         assert name in proc.stdout
-    assert "examples (`labkit ...` is the same command" in proc.stdout
+    assert proc.stdout.startswith("usage: labkit [-h] COMMAND ...\n")  # the console command's name, not python -m
+    assert "examples (`.venv/bin/labkit` without an activated venv; `python -m labkit` is the same program):\n" \
+           "  labkit doctor\n" in proc.stdout
+    assert "python -m labkit " not in proc.stdout.replace("`python -m labkit` is the same program", "")
+
+
+def test_the_console_command_is_the_same_program():
+    """`.venv/bin/labkit` (pyproject's [project.scripts]) runs labkit.cli.main:main, as `python -m labkit` does."""
+    import os
+    from pathlib import Path
+
+    from tests.cli.support import ENV
+
+    console = Path(sys.executable).parent / "labkit"
+    if not console.exists():
+        pytest.skip(f"no console command next to {sys.executable} (labkit not installed into this environment)")
+    proc = subprocess.run([str(console), "sweep", "--batch-sizes", "16 32"], capture_output=True, text=True,
+                          env={**ENV, "PYTHONPATH": os.pathsep.join(sys.path)}, timeout=120)
+    assert proc.returncode == 2
+    assert proc.stderr.splitlines()[-1] == ("labkit sweep: error: argument --batch-sizes: give the numbers separated "
+                                            "by commas, e.g. 16,32; got '16 32'")
 
 
 def test_no_subcommand_and_unknown_subcommand_are_usage_errors(capsys):
@@ -41,7 +61,7 @@ def test_every_subcommand_help_has_examples(name, capsys):
         cli.main([name, "--help"])
     assert exit_.value.code == 0
     out = capsys.readouterr().out
-    assert "examples:" in out and f"python -m labkit {name}" in out
+    assert "examples:" in out and f"\n  labkit {name}" in out and "python -m labkit" not in out
 
 
 def test_doctor_keeps_its_flags():
@@ -57,7 +77,7 @@ def test_argument_types_and_table_formatting():
     from labkit.cli.common import format_bytes, format_table, int_list, jsonable, parse_bytes
 
     assert [parse_bytes(t) for t in ("4096", "64K", "1M", "2GiB", "1.5K")] == [4096, 65536, 2**20, 2 * 2**30, 1536]
-    assert int_list("16, 32,64") == [16, 32, 64]
+    assert int_list("16, 32,64") == [16, 32, 64]  # spaces next to the commas are fine
     for bad in ("12Q", "-1", ""):
         with pytest.raises(argparse.ArgumentTypeError):
             parse_bytes(bad)

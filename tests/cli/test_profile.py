@@ -8,6 +8,7 @@ import pytest
 
 from labkit.cli import main as cli
 
+from tests.cli import support
 from tests.cli.support import labkit, usage_error
 
 
@@ -23,13 +24,15 @@ def test_profile_writes_a_trace_and_prints_the_summary(tmp_path):
     assert traces and str(traces[0]) in proc.stdout
 
 
-def test_profile_on_cpu_has_no_gpu_error_line_gpu_column_or_repeated_progress(tmp_path):
+def test_profile_on_cpu_has_no_gpu_error_line_gpu_column_or_repeated_progress(tmp_path, monkeypatch):
     if __import__("torch").cuda.is_available():
         pytest.skip("checks the CPU-only output; on a GPU the GPU column belongs in the table")
+    monkeypatch.delitem(support.ENV, "KINETO_LOG_LEVEL", raising=False)   # the kit's own default, not the caller's
     proc = labkit("profile", "--model", "mlp", "--dataset", "synthetic", "--batch-size", "8", "--wait", "0",
                   "--warmup", "1", "--active", "2", "--run-dir", str(tmp_path), "--device", "cpu")
     assert proc.returncode == 0, proc.stderr
     assert "gpuGetDeviceCount" not in proc.stderr and "ERROR" not in proc.stderr
+    assert "USDT:" not in proc.stderr and "profiler_start" not in proc.stderr and "profiler_stop" not in proc.stderr
     assert "self CPU ms/step" in proc.stdout and "GPU ms/step" not in proc.stdout
     assert "profiling steps" not in proc.stderr   # stderr is a pipe here: no progress line at all, let alone repeats
 

@@ -54,6 +54,8 @@ def test_sweep_usage_errors_exit_2(capsys):
     proc = labkit("sweep", "--batch-sizes", "16,x")
     assert proc.returncode == 2 and "--batch-sizes" in proc.stderr
     assert "--batch-sizes" in usage_error(["sweep", "--batch-sizes", "0,8"], capsys)
+    assert usage_error(["sweep", "--batch-sizes", "16 32"], capsys).endswith(
+        ": error: argument --batch-sizes: give the numbers separated by commas, e.g. 16,32; got '16 32'\n")
     assert "exceed" in usage_error(["sweep", "--dataset", "digits", "--batch-sizes", "99999", "--no-find-max"],
                                    capsys)
     assert "--safety-margin" in usage_error(["sweep", "--safety-margin", "1.5"], capsys)

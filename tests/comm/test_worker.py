@@ -1,6 +1,7 @@
 """The rank side: joining the process group (from a launcher's environment), binding GPUs, parent watchdogs."""
 from __future__ import annotations
 
+import os
 import signal
 import sys
 
@@ -75,8 +76,12 @@ def test_mpi_job_on_two_nodes_uses_the_mpi_local_count(gpus, recorded_init, monk
 # ---- no orphans: the workers die with their launcher
 @pytest.mark.parametrize("start_method,processes", [("fresh", 2), ("forkserver", 3)])
 def test_workers_exit_when_the_launching_process_is_killed(tmp_path, start_method, processes):
-    with parent_of_sleeping_ranks(tmp_path, start_method) as (parent, kids):
+    # SIGKILL gives the launcher no chance to remove its labkit-launch-* folder: keep it under tmp_path, not /tmp
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    with parent_of_sleeping_ranks(tmp_path, start_method, env={**os.environ, "TMPDIR": str(tmp)}) as (parent, kids):
         assert len(kids) == processes  # killed at once: a watchdog that starts late still sees its parent gone
+        assert list(tmp.glob("labkit-launch-*"))  # the launcher's folder went to the redirected TMPDIR
         parent.send_signal(signal.SIGKILL)
         parent.wait()
         gone, alive = psutil.wait_procs(kids, timeout=30)
