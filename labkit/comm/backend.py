@@ -6,6 +6,7 @@ one-line reason a notebook prints next to its numbers.
 """
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 
 import torch
@@ -88,3 +89,28 @@ def world_size_limit(backend: str) -> tuple[int, str] | None:
     return GLOO_RANKS_PER_CORE * cores, (f"gloo runs at most {GLOO_RANKS_PER_CORE} processes per CPU core x "
                                          f"{cores} cores here, and every rank is a full Python process with torch: "
                                          "use fewer ranks, or GPUs with NCCL")
+
+
+@dataclass(frozen=True)
+class RetiredSpellings:
+    """What this PyTorch says about two spellings older tutorials use: ``dist.reduce_op`` and ``backend="tcp"``."""
+
+    reduce_op_present: bool          # the old attribute still exists (deprecated) or is gone
+    reduce_op_warnings: tuple[str, ...]
+    reduce_op_same_operation: bool   # the old SUM is the modern ReduceOp.SUM
+    modern_warnings: tuple[str, ...]
+    backends: tuple[str, ...]        # the built-in backends; "tcp" is no longer one
+
+
+def retired_spellings() -> RetiredSpellings:
+    """Probe the old names by string (never used for work) so the lesson checks the library, not a claim."""
+    old = getattr(dist, "reduce_op", None)          # probed by name: the one place the kit touches it
+    with warnings.catch_warnings(record=True) as old_caught:
+        warnings.simplefilter("always")
+        old_sum = getattr(old, "SUM", None) if old is not None else None
+    with warnings.catch_warnings(record=True) as modern_caught:
+        warnings.simplefilter("always")
+        modern_sum = dist.ReduceOp.SUM
+    as_text = lambda caught: tuple(f"{w.category.__name__}: {w.message}" for w in caught)  # noqa: E731
+    return RetiredSpellings(old is not None, as_text(old_caught), old is None or old_sum == modern_sum,
+                            as_text(modern_caught), tuple(dist.Backend.backend_list))

@@ -57,3 +57,13 @@ def test_world_size_within_the_launchers_limit(monkeypatch):
         bk.check_world_size(9, bk.world_size_limit("gloo"))
     with pytest.raises(ValueError, match=r"^world_size must be an integer between 1 and 3, got 4; why$"):
         bk.check_world_size(4, (3, "why"))
+
+
+def test_retired_spellings_read_from_this_pytorch():
+    """torch 2.14: dist.reduce_op still exists and warns toward ReduceOp; the modern form is silent; no tcp backend."""
+    from labkit.comm.backend import retired_spellings
+
+    old = retired_spellings()
+    if old.reduce_op_present:
+        assert old.reduce_op_same_operation and any("ReduceOp" in w for w in old.reduce_op_warnings)
+    assert old.modern_warnings == () and "tcp" not in old.backends and "gloo" in old.backends
