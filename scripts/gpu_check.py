@@ -24,7 +24,7 @@ DRY_RUN_NOTES = ["Notebooks 01 and 05 passed on the H100 as well (no per-cell lo
                  "(345 passed, 11 failed, 5 errors in all).",
                  "Memory rows: the recorded H100 peaks (baseline subtracted, second step) against the current memory "
                  "model built on a CPU. The misses are fp32 rows at small batches, where cuDNN's convolution "
-                 "workspace (chosen per layer and batch, e.g. +48 MB for the small CNN at batch 64) is not predicted."]
+                 "workspace (chosen per layer and batch; the table shows each row's gap) is not predicted."]
 
 
 def cuda_present() -> bool:

@@ -48,8 +48,7 @@ def tensorflow_lessons_can_run(log: Any, *claims: str) -> bool:
     reason = tensorflow_missing_reason()
     if reason is None:
         return True
-    for claim in claims:
-        log.not_checked(claim, reason)
+    log.not_checked_all(claims, reason)
     return False
 
 

@@ -25,6 +25,7 @@ from labkit.core.validation import checked_int, positive_int, positive_number
 from labkit.sharding.comm_volume import (CommCounter, bytes_written_by_process, counting_collectives,
                                          predicted_bytes_per_step, simulated_bytes_per_step)
 from labkit.sharding.memory import STRATEGIES, check_strategy, count_rank_state_bytes, predict_per_rank
+from labkit.training.device_memory import peak_since
 from labkit.training.memory import build_memory_model
 
 
@@ -171,7 +172,7 @@ def strategy_worker(cfg_dict: dict, strategy: str) -> dict:
             written_after = bytes_written_by_process() if on_sockets else None
             if on_gpu:
                 torch.cuda.synchronize(device)
-                step_peak = int(torch.cuda.max_memory_allocated(device)) - baseline
+                step_peak = peak_since(device, baseline)[0]
             wire = None if written_before is None or written_after is None else written_after - written_before
     full = {k: (v.full_tensor() if hasattr(v, "full_tensor") else v).detach().cpu().clone()
             for k, v in model.state_dict().items()}

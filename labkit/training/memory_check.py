@@ -183,7 +183,7 @@ def cuda_baseline_bytes() -> int | None:
     if not torch.cuda.is_available():
         return None
     torch.cuda.reset_peak_memory_stats()
-    return int(torch.cuda.memory_allocated())
+    return baseline_bytes(torch.device("cuda"))
 
 
 def measure_run_memory(progress: TrainProgress, predicted: MemoryBreakdown, baseline_bytes: int | None) -> int | None:
@@ -191,7 +191,7 @@ def measure_run_memory(progress: TrainProgress, predicted: MemoryBreakdown, base
     of ``predicted`` plus the activations counted from this batch's autograd graph (not the model's hook)."""
     model = progress.model
     if baseline_bytes is not None and next(model.parameters()).device.type == "cuda":
-        return int(torch.cuda.max_memory_allocated()) - baseline_bytes
+        return peak_since(next(model.parameters()).device, baseline_bytes)[0]
     with preserved_state(model):
         model.train()
         out = model(progress.last_inputs)

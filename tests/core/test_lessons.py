@@ -51,3 +51,11 @@ def test_tally_appends_to_log_file_and_summary_totals(tmp_path, monkeypatch):
     assert summary.splitlines()[0] == "lessons: 2 of 3 checked in 2 notebooks"
     assert "NOT CHECKED in 02: z (needs 2 GPUs)" in summary
     assert summarize_lesson_log(tmp_path / "missing.jsonl").startswith("lessons: 0 of 0")
+
+
+def test_not_checked_all_counts_every_claim_of_a_section(capsys):
+    log = LessonLog("nb")
+    log.not_checked_all(["a holds", "b holds"], "needs MPI")
+    assert log.total == 2 and capsys.readouterr().out.count("NOT CHECKED:") == 2
+    with pytest.raises(ValueError, match="reason"):
+        log.not_checked_all(["c holds"], " ")

@@ -155,6 +155,7 @@ def test_run_memory_on_a_gpu_is_the_peak_minus_the_baseline(monkeypatch):
     monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", lambda *a: None)
     monkeypatch.setattr(torch.cuda, "memory_allocated", lambda *a: 300_000_000)
     monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda *a: 300_000_000 + 9_000)
+    monkeypatch.setattr(torch.cuda, "max_memory_reserved", lambda *a: 400_000_000)
     baseline = cuda_baseline_bytes()
     assert baseline == 300_000_000
     on_gpu = SimpleNamespace(parameters=lambda: iter([SimpleNamespace(device=torch.device("cuda"))]))
