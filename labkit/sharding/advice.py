@@ -2,7 +2,8 @@
 
 Each row is computed, never typed: model-state bytes per rank from ZeRO's formulas
 (``labkit.sharding.memory.zero_paper_bytes``), activations from the scenario (the kit's measured memory model
-or a stated assumption) shrunk by the *measured* checkpointing ratio, and communication time per step from
+or a meta-device count, :mod:`labkit.sharding.lm_footprint`) shrunk by the measured or counted checkpointing ratio,
+forward time from counted FLOPs, and communication time per step from
 ``labkit.sharding.comm_volume`` over the given link bandwidth. The rule: take the cheapest option that fits, in the
 order DDP, ZeRO-2 (same traffic as DDP), FSDP, FSDP + checkpointing; where ZeRO-2 + checkpointing fits and
 FSDP's extra all-gather costs more than one recomputed forward, prefer it.
@@ -13,6 +14,7 @@ from dataclasses import dataclass
 
 from labkit.core.validation import positive_int, positive_number
 from labkit.sharding.comm_volume import predicted_bytes_per_step
+from labkit.sharding.lm_footprint import LMFootprint, forward_seconds
 from labkit.sharding.memory import zero_paper_bytes
 
 MIXED_PRECISION_GRAD_BYTES = 2     # fp16/bf16 gradients are what the collectives move
@@ -77,3 +79,12 @@ def advise(s: Scenario) -> dict:
             **{f"{r['option']} GB/rank": r["bytes_per_rank"] / 1e9 for r in rows.values()},
             "DDP comm ms": rows["DDP"]["comm_s"] * 1e3, "FSDP comm ms": rows["FSDP (ZeRO-3)"]["comm_s"] * 1e3,
             "choice": choice}
+
+
+def lm_scenario(lm: LMFootprint, gpu: str, gpu_memory_bytes: int, world_size: int, link_bytes_per_s: float,
+                mfu: float, link_label: str = "") -> Scenario:
+    """A Scenario for a counted transformer LM: its activations, checkpointed fraction and forward time."""
+    label = f", {link_label} link" if link_label else ""
+    return Scenario(f"{lm.name}, {world_size}x{gpu_memory_bytes / 1e9:.0f} GB{label}", lm.num_params,
+                    gpu_memory_bytes, world_size, link_bytes_per_s, lm.activation_bytes, lm.checkpointed_fraction,
+                    forward_seconds(lm.forward_flops, gpu, mfu))

@@ -205,13 +205,15 @@ def max_weight_difference(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]
 
 
 def summarize_runs(cfg: ShardingConfig, runs: dict[int, dict[str, list[dict]]]) -> list[dict]:
-    """One row per (world_size, strategy): counted vs predicted bytes per rank, comm three ways, answer gap."""
+    """One row per (world_size, strategy): counted vs predicted bytes per rank, comm three ways (plus the bytes gloo's
+    sockets carried), and the answer's gap to one process and to the hand-written ZeRO-1, rank by rank."""
     probe = build_mlp(cfg)
     memory_model = build_memory_model(probe.float(), (cfg.in_features,), optimizer="adam")   # probes are float32
     memory_model = replace(memory_model, param_bytes=memory_model.param_elements * 8)       # the runs are float64
     rows = []
     for world_size, by_strategy in sorted(runs.items()):
         reference = train_single_process(cfg, world_size)
+        zero1 = by_strategy.get("zero1")       # the hand-written shard: FSDP2 is checked against it directly
         for strategy, ranks in by_strategy.items():
             predicted = predict_per_rank(memory_model, cfg.micro_batch, strategy, world_size)
             held = [r["held_bytes"] for r in ranks]
@@ -229,7 +231,9 @@ def summarize_runs(cfg: ShardingConfig, runs: dict[int, dict[str, list[dict]]]) 
                                                                           world_size),
                          "simulated_comm_bytes": simulated_bytes_per_step(strategy, memory_model.param_bytes,
                                                                           world_size),
-                         "max_weight_diff": max(max_weight_difference(r["weights"], reference) for r in ranks)})
+                         "max_weight_diff": max(max_weight_difference(r["weights"], reference) for r in ranks),
+                         "weight_diff_vs_zero1": None if zero1 is None else max(
+                             max_weight_difference(r["weights"], z["weights"]) for r, z in zip(ranks, zero1))})
     return rows
 
 
