@@ -2,7 +2,8 @@
 
 Calls `labkit.training.batch_size.batch_size_sweep` and `labkit.training.finder.find_max_batch`, the same
 functions notebook 02 uses. On a GPU the finder runs real steps until CUDA runs out of memory; on a CPU it
-checks the memory model against a budget (default: the RAM available now).
+checks the memory model against a budget (default: the RAM available now). Beside every row: its hardware
+ceiling (the same model and recipe on batches already on the device) and the fraction of it the row reached.
 """
 from __future__ import annotations
 
@@ -64,6 +65,16 @@ def run_finder(args: argparse.Namespace, data: ImageData, model: nn.Module) -> d
             "train_samples": len(data.train), "dataset": data.name}
 
 
+def ceiling_note(measured: bool) -> str:
+    """What the ceiling columns are (or that they were skipped)."""
+    from labkit.training.ceiling import CEILING_REPEATS
+
+    if not measured:
+        return "not measured (--no-ceiling)"
+    return (f"the same model, recipe and steps on real batches already on the device (no loader, no copy), fastest "
+            f"of {CEILING_REPEATS} runs; 'of ceiling' = samples/s / ceiling samples/s")
+
+
 def run(args: argparse.Namespace) -> int:
     """Sweep, find the largest batch, print the table."""
     from labkit.core.env import get_mode
@@ -81,11 +92,12 @@ def run(args: argparse.Namespace) -> int:
                               steps=steps, time_budget_s=args.time_budget_s, base_lr=args.lr,
                               base_batch=args.base_batch, lr_scaling=args.lr_scaling,
                               memory_budget_bytes=args.memory_budget, device=args.device, seed=args.seed,
-                              progress=not args.no_progress)
+                              progress=not args.no_progress, ceiling=not args.no_ceiling)
     found = None if args.no_find_max else run_finder(args, data, model)
     if args.json:
         print_json({"model": args.model, "dataset": data.name, "device": result.device, "mode": get_mode().name,
-                    "steps_per_size": steps, "rows": result.rows, "knee_batch": result.knee(),
+                    "steps_per_size": steps, "ceiling": ceiling_note(not args.no_ceiling),
+                    "rows": result.rows, "knee_batch": result.knee(),
                     "max_batch": None if found is None else found["finder"].max_batch,
                     "finder": found})
         return 0
@@ -93,13 +105,15 @@ def run(args: argparse.Namespace) -> int:
           f"{get_mode().name} mode\n")
     print(format_table([vars(r) for r in result.rows], [
         ("batch_size", "batch", str), ("lr", "lr", fmt(".4g")), ("samples_per_s", "samples/s", fmt(".1f")),
+        ("ceiling_samples_per_s", "ceiling samples/s", fmt(".1f")), ("fraction_of_ceiling", "of ceiling", fmt(".0%")),
         ("step_time_s", "step ms", lambda s: fmt(".2f")(None if s is None else s * 1e3)),
         ("peak_mem_bytes", "peak memory", format_bytes),
         ("val_accuracy", "val acc %", lambda a: fmt(".1f")(None if a is None else 100 * a)),
         ("steps", "steps", str), ("note", "note", str)]))
+    print(f"\nceiling: {ceiling_note(not args.no_ceiling)}")
     knee = result.knee()
     if knee is not None:
-        print(f"\nknee: batch {knee} already reaches 90% of the best throughput")
+        print(f"knee: batch {knee} already reaches 90% of the best throughput")
     if found is not None:
         print("\n" + format_finder(found))
     return 0
@@ -154,5 +168,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--finder-timing-steps", type=nonnegative_int, default=None,
                    help="timed steps per finder trial (default 0 fast / 2 full)")
     p.add_argument("--no-find-max", action="store_true", help="skip the search for the largest batch")
+    p.add_argument("--no-ceiling", action="store_true",
+                   help="skip the hardware ceiling (device-resident batches) measured beside every batch size")
     add_output_flags(p)
     p.set_defaults(func=run)

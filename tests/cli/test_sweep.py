@@ -15,8 +15,9 @@ def test_sweep_prints_every_batch_size_and_the_largest_that_fits():
     proc = labkit(*SWEEP)
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
-    for header in ("batch", "samples/s", "step ms", "peak memory", "val acc %"):
+    for header in ("batch", "samples/s", "ceiling samples/s", "of ceiling", "step ms", "peak memory", "val acc %"):
         assert header in out
+    assert "ceiling: the same model, recipe and steps on real batches already on the device" in out
     rows = [line.split() for line in out.splitlines() if line.strip().split(" ")[0] in ("8", "32")]
     assert {r[0] for r in rows} >= {"8", "32"}
     assert "largest batch that fits:" in out and "memory-model" in out and "finder trials" in out
@@ -32,10 +33,22 @@ def test_sweep_json_agrees_with_the_finder(capsys):
     assert [r["batch_size"] for r in data["rows"]] == [8, 32]
     assert all(r["fits"] and r["samples_per_s"] > 0 and r["steps"] == 4 for r in data["rows"])
     assert all(0 <= r["val_accuracy"] <= 1 for r in data["rows"])
+    assert all(r["ceiling_samples_per_s"] > 0 and r["fraction_of_ceiling"] > 0 for r in data["rows"])
+    assert all(abs(r["fraction_of_ceiling"] - r["samples_per_s"] / r["ceiling_samples_per_s"]) < 1e-9
+               for r in data["rows"])
+    assert "already on the device" in data["ceiling"]
     digits = load_data("digits")
     direct = find_max_batch(build_model("mlp", 10, digits.image_shape), digits.image_shape, device="cpu",
                             memory_budget_bytes=64 * 2**20, limit=512, timing_steps=0)
     assert data["max_batch"] == direct.max_batch > 32
+
+
+def test_sweep_no_ceiling_skips_it(capsys):
+    argv = SWEEP[:7] + ["--steps", "2", "--device", "cpu", "--no-find-max", "--no-ceiling", "--json", "--no-progress"]
+    assert cli.main(argv) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["ceiling"] == "not measured (--no-ceiling)"
+    assert all(r["ceiling_samples_per_s"] is None and r["fraction_of_ceiling"] is None for r in data["rows"])
 
 
 def test_sweep_says_when_the_dataset_not_memory_is_the_limit():
