@@ -3,10 +3,15 @@
 A training loop alternates "get the next batch" and "run the step". With ``num_workers=0`` the two
 run one after the other; with worker processes the next batches are prepared *while* the step runs,
 so the loop only waits when the workers fall behind. The benchmark records both phases per batch.
+
+Beside the table sits the consumer's ceiling (:func:`measure_consumer_ceiling`): the same step run on batches
+already in memory, so no loader at all. Every configuration is a fraction of it; the gap is what loading costs.
 """
 from __future__ import annotations
 
 import gc
+import itertools
+import statistics
 import time
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Callable
@@ -16,12 +21,13 @@ import pandas as pd
 import torch
 from torch.utils.data import Dataset
 
-from labkit.core.clock import now_s
+from labkit.core.clock import host_times_s, now_s
 from labkit.core.data import make_loader, validate_num_workers
 from labkit.core.device import device_label
 from labkit.core.machine import cpu_count
 from labkit.core.progress import progress_bar
 from labkit.core.validation import checked_int, positive_int
+from labkit.training.ceiling import CEILING_REPEATS, POOL_BATCHES
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -160,6 +166,37 @@ def benchmark_loader(dataset: Dataset, config: LoaderConfig, *, batch_size: int 
     return LoaderResult(config, samples, total_s, wait_s, timeline)
 
 
+@dataclass(frozen=True)
+class ConsumerCeiling:
+    """What the step alone reaches with every batch already in memory: the ceiling of a loader table."""
+
+    samples_per_s: float                 # batch_size / median seconds of one step, fastest repeat
+    step_time_s: float                   # that repeat's median seconds per step
+    repeat_samples_per_s: tuple[float, ...]   # every repeat's samples/s
+
+
+def measure_consumer_ceiling(step_fn: Callable[[object], None], batch_size: int, *, sample_from: Dataset,
+                             steps: int = 10, repeats: int = CEILING_REPEATS) -> ConsumerCeiling:
+    """Time ``step_fn`` on a few batches of ``sample_from`` loaded once and cycled -> ConsumerCeiling.
+
+    The batches are built before the clock starts (no loader while timing); each repeat is one warm-up step
+    and ``steps`` timed ones on the host clock (as :func:`benchmark_loader` times the step), and the fastest
+    repeat's median step is the ceiling (an upper bound, so the best of the repeats).
+    """
+    batch_size = positive_int(batch_size, "batch_size", maximum=len(sample_from),
+                              hint=f"sample_from has {len(sample_from)} samples")
+    steps, repeats = positive_int(steps, "steps"), positive_int(repeats, "repeats")
+    if not callable(step_fn):
+        raise ValueError(f"step_fn must be a callable taking one batch, got {step_fn!r}")
+    batches = iter(make_loader(sample_from, batch_size, shuffle=False, drop_last=True))
+    pool = [next(batches) for _ in range(min(POOL_BATCHES, steps, len(sample_from) // batch_size))]
+    cycle = itertools.cycle(pool)
+    rates = [batch_size / statistics.median(host_times_s(lambda: step_fn(next(cycle)), warmup=1, repeats=steps))
+             for _ in range(repeats)]
+    best = max(rates)
+    return ConsumerCeiling(best, batch_size / best, tuple(rates))
+
+
 def default_grid(num_workers: int | None = None) -> list[LoaderConfig]:
     """A compact sweep: 0, 1 and ``num_workers`` (default: the cores) loader workers, then each knob on top."""
     n = num_workers or max(2, cpu_count())
@@ -174,19 +211,25 @@ class LoaderSweep:
 
     results: list[LoaderResult]
     device: str
+    ceiling: ConsumerCeiling | None = None     # the step on batches already in memory (None: not measured)
 
     @property
     def rows(self) -> list[dict]:
-        """One table row per configuration."""
-        return [r.row() for r in self.results]
+        """One table row per configuration (with ``fraction_of_ceiling`` when the ceiling was measured)."""
+        if self.ceiling is None:
+            return [r.row() for r in self.results]
+        return [{**r.row(), "fraction_of_ceiling": r.samples_per_s / self.ceiling.samples_per_s}
+                for r in self.results]
 
     def by_label(self) -> dict[str, LoaderResult]:
         """The results keyed by their configuration's label."""
         return {r.config.label: r for r in self.results}
 
     def to_dataframe(self) -> pd.DataFrame:
-        """samples/s, data-wait fraction and total seconds per configuration (a pandas DataFrame)."""
-        return pd.DataFrame(self.rows).set_index("config")[["samples_per_s", "data_wait_fraction", "total_s"]]
+        """samples/s, data-wait fraction, total seconds (and fraction of the ceiling) per configuration."""
+        columns = ["samples_per_s", "data_wait_fraction", "total_s"]
+        columns += ["fraction_of_ceiling"] if self.ceiling is not None else []
+        return pd.DataFrame(self.rows).set_index("config")[columns]
 
     def plot(self, ax: Axes | None = None) -> Axes:
         """Bar chart of samples/s, annotated with the data-wait fraction."""
@@ -196,6 +239,9 @@ class LoaderSweep:
         for bar, r in zip(bars, self.results):
             ax.text(bar.get_width(), bar.get_y() + bar.get_height() / 2,
                     f" wait {100 * r.data_wait_fraction:.0f}%", va="center", fontsize=8)
+        if self.ceiling is not None:
+            ax.axvline(self.ceiling.samples_per_s, ls="--", color="grey", label="ceiling: the step alone")
+            ax.legend(loc="upper right", fontsize=8)
         ax.invert_yaxis()
         ax.set_xlabel("samples/s")
         ax.set_title(f"DataLoader sweep on {self.device}")
@@ -204,12 +250,15 @@ class LoaderSweep:
 
 def sweep_loaders(dataset: Dataset, configs: list[LoaderConfig] | None = None, *, batch_size: int = 32,
                   epochs: int = 2, step_fn: Callable[[object], None] | None = None, seed: int = 0,
-                  progress: bool = True) -> LoaderSweep:
-    """Benchmark each DataLoader configuration on the same dataset and step."""
+                  progress: bool = True, ceiling: bool = False) -> LoaderSweep:
+    """Benchmark each DataLoader configuration on the same dataset and step (``ceiling=True``: and the step alone)."""
     configs = configs or default_grid()
+    if ceiling and step_fn is None:
+        raise ValueError("ceiling=True needs step_fn: the ceiling is what that step reaches with the data in memory")
     results = [benchmark_loader(dataset, c, batch_size=batch_size, epochs=epochs, step_fn=step_fn, seed=seed)
                for c in progress_bar(configs, desc="DataLoader sweep", unit="config", enabled=progress)]
-    return LoaderSweep(results, device_label("cpu"))
+    top = measure_consumer_ceiling(step_fn, batch_size, sample_from=dataset) if ceiling else None
+    return LoaderSweep(results, device_label("cpu"), top)
 
 
 def plot_overlap(results: list[LoaderResult], max_batches: int = 8, ax: Axes | None = None) -> Axes:

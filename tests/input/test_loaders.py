@@ -9,7 +9,7 @@ import torch
 from torch.utils.data import TensorDataset
 
 from labkit.input.loaders import (ExpensiveTransform, LoaderConfig, TransformedDataset, benchmark_loader, default_grid,
-                              plot_overlap, simulated_step, sweep_loaders)
+                                  measure_consumer_ceiling, plot_overlap, simulated_step, sweep_loaders)
 
 matplotlib.use("Agg")
 
@@ -73,3 +73,50 @@ def test_default_grid():
 def test_bad_epochs():
     with pytest.raises(ValueError, match="epochs"):
         benchmark_loader(dataset(), LoaderConfig(0), epochs=0)
+
+
+def test_consumer_ceiling_times_the_step_on_batches_in_memory():
+    seen = []
+    slow = TransformedDataset(dataset(), ExpensiveTransform(0.001, "io"))
+
+    def step(batch):
+        seen.append(batch[1].tolist())
+        simulated_step(0.005)(batch)
+
+    top = measure_consumer_ceiling(step, 6, sample_from=slow, steps=5, repeats=2)
+    assert len(top.repeat_samples_per_s) == 2 and top.samples_per_s == max(top.repeat_samples_per_s)
+    assert 0.3 * 6 / 0.005 < top.samples_per_s <= 6 / 0.005         # a sleep of 5 ms per batch of 6 bounds it
+    assert top.step_time_s == pytest.approx(6 / top.samples_per_s)
+    assert len(seen) == 2 * (1 + 5)                                 # one warm-up + 5 timed steps per repeat
+    assert seen[:5] == [[0, 1, 2, 3, 4, 5], [6, 7, 8, 9, 10, 11], [12, 13, 14, 15, 16, 17], [18, 19, 20, 21, 22, 23],
+                        [0, 1, 2, 3, 4, 5]]                         # real batches, cycled from a resident pool
+
+
+def test_sweep_with_ceiling_reports_each_row_as_a_fraction_of_it():
+    ds = TransformedDataset(dataset(), ExpensiveTransform(0.001, "io"))
+    sweep = sweep_loaders(ds, [LoaderConfig(0)], batch_size=6, epochs=1, step_fn=simulated_step(0.004),
+                          progress=False, ceiling=True)
+    assert sweep.ceiling is not None and sweep.ceiling.samples_per_s > 0
+    frame = sweep.to_dataframe()
+    assert list(frame.columns) == ["samples_per_s", "data_wait_fraction", "total_s", "fraction_of_ceiling"]
+    got = frame.loc["workers=0"]
+    assert got.fraction_of_ceiling == pytest.approx(got.samples_per_s / sweep.ceiling.samples_per_s)
+    assert 0 < got.fraction_of_ceiling < 1.0                        # 6 ms of loading per batch, in series: below it
+    ax = sweep.plot()
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["ceiling: the step alone"]
+
+
+def test_consumer_ceiling_bad_input():
+    step = simulated_step(0.0)
+    with pytest.raises(ValueError, match="batch_size must be an integer between 1 and 24, got 0"):
+        measure_consumer_ceiling(step, 0, sample_from=dataset())
+    with pytest.raises(ValueError, match="got 25; sample_from has 24 samples"):
+        measure_consumer_ceiling(step, 25, sample_from=dataset())
+    with pytest.raises(ValueError, match="steps must be an integer >= 1, got 0"):
+        measure_consumer_ceiling(step, 4, sample_from=dataset(), steps=0)
+    with pytest.raises(ValueError, match="repeats must be an integer >= 1, got 0"):
+        measure_consumer_ceiling(step, 4, sample_from=dataset(), repeats=0)
+    with pytest.raises(ValueError, match="step_fn must be a callable"):
+        measure_consumer_ceiling(0.04, 4, sample_from=dataset())
+    with pytest.raises(ValueError, match="ceiling=True needs step_fn"):
+        sweep_loaders(dataset(), [LoaderConfig(0)], batch_size=4, progress=False, ceiling=True)
