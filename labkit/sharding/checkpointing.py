@@ -172,13 +172,18 @@ def compare_step_time(plain: nn.Module, checkpointed: nn.Module, inputs: torch.T
                               statistics.median(fwd_s[1:]))
 
 
-def largest_batch_within(bytes_at: dict[int, int], budget_bytes: int, fixed_bytes: int = 0) -> int:
-    """Largest batch whose activations (linear fit through two measured batches) + ``fixed_bytes`` fit the budget."""
+def bytes_line(bytes_at: dict[int, int]) -> tuple[float, float]:
+    """(bytes per sample, fixed bytes) of the line through the two smallest measured batches."""
     (b1, a1), (b2, a2) = sorted(bytes_at.items())[:2]
     per_sample = (a2 - a1) / (b2 - b1)
-    intercept = a1 - per_sample * b1
     if per_sample <= 0:
         raise ValueError(f"activation bytes did not grow with the batch ({bytes_at}); measure larger batches")
+    return per_sample, a1 - per_sample * b1
+
+
+def largest_batch_within(bytes_at: dict[int, int], budget_bytes: int, fixed_bytes: int = 0) -> int:
+    """Largest batch whose activations (linear fit through two measured batches) + ``fixed_bytes`` fit the budget."""
+    per_sample, intercept = bytes_line(bytes_at)
     return max(0, int((budget_bytes - fixed_bytes - intercept) // per_sample))
 
 

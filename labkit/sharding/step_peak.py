@@ -16,7 +16,7 @@ from labkit.core.models import resnet18_cifar
 from labkit.core.procs import run_in_fresh_process
 from labkit.core.timing import synchronize
 from labkit.core.validation import positive_int
-from labkit.sharding.checkpointing import largest_batch_within, transformer_stack, with_checkpointing
+from labkit.sharding.checkpointing import bytes_line, largest_batch_within, transformer_stack, with_checkpointing
 from labkit.training.device_memory import peak_since
 from labkit.training.host_memory import MEASURE_MMAP_THRESHOLD, measure_host_peak_bytes
 from labkit.training.memory import preserved_state
@@ -94,3 +94,9 @@ def measure_step_peaks(workload: str, batch_sizes: tuple[int, ...], device: str 
 def largest_batches(peaks: dict[str, dict[int, int]], budget_bytes: int, fixed_bytes: int) -> dict[str, int]:
     """Largest batch within ``budget_bytes`` for each kind, from a line through its measured step peaks."""
     return {kind: largest_batch_within(by_batch, budget_bytes, fixed_bytes) for kind, by_batch in peaks.items()}
+
+
+def per_sample_ratio(peaks: dict[str, dict[int, int]]) -> float:
+    """Checkpointed / plain growth of the step peak per sample: what checkpointing saves as the batch grows."""
+    return bytes_line(peaks["checkpointed"])[0] / bytes_line(peaks["plain"])[0]
+

@@ -52,3 +52,7 @@ def test_step_time_comparison_and_largest_batch():
     assert checkpointing.largest_batch_within({1: 100, 2: 200}, 1000, fixed_bytes=500) == 5
     with pytest.raises(ValueError, match="did not grow"):
         checkpointing.largest_batch_within({1: 100, 2: 100}, 1000)
+
+
+def test_bytes_line_through_two_batches():
+    assert checkpointing.bytes_line({4: 500, 2: 300}) == (100.0, 100.0)

@@ -30,3 +30,9 @@ def test_unknown_workload_is_one_clear_error():
         step_peak.measure_step_peaks("gpt", (2, 4))
     with pytest.raises(ValueError, match="unknown workload"):
         step_peak.build_workload("gpt")
+
+
+def test_per_sample_ratio_is_the_ratio_of_the_two_lines():
+    peaks = {"plain": {2: 1_000, 6: 5_000}, "checkpointed": {2: 900, 6: 2_900}}
+    assert step_peak.per_sample_ratio(peaks) == 0.5
+    assert step_peak.largest_batches(peaks, budget_bytes=10_000, fixed_bytes=0) == {"plain": 11, "checkpointed": 20}
