@@ -4,7 +4,10 @@
 
 On a GPU: ResNet-18 and the small CNN, batch 16-1024, fp32 and bf16 autocast, SGD (momentum) and Adam;
 each row's ``error_pct`` is (predicted - measured) / measured with measured = the second step's peak
-allocated minus what other code held (:func:`labkit.training.memory_check.measure_step_memory`). On a CPU it
+allocated minus what other code held (:func:`labkit.training.memory_check.measure_step_memory`) and
+predicted = the model plus each layer's cuDNN workspace, measured layer by layer at that batch
+(:func:`labkit.training.workspace.measure_workspaces`; ``workspace_bytes`` is what it adds to the peak,
+``predicted_without_workspace_bytes`` the model alone). On a CPU it
 checks activations and optimizer state against counts made without the model's hook, and the recorded
 H100 rows (tests/fixtures/gpu_reference_h100.json).
 """
@@ -20,6 +23,7 @@ import torch
 from labkit.training.memory import build_memory_model, release_cpu_memory
 from labkit.training.memory_check import check_on_cpu, compare_with_reference, measure_step_memory, recorded_reference
 from labkit.core.models import build_model
+from labkit.training.workspace import measure_workspaces
 
 MODELS, BATCHES, DTYPES, OPTIMIZERS = ("resnet18", "small_cnn"), (16, 64, 256, 1024), ("fp32", "bf16"), ("sgd", "adam")
 
@@ -42,10 +46,13 @@ def gpu_rows(device: torch.device) -> list[dict]:
                     opt = _optimizer(model, opt_name)
                     x = torch.randn(bs, 3, 32, 32, device=device)
                     y = torch.randint(0, 10, (bs,), device=device)
+                    pred = mm.predict(bs, workspaces=measure_workspaces(model, (3, 32, 32), bs, amp))
                     got = measure_step_memory(model, opt, x, y, amp)
-                    predicted = mm.predict(bs).total_bytes
+                    predicted = pred.total_bytes
                     rows.append(dict(model=name, batch_size=bs, dtype=dtype, optimizer=opt_name,
                                      predicted_bytes=int(predicted), measured_bytes=got.step_peak_bytes,
+                                     workspace_bytes=pred.workspace_bytes,
+                                     predicted_without_workspace_bytes=int(predicted - pred.workspace_bytes),
                                      reserved_bytes=got.peak_reserved_bytes,
                                      error_pct=round(100 * (predicted - got.step_peak_bytes) / got.step_peak_bytes, 2)))
                     del model, opt, x, y
@@ -81,7 +88,8 @@ def _print_rows(rows: list[dict]) -> None:
     for r in rows:
         print(f"{r['model']:>9} b{r['batch_size']:<5} {r['dtype']} {r['optimizer']:<4} predicted "
               f"{r['predicted_bytes'] / 1e6:9.1f} MB  measured {r['measured_bytes'] / 1e6:9.1f} MB  "
-              f"{r['error_pct']:+.2f}%")
+              f"{r['error_pct']:+.2f}%" + (f"  (cuDNN workspace +{r['workspace_bytes'] / 1e6:.1f} MB)"
+                                           if r.get("workspace_bytes") else ""))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -105,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
         within = sum(abs(r["error_pct"]) <= 5 for r in recorded)
         print(f"recorded H100 rows: {within} of {len(recorded)} within 5%; max |error| "
               f"{report['recorded_max_abs_error_pct']:.2f}% (the misses are fp32 rows whose cuDNN convolution "
-              "workspace the model does not predict)")
+              "workspace no shape shows; on a GPU this script measures it per layer and adds it)")
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(report, indent=1))

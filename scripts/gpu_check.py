@@ -23,8 +23,9 @@ DRY_RUN_NOTES = ["Notebooks 01 and 05 passed on the H100 as well (no per-cell lo
                  "The test file table lists only the files with failures: the H100 log itemises failures, not passes "
                  "(345 passed, 11 failed, 5 errors in all).",
                  "Memory rows: the recorded H100 peaks (baseline subtracted, second step) against the current memory "
-                 "model built on a CPU. The misses are fp32 rows at small batches, where cuDNN's convolution "
-                 "workspace (chosen per layer and batch; the table shows each row's gap) is not predicted."]
+                 "model built on a CPU. The misses are fp32 rows at small batches: cuDNN's convolution workspace, "
+                 "chosen per layer and batch on the GPU. The recorded run predates its measurement (workspace: "
+                 "'not measured'); a live run measures it layer by layer and adds it to each prediction."]
 
 
 def cuda_present() -> bool:

@@ -121,11 +121,13 @@ def _memory_section(doc: dict | None) -> list[str]:
     worst = doc.get("max_abs_error_pct")
     lines += [f"Device: {doc.get('device', '?')}. Largest error {worst:.1f}% (target within {MEMORY_TARGET_PCT:.0f}%: "
               f"{'met' if worst is not None and worst <= MEMORY_TARGET_PCT else 'NOT met'}).", "",
-              "| model | batch | dtype | optimizer | predicted (MiB) | measured (MiB) | reserved (MiB) | error |",
-              "|---|---|---|---|---|---|---|---|"]
+              "| model | batch | dtype | optimizer | predicted (MiB) | of which cuDNN workspace (MiB) | measured (MiB) "
+              "| reserved (MiB) | error |",
+              "|---|---|---|---|---|---|---|---|---|"]
     for r in doc["rows"]:
+        workspace = f"{r['workspace_bytes'] / 2**20:.1f}" if "workspace_bytes" in r else "not measured"
         lines.append(f"| {r['model']} | {r['batch_size']} | {r['dtype']} | {r['optimizer']} | "
-                     f"{r['predicted_bytes'] / 2**20:.0f} | {r['measured_bytes'] / 2**20:.0f} | "
+                     f"{r['predicted_bytes'] / 2**20:.0f} | {workspace} | {r['measured_bytes'] / 2**20:.0f} | "
                      f"{r['reserved_bytes'] / 2**20:.0f} | {r['error_pct']:+.1f}% |")
     return lines + [""]
 

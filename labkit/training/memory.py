@@ -13,7 +13,7 @@ import contextlib
 import ctypes
 import gc
 from dataclasses import dataclass
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator
 
 import psutil
 import torch
@@ -22,7 +22,11 @@ from torch import nn
 from labkit.core.choices import OPTIMIZERS
 from labkit.core.validation import positive_int
 from labkit.training.dtypes import autocast, dtype_bytes, normalise_dtype
-from labkit.training.memory_timeline import LayerLine, backward_peak_bytes, fit_layer_lines, layer_memory
+from labkit.training.memory_timeline import (LayerLine, backward_peak_bytes, fit_layer_lines, forward_peak_bytes,
+                                             layer_memory)
+
+if TYPE_CHECKING:
+    from labkit.training.workspace import StepWorkspaces
 
 _STATE_COPIES = {"sgd": 0, "sgd_momentum": 1, "adam": 2}     # fp32 tensors of parameter size kept per optimizer
 # parameter-sized temporaries inside optimizer.step(): torch's foreach Adam builds sqrt(v) as a new list of tensors
@@ -89,16 +93,18 @@ class MemoryBreakdown:
     # the step's real peak minus the sum of the parts: negative where gradients and activations are never
     # all alive at once, positive for backward gradient buffers and optimizer temporaries (0: not modelled)
     peak_adjust_bytes: int = 0
+    # what measured GPU workspaces add to that peak (0: none given, or all fit in the slack where they ran)
+    workspace_bytes: int = 0
 
     @property
     def total_bytes(self) -> int:
-        """Predicted peak of one training step (the parts plus the timeline adjustment)."""
+        """Predicted peak of one training step (the parts, the timeline adjustment and any workspace)."""
         return (self.params_bytes + self.grads_bytes + self.optimizer_bytes + self.activations_bytes
-                + self.peak_adjust_bytes)
+                + self.peak_adjust_bytes + self.workspace_bytes)
 
     def as_dict_mb(self) -> dict:
         """The parts in MB (1e6 bytes), for tables and bar charts."""
-        parts = ("params", "grads", "optimizer", "activations", "peak_adjust")
+        parts = ("params", "grads", "optimizer", "activations", "peak_adjust", "workspace")
         d = {p: getattr(self, f"{p}_bytes") / 1e6 for p in parts}
         d["total"] = self.total_bytes / 1e6
         return d
@@ -122,22 +128,43 @@ class MemoryModel:
         if self.param_bytes < 0 or self.activation_bytes_per_sample < 0:
             raise ValueError("memory sizes must be >= 0")
 
-    def predict(self, batch_size: int, activation_dtype: str | None = None,
-                param_dtype: str | None = None) -> MemoryBreakdown:
-        """Predicted bytes at ``batch_size``; dtypes rescale the measured ones (e.g. 'bf16' halves activations)."""
+    def predict(self, batch_size: int, activation_dtype: str | None = None, param_dtype: str | None = None,
+                workspaces: StepWorkspaces | None = None) -> MemoryBreakdown:
+        """Predicted bytes at ``batch_size``; dtypes rescale the measured ones (e.g. 'bf16' halves activations).
+
+        ``workspaces`` (GPU, measured at this batch by :func:`labkit.training.workspace.measure_workspaces`)
+        adds each layer's cuDNN workspace at the moment that layer runs.
+        """
         batch_size = positive_int(batch_size, "batch_size")
         act_scale = dtype_bytes(activation_dtype or self.activation_dtype) / dtype_bytes(self.activation_dtype)
         pbytes = self.param_elements * dtype_bytes(param_dtype or self.param_dtype)
         acts = (self.activation_bytes_per_sample * batch_size + self.activation_fixed_bytes) * act_scale
         opt = _STATE_COPIES[self.optimizer] * pbytes
         acts = int(round(acts))
-        adjust = 0
+        adjust = extra = 0
         if self.backward_layers:
-            during_backward = pbytes + opt + backward_peak_bytes([line.at(batch_size, act_scale)
-                                                                  for line in self.backward_layers])
+            layers = [line.at(batch_size, act_scale) for line in self.backward_layers]
             at_optimizer_step = 2 * pbytes + opt + _STEP_TEMP_COPIES[self.optimizer] * pbytes
-            adjust = int(round(max(during_backward, at_optimizer_step))) - (2 * pbytes + opt + acts)
-        return MemoryBreakdown(batch_size, pbytes, pbytes, opt, acts, adjust)
+            peak = max(pbytes + opt + backward_peak_bytes(layers), at_optimizer_step)
+            adjust = int(round(peak)) - (2 * pbytes + opt + acts)
+            if workspaces is not None:
+                ws = self._check_workspaces(workspaces, batch_size).layers
+                with_ws = max(pbytes + opt + max(forward_peak_bytes(layers, ws), backward_peak_bytes(layers, ws)),
+                              at_optimizer_step)
+                extra = int(round(with_ws)) - int(round(peak))
+        elif workspaces is not None:
+            raise ValueError("this memory model has no per-layer timeline (backward_layers); build it with "
+                             "build_memory_model to add workspaces")
+        return MemoryBreakdown(batch_size, pbytes, pbytes, opt, acts, adjust, extra)
+
+    def _check_workspaces(self, workspaces: StepWorkspaces, batch_size: int) -> StepWorkspaces:
+        if workspaces.batch_size != batch_size:
+            raise ValueError(f"these workspaces were measured at batch {workspaces.batch_size}, not {batch_size}: "
+                             "cuDNN chooses per batch, so measure them at the batch you predict")
+        if len(workspaces.layers) != len(self.backward_layers):
+            raise ValueError(f"{len(workspaces.layers)} layer workspaces for a model of {len(self.backward_layers)} "
+                             "layer calls: measure them on the same model this memory model was built from")
+        return workspaces
 
     def largest_batch_within(self, budget_bytes: int, safety_margin: float = 0.1, limit: int = 1 << 20) -> int:
         """Largest batch whose predicted total fits in ``budget_bytes * (1 - safety_margin)`` (0 if none)."""

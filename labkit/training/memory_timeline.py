@@ -6,15 +6,21 @@ gradients appear one layer at a time, and each layer briefly holds its output's 
 We record, per leaf module in forward order, the saved-for-backward bytes it was first to save, its
 parameters' bytes and its input/output bytes, then replay the backward pass in reverse order. On an
 H100 this replay predicts the measured step peak within 5% (bf16 all rows; fp32 from batch 64; see
-``tests/fixtures/gpu_reference_h100.json``). What it cannot see: cuDNN/cuBLAS workspaces, chosen on the GPU.
+``tests/fixtures/gpu_reference_h100.json``). What it cannot see from shapes: cuDNN's convolution workspaces,
+chosen on the GPU; measure them there (:mod:`labkit.training.workspace`) and the replay adds each one at the
+moment its layer runs, forward or backward.
 """
 from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Sequence
 
 import torch
 from torch import nn
+
+if TYPE_CHECKING:
+    from labkit.training.workspace import LayerWorkspace
 
 
 @dataclass(frozen=True)
@@ -47,11 +53,16 @@ def _nbytes(t) -> int:
     return t.untyped_storage().nbytes() if isinstance(t, torch.Tensor) else 0
 
 
+def leaf_modules(model: nn.Module) -> list[nn.Module]:
+    """The modules that do the work (no children): the layers the replay walks, in definition order."""
+    return [m for m in model.modules() if not list(m.children())]
+
+
 def layer_memory(model: nn.Module, inputs: torch.Tensor,
                  autocast: contextlib.AbstractContextManager | None = None) -> list[LayerMemory]:
     """Per leaf module, in forward order: saved, gradient and input/output bytes of one forward pass."""
     param_ptrs = {p.untyped_storage().data_ptr() for p in model.parameters()}
-    leaves = [m for m in model.modules() if not list(m.children())]
+    leaves = leaf_modules(model)
     rows: list[list[float]] = []
     seen: set[int] = set()
 
@@ -95,16 +106,31 @@ def fit_layer_lines(small: list[LayerMemory], large: list[LayerMemory], b_small:
     return tuple(lines)
 
 
-def backward_peak_bytes(layers: list[LayerMemory]) -> float:
+def forward_peak_bytes(layers: list[LayerMemory], workspaces: Sequence[LayerWorkspace] = ()) -> float:
+    """Peak bytes of saved activations while the forward pass walks the layers (no gradients exist yet).
+
+    At layer i: everything saved by layers < i, plus layer i's input and output, plus its workspace.
+    Without workspaces this never beats the backward peak; a large forward workspace can.
+    """
+    saved = peak = 0.0
+    for i, layer in enumerate(layers):
+        peak = max(peak, saved + layer.io_bytes + (workspaces[i].forward_bytes if workspaces else 0))
+        saved += layer.saved_bytes
+    return peak
+
+
+def backward_peak_bytes(layers: list[LayerMemory], workspaces: Sequence[LayerWorkspace] = ()) -> float:
     """Peak bytes of saved activations + gradients while the backward pass walks the layers in reverse.
 
     At layer i: everything saved by layers <= i is still alive, gradients of layers > i exist, and
-    layer i holds the gradients of its input and output and of its own parameters.
+    layer i holds the gradients of its input and output and of its own parameters, plus its workspace.
     """
     live_saved = sum(layer.saved_bytes for layer in layers)
     grads_done = peak = 0.0
-    for layer in reversed(layers):
-        peak = max(peak, live_saved + grads_done + layer.io_bytes + layer.grad_bytes)
+    for i in reversed(range(len(layers))):
+        layer = layers[i]
+        held = live_saved + grads_done + layer.io_bytes + layer.grad_bytes
+        peak = max(peak, held + (workspaces[i].backward_bytes if workspaces else 0))
         live_saved -= layer.saved_bytes
         grads_done += layer.grad_bytes
     return peak
