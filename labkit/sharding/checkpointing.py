@@ -23,7 +23,7 @@ from torch.utils.checkpoint import checkpoint
 
 from labkit.core.timing import Stopwatch, synchronize
 from labkit.core.validation import positive_int
-from labkit.training.memory import preserved_state
+from labkit.training.memory import preserved_state, probe_forward
 
 
 class Checkpointed(nn.Module):
@@ -82,14 +82,7 @@ def predict_checkpointed_bytes(model: nn.Module, inputs: torch.Tensor, segments:
 
     handles = [children[s].register_forward_pre_hook(enter(s)) for s in segments]
     handles += [children[s].register_forward_hook(lambda *_: current.__setitem__(0, None)) for s in segments]
-    try:
-        with preserved_state(model), torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-            model.train()
-            out = model(inputs)
-            del out
-    finally:
-        for h in handles:
-            h.remove()
+    probe_forward(model, inputs, handles, torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t))
     outside = {ptr: n for ptr, (n, segs) in saved.items() if None in segs}   # also saved outside: still kept
     kept = {**outside, **{p: n for p, n in kept_inputs.items() if p not in param_ptrs}}
     rng_bytes = rng_state_bytes(inputs.device) * len(segments)

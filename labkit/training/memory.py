@@ -50,6 +50,19 @@ def preserved_state(model: nn.Module) -> Iterator[None]:
         model.train(was_training)
 
 
+def probe_forward(model: nn.Module, inputs: torch.Tensor, handles: list,
+                  context: contextlib.AbstractContextManager | None = None) -> None:
+    """One training-mode forward pass run only for its hooks: side-effect free, the hooks removed after."""
+    try:
+        with preserved_state(model), (context or contextlib.nullcontext()):
+            model.train()
+            out = model(inputs)
+            del out
+    finally:
+        for h in handles:
+            h.remove()
+
+
 def optimizer_kind(optimizer: str, momentum: float = 0.0) -> str:
     """'sgd' with momentum > 0 is 'sgd_momentum'; validates the name."""
     name = optimizer.lower()

@@ -22,7 +22,7 @@ from torch import nn
 from labkit.core.validation import positive_int
 from labkit.training.device_memory import tensor_bytes
 from labkit.training.dtypes import autocast
-from labkit.training.memory import preserved_state
+from labkit.training.memory import preserved_state, probe_forward
 from labkit.training.memory_timeline import leaf_modules
 
 
@@ -74,14 +74,7 @@ def _record_calls(model: nn.Module, inputs: torch.Tensor, amp_dtype: str | None)
     calls: list[LayerCall] = []
     hooks = [m.register_forward_pre_hook(lambda mod, args: calls.append(LayerCall(mod, tuple(map(_spec, args)))))
              for m in leaf_modules(model)]
-    try:
-        with preserved_state(model), autocast(inputs.device.type, amp_dtype):
-            model.train()
-            out = model(inputs)
-            del out
-    finally:
-        for h in hooks:
-            h.remove()
+    probe_forward(model, inputs, hooks, autocast(inputs.device.type, amp_dtype))
     return calls
 
 
