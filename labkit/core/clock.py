@@ -3,15 +3,16 @@
 Torch-free, so TensorFlow-only child processes and the launcher use the same clock as the training loop.
 Host elapsed time (:func:`now_s`), wall-clock stamps that other processes can compare (:func:`timestamp_s`),
 timeouts (:class:`Deadline`), repeated host timings (:func:`host_times_s`) and fair comparisons under drifting
-load (:func:`interleaved`) all come from here; device-aware timing (CUDA events, synchronisation) builds on it
-in :mod:`labkit.core.timing`.
+load (:func:`interleaved`, :func:`paired_median`) all come from here; device-aware timing (CUDA events,
+synchronisation) builds on it in :mod:`labkit.core.timing`.
 """
 from __future__ import annotations
 
+import math
 import statistics
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Mapping, TypeVar
+from typing import Callable, Mapping, Sequence, TypeVar
 
 from labkit.core.validation import checked_int, positive_int, positive_number
 
@@ -125,3 +126,15 @@ def interleaved(runs: Mapping[str, Callable[[], T]], rounds: int = 3) -> dict[st
         for name, run in runs.items():
             results[name].append(run())
     return results
+
+
+def paired_median(numerators: Sequence[float | None], denominators: Sequence[float | None]) -> float | None:
+    """Median over rounds of numerator / denominator, each pair measured in the same round (None: no pair).
+
+    The two runs of one round ran seconds apart, so load that starts or stops between rounds spoils one
+    round's ratio, not the comparison; comparing each side's fastest round instead would pit a quiet round
+    of one against a busy round of the other.
+    """
+    ratios = [n / d for n, d in zip(numerators, denominators)
+              if n is not None and d is not None and math.isfinite(n) and math.isfinite(d) and d > 0]
+    return statistics.median(ratios) if ratios else None

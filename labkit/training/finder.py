@@ -19,7 +19,8 @@ from labkit.core.device import device_label, get_device
 from labkit.core.timing import synchronize, time_fn
 from labkit.core.validation import checked_int, positive_int
 from labkit.training.device_memory import baseline_bytes, peak_since
-from labkit.training.memory import build_memory_model, optimizer_settings, release_cpu_memory
+from labkit.training.memory import (MemoryModel, build_memory_model, optimizer_kind, optimizer_settings,
+                                    release_cpu_memory)
 
 
 @dataclass(frozen=True)
@@ -168,13 +169,14 @@ def find_max_batch(model: nn.Module, sample_shape: tuple[int, ...], *, num_class
                    momentum: float = 0.9, device: str | torch.device | None = None,
                    memory_budget_bytes: int | None = None, safety_margin: float = 0.1, start: int = 1,
                    limit: int | None = None, dataset_size: int | None = None, timing_steps: int = 2,
-                   method: str = "auto") -> FinderResult:
+                   method: str = "auto", memory_model: MemoryModel | None = None) -> FinderResult:
     """Largest batch that trains within memory (minus ``safety_margin``); every trial reported with samples/s.
 
     ``method``: "auto" (real steps + OOM on CUDA, memory model on CPU), "oom" or "memory-model". With no
     ``limit`` the search runs until a size fails, so on an 80 GB GPU it still ends at a real boundary;
     on CUDA it starts from the memory model's prediction and confirms it. ``dataset_size`` caps the
-    search: a batch larger than the data is never claimed.
+    search: a batch larger than the data is never claimed. ``memory_model``: one already built for this
+    model and optimizer (:func:`labkit.training.memory.build_memory_model`), instead of probing it again.
     """
     dev = get_device(device) if device is not None else next(model.parameters()).device
     method, budget_bytes = _checked_method(method, dev, memory_budget_bytes, safety_margin)
@@ -189,7 +191,7 @@ def find_max_batch(model: nn.Module, sample_shape: tuple[int, ...], *, num_class
     saved_model, saved_opt = copy.deepcopy(model.state_dict()), copy.deepcopy(opt.state_dict())
     runner, trials = _StepRunner(model, opt, sample_shape, num_classes, dev), []
     mem_model = _budget_model(model, sample_shape, opt_name, opt_momentum, usable, budget_bytes,
-                              safety_margin, method)
+                              safety_margin, method, memory_model)
     fits = _trial_fn(runner, mem_model if method == "memory-model" else None, usable, safety_margin,
                      timing_steps, trials)
     try:
@@ -228,17 +230,30 @@ def _stopped_by(trials: list[Trial], best: int, cap: int, dataset_size: int | No
     return "dataset" if dataset_size and cap == dataset_size else "limit"
 
 
-def _budget_model(model, sample_shape, opt_name, momentum, usable, budget_bytes, safety_margin, method):
-    """The memory model for the run's optimizer; refuses a budget below the batch-independent parts."""
+def _budget_model(model, sample_shape, opt_name, momentum, usable, budget_bytes, safety_margin, method, given):
+    """The memory model for the run's optimizer (``given``, or built); refuses a budget below the fixed parts."""
     if usable is None:
         return None
-    mem_model = build_memory_model(model, sample_shape, opt_name, momentum)
+    if given is not None:
+        _check_given_model(given, model, optimizer_kind(opt_name, momentum))
+    mem_model = given if given is not None else build_memory_model(model, sample_shape, opt_name, momentum)
     fixed = 2 * mem_model.param_bytes + mem_model.predict(1).optimizer_bytes
     if method == "memory-model" and fixed > usable:
         raise ValueError(f"memory_budget_bytes={budget_bytes} leaves {usable / 1e6:.3f} MB after the "
                          f"{safety_margin:.0%} margin, less than the parameters, gradients and optimizer state "
                          f"alone ({fixed / 1e6:.3f} MB); give a larger budget")
     return mem_model
+
+
+def _check_given_model(memory_model: MemoryModel, model: nn.Module, optimizer: str) -> None:
+    """Refuse a memory model built for another model (parameter count) or another optimizer."""
+    elements = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    if memory_model.param_elements != elements:
+        raise ValueError(f"memory_model counts {memory_model.param_elements} parameters, the model has {elements}; "
+                         "build it from the model you give the finder")
+    if memory_model.optimizer != optimizer:
+        raise ValueError(f"memory_model was built for optimizer {memory_model.optimizer!r}, but the finder trains "
+                         f"with {optimizer!r}; build it with the finder's optimizer")
 
 
 def _trial_fn(runner, mem_model, usable, safety_margin, timing_steps, trials) -> Callable[[int], bool]:

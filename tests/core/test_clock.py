@@ -84,3 +84,15 @@ def test_thread_time_counts_this_threads_cpu_work_not_sleep():
     start = thread_time_s()
     time.sleep(0.05)
     assert thread_time_s() - start < 0.03
+
+
+def test_paired_median_compares_round_by_round():
+    from labkit.core.clock import paired_median
+
+    # a load that starts after round 1 and stays: the fastest rounds would say 4.2 vs 23 (batch 1 quiet, 16 busy);
+    # round by round the larger batch wins 2 of 3
+    big, small = [4.2, 4.3, 4.8], [23.2, 0.5, 0.9]
+    assert max(big) < max(small) and paired_median(big, small) == pytest.approx(4.8 / 0.9)
+    assert paired_median([90.0, 9.0, 95.0], [100.0, 10.0, 100.0]) < 1        # really slower: still below 1
+    assert paired_median([1.0, float("nan"), 3.0, 5.0], [1.0, 1.0, None, 0.0]) == 1.0   # unusable pairs skipped
+    assert paired_median([], []) is None and paired_median([1.0], [None]) is None

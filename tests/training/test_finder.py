@@ -122,3 +122,24 @@ def test_finder_models_the_runs_own_optimizer():
     adam = find_max_batch(model, SHAPE, optimizer=torch.optim.Adam(model.parameters()),
                           memory_budget_bytes=budget, timing_steps=0)
     assert adam.max_batch < sgd.max_batch                      # Adam's two state copies leave less for activations
+
+
+def test_finder_takes_a_memory_model_already_built(monkeypatch):
+    """memory_model=: the same answer as probing again, without a second probe; a model's for another model or
+    optimizer is refused."""
+    import labkit.training.finder as finder_module
+
+    model = MLP(10, in_features=3 * 8 * 8, hidden=32)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    mm = build_memory_model(model, SHAPE, "sgd", 0.9)
+    budget = mm.predict(40).total_bytes + 10
+    probed = find_max_batch(model, SHAPE, optimizer=opt, memory_budget_bytes=budget, safety_margin=0.0, timing_steps=0)
+    monkeypatch.setattr(finder_module, "build_memory_model", lambda *a, **k: pytest.fail("probed again"))
+    given = find_max_batch(model, SHAPE, optimizer=opt, memory_budget_bytes=budget, safety_margin=0.0,
+                           timing_steps=0, memory_model=mm)
+    assert given.max_batch == probed.max_batch == 40 and given.trials == probed.trials
+    with pytest.raises(ValueError, match="built for optimizer 'sgd_momentum'.*'adam'"):
+        find_max_batch(model, SHAPE, optimizer=torch.optim.Adam(model.parameters()), memory_budget_bytes=budget,
+                       memory_model=mm)
+    with pytest.raises(ValueError, match="parameters, the model has"):
+        find_max_batch(MLP(10, in_features=3 * 8 * 8, hidden=16), SHAPE, memory_budget_bytes=budget, memory_model=mm)
