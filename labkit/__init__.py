@@ -78,6 +78,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     "training.memory_timeline": ("LayerLine", "LayerMemory", "backward_peak_bytes", "forward_peak_bytes",
                                  "layer_memory"),
     "training.workspace": ("LayerWorkspace", "StepWorkspaces", "layer_calls", "measure_workspaces"),
+    "training.recorded_run": ("RecordedH100Figures", "recorded_h100_figures", "recorded_ladder"),
     "training.memory": ("MemoryBreakdown", "MemoryModel", "build_memory_model", "optimizer_settings",
                "preserved_state", "release_cpu_memory", "saved_activation_bytes"),
     "training.finder": ("FinderResult", "Trial", "find_max_batch", "search_from_hint", "search_largest"),

@@ -1,0 +1,35 @@
+"""The recorded H100 run's figures come from its fixtures, worked by hand here from the same files."""
+import json
+
+import pytest
+
+from labkit.training.memory_check import RECORDED_H100
+from labkit.training.recorded_run import RECORDED_LADDER, recorded_h100_figures, recorded_ladder
+
+
+def test_figures_match_the_fixtures_by_hand():
+    ref = json.loads(RECORDED_H100.read_text())
+    fig = recorded_h100_figures()
+    assert fig.device == ref["device"] == "NVIDIA H100 80GB HBM3"
+    loaders = sorted(r["samples_per_s"] for r in ref["loader"] if "DataLoader" in r["loader"])
+    assert fig.dataloader_samples_per_s == (loaders[0], loaders[-1])
+    assert round(fig.dataloader_samples_per_s[0], -3) == 63_000 and round(fig.gpu_resident_samples_per_s, -3) == 768_000
+    assert fig.tf32_batch == 512
+    assert round(fig.strict_fp32_samples_per_s, -2) == 7300 and round(fig.tf32_samples_per_s, -2) == 19700
+    assert fig.tf32_speedup == pytest.approx(2.71, abs=0.01)
+
+
+def test_old_mfu_against_the_wrong_peak_is_the_impossible_looking_one():
+    fig = recorded_h100_figures()
+    lo, hi = fig.fp32_rung_mfu_vs_fp32_peak
+    assert round(lo, 2) == 0.55 and round(hi, 2) == 0.93            # H100 SXM: TF32 494.5 / FP32 67 TFLOP/s
+    assert fig.fp32_rung_mfu_vs_tf32_peak[1] < 0.15 < lo
+    assert fig.loader_rung_data_wait == (0.22, 0.56)
+    assert (fig.naive_val_accuracy, fig.batch_rung_val_accuracy, fig.batch_rung_batch_size) == (0.972, 0.084, 512)
+    assert "recorded" in fig.label and "H100" in fig.label
+
+
+def test_a_missing_fixture_is_one_clear_error(tmp_path):
+    with pytest.raises(FileNotFoundError, match="tests/fixtures"):
+        recorded_ladder(tmp_path / "nope.json")
+    assert recorded_ladder() == json.loads(RECORDED_LADDER.read_text())
