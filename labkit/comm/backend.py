@@ -59,6 +59,15 @@ def choose_backend(world_size: int, backend: str = "auto", local_world_size: int
     return BackendChoice("gloo", why, False)
 
 
+def where_ranks_run(world_size: int, backend: str = "auto", what: str = "ranks") -> str:
+    """One line a notebook prints where it starts ranks: how many, the backend chosen here and now, and why,
+    and what carries their messages, so a one-GPU box says its ranks are gloo CPU processes."""
+    choice = choose_backend(world_size, backend)
+    link = ("NCCL between the GPUs (NVLink or PCIe, whichever this node has)" if choice.uses_gpus else
+            "gloo over loopback TCP between processes sharing this machine's CPU cores")
+    return f"{world_size} {what} -> {choice.reason}; messages: {link}"
+
+
 def check_data_size(world_size: int, num_samples: int, what: str = "the dataset") -> None:
     """One clear error when there are more ranks than samples to shard (a rank would get no data)."""
     checked_int(world_size, "world_size", maximum=max(1, int(num_samples)),

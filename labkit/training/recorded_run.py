@@ -34,6 +34,8 @@ class RecordedH100Figures:
     naive_val_accuracy: float                         # rung 0, batch 1
     batch_rung_val_accuracy: float                    # rung 1 (batch 512, six optimizer steps)
     batch_rung_batch_size: int
+    best_rung_samples_per_s: float                    # the old ladder's fastest rung (DataLoader-fed)
+    ceiling_samples_per_s: float                      # the same model on batches already on the GPU
 
     @property
     def tf32_speedup(self) -> float:
@@ -79,7 +81,9 @@ def _ladder_figures(ladder: dict, device: str) -> dict:
                 fp32_rung_mfu_vs_fp32_peak=_span([r["mfu"] * peaks["tf32"] / peaks["fp32"] for r in fp32_rungs]),
                 loader_rung_data_wait=_span([r["data_wait_fraction"] for r in measured if r["rung"] > 0]),
                 naive_val_accuracy=rows[0]["val_accuracy"], batch_rung_val_accuracy=rows[1]["val_accuracy"],
-                batch_rung_batch_size=rows[1]["batch_size"])
+                batch_rung_batch_size=rows[1]["batch_size"],
+                best_rung_samples_per_s=max(r["samples_per_s"] for r in measured),
+                ceiling_samples_per_s=ladder["ceiling_samples_per_s"])
 
 
 def recorded_h100_figures(reference_path: str | Path | None = None,

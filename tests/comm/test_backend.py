@@ -24,6 +24,16 @@ def test_two_ranks_on_one_gpu_say_they_are_cpu_processes(gpus):
                              "CPU process and these timings are CPU timings")
 
 
+@pytest.mark.parametrize("count,backend,expected", [
+    (0, "auto", "CPU process; messages: gloo over loopback TCP"), (1, "auto", "CPU timings; messages: gloo over loopback"),
+    (2, "auto", "one GPU per rank; messages: NCCL between the GPUs"), (2, "gloo", "gloo as requested"),
+])
+def test_where_ranks_run_follows_the_live_device_count(gpus, count, backend, expected):
+    gpus(count)
+    line = bk.where_ranks_run(2, backend, what="replicas")
+    assert line.startswith("2 replicas -> ") and expected in line
+
+
 def test_gpus_without_nccl_fall_back_to_gloo(gpus):
     gpus(2, nccl=False)
     assert bk.choose_backend(2).reason == "gloo: 2 GPU(s) but this torch build has no NCCL, so every rank is a CPU process"
