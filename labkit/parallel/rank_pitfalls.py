@@ -16,6 +16,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from labkit.comm.backend import choose_backend
 from labkit.comm.launch import RankFailedError, launch
 from labkit.comm.worker import rank_device
 from labkit.core.clock import Deadline, now_s
@@ -83,6 +84,11 @@ def torch_visible_gpus(cuda_visible_devices: str | None, timeout_s: float = 120.
 
 
 # ---------------------------------------------------------------------------------------------- pitfall 6
+TIMEOUT_WORDS = ("timed out", "timeout", "timing out")   # gloo: "Timed out waiting"; NCCL: "Watchdog ... timeout"
+# NCCL's watchdog otherwise aborts the process; blocking wait raises the timeout in the rank that waited instead
+NCCL_TIMEOUT_ENV = {"TORCH_NCCL_BLOCKING_WAIT": "1"}
+
+
 def _busy_work(seconds: float) -> int:
     """Real CPU work (matmuls standing for evaluation/checkpointing) for at least ``seconds``."""
     a, n, deadline = torch.randn(256, 256), 0, Deadline(seconds)
@@ -119,6 +125,13 @@ class StragglerEvidence:
     error: str | None
     wall_s: float
     all_reduce_result: list | None
+    backend: str = "gloo"               # the backend the ranks ran on ...
+    backend_reason: str = ""            # ... and why (labkit.comm.backend.choose_backend)
+
+    @property
+    def timed_out(self) -> bool:
+        """Whether the failure was the collective's timeout, in gloo's words ("Timed out") or NCCL's ("timeout")."""
+        return bool(self.error) and any(w in self.error.lower() for w in TIMEOUT_WORDS)
 
 
 def rank0_extra_work(variant: str = "broken", *, extra_work_s: float = 4.0, pg_timeout_s: float = 2.0,
@@ -126,8 +139,8 @@ def rank0_extra_work(variant: str = "broken", *, extra_work_s: float = 4.0, pg_t
                      timeout_s: float = 120.0) -> StragglerEvidence:
     """Pitfall 6 with real processes and a short collective timeout (``pg_timeout_s`` < ``extra_work_s``).
 
-    Always gloo: its timeout names the waiting rank ("Timed out") the same way on every machine, while NCCL's
-    watchdog words it differently and may report from either rank. The pitfall itself is backend-independent.
+    The kit's backend rule picks the backend: NCCL when every rank has a GPU of its own (with blocking wait, so
+    the timeout is raised in the rank that waited, as gloo does), else gloo CPU processes; the evidence says which.
     """
     if variant not in ("broken", "all_ranks", "barrier"):
         raise ValueError(f"variant must be 'broken', 'all_ranks' or 'barrier', got {variant!r}")
@@ -135,10 +148,20 @@ def rank0_extra_work(variant: str = "broken", *, extra_work_s: float = 4.0, pg_t
                           ("barrier_timeout_s", barrier_timeout_s)):
         positive_number(seconds, name, hint="a number of seconds")
     checked_int(world_size, "world_size", minimum=2, hint="rank 0's extra work needs another rank waiting for it")
-    start = now_s()
+    choice, start = choose_backend(world_size), now_s()
     try:
         res = launch(rank0_extra_work_worker, world_size, args=(extra_work_s, variant, barrier_timeout_s),
-                     backend="gloo", timeout_s=timeout_s, pg_timeout_s=pg_timeout_s, show_output=False)
+                     backend=choice.backend, timeout_s=timeout_s, pg_timeout_s=pg_timeout_s, show_output=False,
+                     env=NCCL_TIMEOUT_ENV if choice.uses_gpus else None)
     except RankFailedError as err:
-        return StragglerEvidence(variant, False, err.rank, err.summary, now_s() - start, None)
-    return StragglerEvidence(variant, True, None, None, now_s() - start, res[0]["sum"])
+        return StragglerEvidence(variant, False, err.rank, _failure_text(err), now_s() - start, None,
+                                 choice.backend, choice.reason)
+    return StragglerEvidence(variant, True, None, None, now_s() - start, res[0]["sum"], choice.backend, choice.reason)
+
+
+def _failure_text(err: RankFailedError) -> str:
+    """The failure's summary, plus the traceback line that names a timeout when the summary does not."""
+    if any(w in err.summary.lower() for w in TIMEOUT_WORDS):
+        return err.summary
+    lines = [ln.strip() for ln in err.remote_traceback.splitlines() if any(w in ln.lower() for w in TIMEOUT_WORDS)]
+    return f"{err.summary}: {lines[-1][:300]}" if lines else err.summary

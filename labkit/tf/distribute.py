@@ -73,12 +73,35 @@ def cross_device_ops(name: str, device_type: str) -> tf.distribute.CrossDeviceOp
     return tf.distribute.ReductionToOneDevice()
 
 
+def plan_strategy(world_size: int | None, gpu_count: int, use_gpus: bool | None = None) -> tuple[bool, int, str]:
+    """(on the GPUs?, replicas, why) for a MirroredStrategy, from the GPUs TensorFlow lists: the GPUs when there
+    is one per replica, else logical CPU devices (a one-GPU box runs 2 replicas on CPUs and says so)."""
+    if world_size is not None:
+        positive_int(world_size, "world_size")
+    if use_gpus and not gpu_count:
+        raise ValueError("use_gpus=True but TensorFlow sees no GPU (is tensorflow[and-cuda] installed?); "
+                         "use use_gpus=None to fall back to logical CPUs")
+    if use_gpus is None:
+        use_gpus = gpu_count > 0 and (world_size is None or world_size <= gpu_count)
+    if world_size is None:
+        world_size = gpu_count if use_gpus else 2
+    if not use_gpus:
+        why = ("no GPU visible to TensorFlow" if not gpu_count else
+               f"{gpu_count} GPU(s) for {world_size} replicas (one GPU per replica needed)")
+        return False, world_size, f"{world_size} logical CPU devices: {why}"
+    if world_size > gpu_count:
+        raise ValueError(f"world_size={world_size} but only {gpu_count} GPU(s) are visible; ask for at most "
+                         f"{gpu_count}, or pass use_gpus=False to use {world_size} logical CPU devices")
+    return True, world_size, f"{world_size} GPU(s), one replica each"
+
+
 def make_strategy(world_size: int | None = None, *, cross_device_ops_name: str = "auto",
                   use_gpus: bool | None = None) -> tf.distribute.MirroredStrategy:
-    """A MirroredStrategy with ``world_size`` replicas: on the GPUs if there are any, else on logical CPUs.
+    """A MirroredStrategy with ``world_size`` replicas: on the GPUs if there is one per replica, else on logical CPUs.
 
     ``world_size=None`` means one per GPU (or 2 logical CPUs on a CPU-only machine). Call it before any other
     TensorFlow work in the process; ``cross_device_ops_name`` picks the all-reduce (NCCL on GPUs by default).
+    :func:`plan_strategy` says where the replicas go and why.
     """
     if world_size is not None:
         positive_int(world_size, "world_size")
@@ -87,25 +110,20 @@ def make_strategy(world_size: int | None = None, *, cross_device_ops_name: str =
     if cross_device_ops_name == "nccl" and use_gpus is False:   # refuse before TensorFlow is even imported
         _nccl_on_cpu()
     tf = _tf()
-    gpus = tf.config.list_physical_devices("GPU")
-    on_gpu = bool(gpus) if use_gpus is None else use_gpus
-    if on_gpu and not gpus:
-        raise ValueError("use_gpus=True but TensorFlow sees no GPU (is tensorflow[and-cuda] installed?); "
-                         "use use_gpus=None to fall back to logical CPUs")
-    if world_size is None:
-        world_size = len(gpus) if on_gpu else 2
-    positive_int(world_size, "world_size")
-    if on_gpu:
-        if world_size > len(gpus):
-            raise ValueError(f"world_size={world_size} but only {len(gpus)} GPU(s) are visible; ask for at most "
-                             f"{len(gpus)}, or pass use_gpus=False to use {world_size} logical CPU devices")
-        names = [f"/gpu:{i}" for i in range(world_size)]
-    else:
-        names = configure_logical_cpus(world_size)
+    on_gpu, world_size, _ = plan_strategy(world_size, len(tf.config.list_physical_devices("GPU")), use_gpus)
+    names = [f"/gpu:{i}" for i in range(world_size)] if on_gpu else configure_logical_cpus(world_size)
     ops = cross_device_ops(cross_device_ops_name, "GPU" if on_gpu else "CPU")
     return tf.distribute.MirroredStrategy(names, cross_device_ops=ops)
 
 
+def tf_device_label() -> str:
+    """Where a TensorFlow process without a strategy runs its ops: the first GPU it lists, else the CPU."""
+    tf = _tf()
+    gpus = tf.config.list_physical_devices("GPU")
+    if not gpus:
+        return "CPU (TensorFlow)"
+    name = tf.config.experimental.get_device_details(gpus[0]).get("device_name", "GPU")
+    return f"{name} (TensorFlow /GPU:0)"
 
 
 # ---------------------------------------------------------------------------------------------- lessons (child side)

@@ -12,6 +12,7 @@ import numpy as np
 from labkit.core.clock import TimingResult, host_times_s
 from labkit.core.procs import run_in_fresh_process
 from labkit.core.validation import positive_int
+from labkit.tf.distribute import tf_device_label
 from labkit.tf.keras import keras_small_cnn
 
 
@@ -33,7 +34,7 @@ def keras_policy_child(policy: str = "mixed_bfloat16", batch_size: int = 64, rep
     times = host_times_s(lambda: model.train_on_batch(x, y), warmup=warmup, repeats=repeats)
     conv = model.layers[0]
     rewrite = "enable_mixed_precision_graph_rewrite"   # the TF1 AMP graph rewrite the policy replaced
-    return {"policy": policy, "times_s": times, "compute_dtype": conv.compute_dtype,
+    return {"policy": policy, "times_s": times, "device": tf_device_label(), "compute_dtype": conv.compute_dtype,
             "variable_dtype": conv.variable_dtype, "output_dtype": str(model.outputs[0].dtype),
             "tf2_api_has_graph_rewrite": hasattr(tf.train.experimental, rewrite),
             "compat_v1_has_graph_rewrite": hasattr(tf.compat.v1.mixed_precision, rewrite)}
@@ -46,5 +47,5 @@ def keras_mixed_precision(policies: tuple[str, ...] = ("float32", "mixed_bfloat1
     out = {}
     for policy in policies:
         r = run_in_fresh_process("labkit.tf.precision:keras_policy_child", {"policy": policy, **kwargs})
-        out[policy] = {**r, "timing": TimingResult(r["times_s"], "CPU (TensorFlow child process)")}
+        out[policy] = {**r, "timing": TimingResult(r["times_s"], f"{r['device']}, child process")}   # where it ran
     return out
