@@ -3,7 +3,18 @@ VENV    ?= .venv
 PYTHON  ?= python3
 PY      := $(VENV)/bin/python
 EXTRAS  ?= mpi
-STAMP   := $(VENV)/.installed-$(EXTRAS)
+# TensorFlow's build: CUDA ("gpu") where an NVIDIA driver is present (nvidia-smi on PATH), else the CPU build of
+# requirements.txt (CPU boxes, Binder, CI unchanged). Override with `make install TF_BUILD=cpu` (or gpu).
+TF_BUILD ?= $(if $(shell command -v nvidia-smi 2>/dev/null),gpu,cpu)
+TF_GPU_SPEC := tensorflow[and-cuda]==2.21.*
+STAMP   := $(VENV)/.installed-$(EXTRAS)-tf$(TF_BUILD)
+ifeq ($(TF_BUILD),gpu)
+# requirements.txt without tensorflow-cpu, plus the CUDA build (the two would install the same `tensorflow` package)
+PIP_REQS = $(PY) -m pip uninstall -q -y tensorflow-cpu 2>/dev/null; \
+	grep -v '^tensorflow-cpu' requirements.txt | $(PY) -m pip install -q -r /dev/stdin "$(TF_GPU_SPEC)"
+else
+PIP_REQS = $(PY) -m pip install -q -r requirements.txt
+endif
 export TF_CPP_MIN_LOG_LEVEL ?= 2
 export PYTHONUNBUFFERED := 1
 
@@ -15,7 +26,7 @@ install: $(STAMP)
 $(STAMP): requirements.txt pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -r requirements.txt -e ".[$(EXTRAS)]"
+	$(PIP_REQS) -e ".[$(EXTRAS)]"
 	@touch $(STAMP)
 
 ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root)

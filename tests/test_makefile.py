@@ -31,3 +31,41 @@ def test_nbval_prints_the_lesson_total_and_keeps_nbvals_exit_status(tmp_path, nb
         assert done.returncode == 2 and "nbval] Error 3" in done.stderr  # make's own status for a failed recipe
     else:
         assert done.returncode == 0
+
+
+# Stands in for the venv's python during `make install`: logs each call and what pip read on stdin.
+LOGGING_PYTHON = """#!/bin/sh
+echo "$@" >> "$CALLS"
+case "$*" in *"-r /dev/stdin"*) cat >> "$CALLS";; esac
+"""
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
+@pytest.mark.parametrize("nvidia_smi", [False, True])
+def test_install_picks_tensorflows_gpu_build_only_where_nvidia_smi_is(tmp_path, nvidia_smi):
+    """CPU, Binder and CI keep requirements.txt's tensorflow-cpu; a box with an NVIDIA driver gets the CUDA build."""
+    (tmp_path / "requirements.txt").write_text("torch==2.14.1\ntensorflow-cpu==2.21.*\nnumpy>=1.26\n")
+    (tmp_path / "pyproject.toml").write_text("")
+    (tmp_path / "venv").mkdir()
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "python"
+    fake.write_text(LOGGING_PYTHON)
+    fake.chmod(0o755)
+    if nvidia_smi:
+        (bin_dir / "nvidia-smi").write_text("#!/bin/sh\nexit 0\n")
+        (bin_dir / "nvidia-smi").chmod(0o755)
+    calls = tmp_path / "calls.txt"
+    done = subprocess.run(["make", "-s", "-C", str(tmp_path), "-f", str(REPO / "Makefile"), "install", f"PY={fake}",
+                           f"VENV={tmp_path / 'venv'}"],
+                          env={"PATH": f"{bin_dir}:/usr/bin:/bin", "CALLS": str(calls)},
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    log = calls.read_text()
+    if nvidia_smi:
+        assert "uninstall -q -y tensorflow-cpu" in log and '-r /dev/stdin tensorflow[and-cuda]==2.21.* -e .[mpi]' in log
+        assert "torch==2.14.1" in log and "numpy>=1.26" in log and "tensorflow-cpu==" not in log   # the rest, as pinned
+        assert (tmp_path / "venv" / ".installed-mpi-tfgpu").exists()
+    else:
+        assert "-r requirements.txt -e .[mpi]" in log and "and-cuda" not in log and "uninstall" not in log
+        assert (tmp_path / "venv" / ".installed-mpi-tfcpu").exists()
