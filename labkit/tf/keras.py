@@ -17,6 +17,7 @@ import numpy as np
 from labkit.core.clock import now_s
 from labkit.core.procs import run_in_fresh_process
 from labkit.core.validation import checked_int, positive_int
+from labkit.tf.distribute import tf_device_label
 
 if TYPE_CHECKING:
     import tensorflow as tf
@@ -60,7 +61,7 @@ def keras_fit_child(data_path: str, batch_sizes: list[int], epochs: int = 2, lr:
         n = len(x) - len(x) % bs
         model.fit(x[:n], y[:n], batch_size=bs, epochs=epochs, verbose=0, callbacks=[timer])
         out[str(bs)] = {"updates_per_epoch": len(timer.rates) // max(epochs - 1, 1),
-                        "samples_per_s": statistics.median(timer.rates)}
+                        "samples_per_s": statistics.median(timer.rates), "device": tf_device_label()}
     return out
 
 

@@ -15,6 +15,7 @@ def test_updates_per_epoch_follow_the_batch_size():
     out = keras_batch_throughput(x, y, batch_sizes=(4, 16), epochs=2)
     assert out[4]["updates_per_epoch"] == 12 and out[16]["updates_per_epoch"] == 3
     assert all(r["samples_per_s"] > 0 for r in out.values())
+    assert all(r["device"] in ("CPU (TensorFlow)",) or "(TensorFlow /GPU:0)" in r["device"] for r in out.values())
 
 
 def test_bad_input_is_clear():
