@@ -53,7 +53,7 @@ def ddp_plan(device: torch.device, requested: int | None, cores: int) -> tuple[i
         world, what = (min(2, cores) if requested is None else requested), f"{cores} CPU core(s) for gloo processes"
     if world < 2:
         return world, f"only {what} here; data parallelism needs at least 2 processes"
-    return world, f"{world} processes"
+    return world, choose_backend(world).reason      # says whether the ranks are GPUs on NCCL or gloo CPU processes
 
 
 def detect_capabilities(device: torch.device, ddp_world_size: int | None = None,

@@ -140,5 +140,6 @@ def propose(key: str, recipe: Recipe, caps: Capabilities, batch_size: int) -> tu
         if caps.ddp_world_size < 2:
             return None, caps.ddp_reason
         return (replace(recipe, world_size=caps.ddp_world_size),
-                f"{caps.ddp_world_size} processes, global batch {recipe.batch_size * caps.ddp_world_size}, LR scaled")
+                f"{caps.ddp_world_size} processes, global batch {recipe.batch_size * caps.ddp_world_size}, LR scaled "
+                f"({caps.ddp_reason})")
     raise ValueError(f"unknown rung {key!r}; choose from {RUNG_KEYS}")
