@@ -58,6 +58,7 @@ class BatchNormNanEvidence:
     world_size: int
     last_step_replica_batch_sizes: tuple[int, ...]   # what each replica got on the final step
     runs: tuple[BatchNormRun, ...]
+    replica_devices: tuple[str, ...] = ()            # where the replicas ran: GPUs, or logical CPUs (plan_strategy)
 
     def run(self, variant: str) -> BatchNormRun:
         """The run called ``variant`` (see BN_VARIANTS)."""
@@ -104,7 +105,8 @@ def uneven_last_batch_bn(x_train: np.ndarray, y_train: np.ndarray, x_val: np.nda
                               np.array(r["moving_variance"]), tuple(r["nan_variables"]), r["val_loss"],
                               r["val_accuracy"], r["predictions_finite"], r["reload_max_abs_diff"])
                  for r in out["runs"])
-    return BatchNormNanEvidence(n, global_batch_size, world_size, tuple(out["last_step_sizes"]), runs)
+    return BatchNormNanEvidence(n, global_batch_size, world_size, tuple(out["last_step_sizes"]), runs,
+                                tuple(out["devices"]))
 
 
 # ---------------------------------------------------------------------------------------------- child side
@@ -167,7 +169,7 @@ def bn_child(data_path: str, global_batch_size: int, world_size: int, variants: 
     sizes = [int(t.shape[0]) for t in strategy.experimental_local_results(final)]
     with tempfile.TemporaryDirectory(prefix="labkit-keras-") as tmp:
         runs = [_bn_run(tf, strategy, data, global_batch_size, v, epochs, seed, tmp) for v in variants]
-    return {"last_step_sizes": sizes, "runs": runs}
+    return {"last_step_sizes": sizes, "runs": runs, "devices": list(strategy.extended.worker_devices)}
 
 
 # ---------------------------------------------------------------------------------------------- pitfall 5

@@ -28,6 +28,7 @@ def test_bn_nan_reproduced_and_fixed():
     ev = uneven_last_batch_bn(x, y, x[:16], y[:16], global_batch_size=8, world_size=2,
                               variants=("broken", "synchronized_bn"))
     assert ev.num_examples == 81 and ev.last_step_replica_batch_sizes == (1, 0)
+    assert len(ev.replica_devices) == 2 and all("CPU" in d.upper() for d in ev.replica_devices)   # no GPU here
     assert np.isfinite(ev.broken.train_loss)
     assert np.isnan(ev.broken.moving_mean).any() and not ev.broken.predictions_finite
     fixed = ev.run("synchronized_bn")
