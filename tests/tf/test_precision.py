@@ -45,3 +45,13 @@ def test_tf_device_label_names_the_gpu_tensorflow_lists(monkeypatch):
     assert distribute.tf_device_label() == "NVIDIA H100 80GB HBM3 (TensorFlow /GPU:0)"
     gpus = []
     assert distribute.tf_device_label() == "CPU (TensorFlow)"
+
+
+@pytest.mark.tensorflow
+def test_keras_mixed_float16_policy_child_runs_with_loss_scaling():
+    """The GPU policy (fp16 + LossScaleOptimizer) runs end to end; on a CPU it is slow but correct."""
+    out = run_in_fresh_process("labkit.tf.precision:keras_policy_child",
+                               {"policy": "mixed_float16", "batch_size": 8, "repeats": 1, "warmup": 1})
+    assert out["compute_dtype"] == "float16" and out["variable_dtype"] == "float32"
+    assert out["output_dtype"] == "float32"
+    assert out["device"] == "CPU (TensorFlow)" or "(TensorFlow /GPU:0)" in out["device"]
