@@ -63,7 +63,10 @@ def run_in_fresh_process(target: str, kwargs: dict | None = None, *, timeout_s: 
     if not sep or not module.startswith("labkit.") or not func:
         raise ValueError(f"target must read 'labkit.module:function', got {target!r}")
     known = {"ValueError": ValueError, "TypeError": TypeError, **(errors or {})}
-    child_env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONUNBUFFERED": "1", **(env or {})}
+    # TF_FORCE_GPU_ALLOW_GROWTH: a TensorFlow child on a GPU box takes GPU memory as it needs it, instead of
+    # reserving most of the card under the notebook kernel's PyTorch tensors
+    child_env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "TF_FORCE_GPU_ALLOW_GROWTH": "true", "PYTHONUNBUFFERED": "1",
+                 **(env or {})}
     start = now_s()
     try:
         proc = subprocess.run([sys.executable, "-c", _CHILD_CODE, str(Path(__file__).resolve().parents[1]), target,

@@ -197,7 +197,8 @@ def count_then_configure(method: str = "physical", world_size: int = 2) -> dict:
         raise ValueError(f"method must be 'physical' or 'logical', got {method!r}")
     call_ms = (now_s() - start) * 1e3
     try:
-        got, error = make_strategy(world_size).num_replicas_in_sync, None
+        # logical CPUs on every machine: the lesson is configuring devices, which GPUs (one per replica) would skip
+        got, error = make_strategy(world_size, use_gpus=False).num_replicas_in_sync, None
     except DevicesAlreadyInitializedError as err:
         got, error = None, str(err)
     return {"method": method, "devices_counted": count, "count_call_ms": call_ms, "strategy_world_size": got,

@@ -90,3 +90,20 @@ def test_notebook_helper_runs_tensorflow_lessons_where_tensorflow_is_present():
     assert tensorflow_lessons_can_run(log, "a claim") is (tensorflow_missing_reason() is None)
     assert log.not_checked_reasons == ({} if tensorflow_missing_reason() is None
                                        else {"a claim": tensorflow_missing_reason()})
+
+
+def test_tensorflow_children_grow_gpu_memory_instead_of_reserving_it(monkeypatch):
+    """On a GPU box a TF child must not reserve most of the card under the kernel's PyTorch tensors."""
+    import subprocess
+
+    from labkit.core import procs
+
+    seen = {}
+
+    def fake_run(cmd, **kw):
+        seen.update(kw["env"])
+        raise subprocess.TimeoutExpired(cmd, 1)
+    monkeypatch.setattr(procs.subprocess, "run", fake_run)
+    with pytest.raises(Exception):
+        procs.run_in_fresh_process("labkit.tf.distribute:tf_device_label", timeout_s=1)
+    assert seen["TF_FORCE_GPU_ALLOW_GROWTH"] == "true" and seen["TF_CPP_MIN_LOG_LEVEL"] == "2"
