@@ -67,7 +67,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     "training.ceiling": ("ResidentBatches", "measure_ceiling"),
     "core.device_loader": ("DeviceLoader",),
     "training.sampling": ("UtilizationSampler", "UtilizationSummary", "nvml_device_utilization"),
-    "training.dtypes": ("MATH_MODES",),
+    "core.dtypes": ("MATH_MODES",),
     "training.flops": ("PeakSpec", "active_math_mode", "checked_mfu", "count_training_flops", "find_peak",
               "flops_per_sample", "mfu", "peak_flops_per_s"),
     "training.memory_check": ("CpuCheck", "StepMemory", "check_on_cpu", "compare_with_reference", "cuda_baseline_bytes",

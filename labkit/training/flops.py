@@ -16,7 +16,7 @@ import torch
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
-from labkit.training.dtypes import math_mode_name
+from labkit.core.dtypes import math_mode_name
 from labkit.training.memory import preserved_state
 
 

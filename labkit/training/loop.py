@@ -24,7 +24,7 @@ from labkit.core.progress import progress_bar
 from labkit.core.timing import PhaseClock, Stopwatch
 from labkit.core.validation import checked_int, positive_int, positive_number
 from labkit.training.device_memory import baseline_bytes, peak_since
-from labkit.training.dtypes import AMP_DTYPES
+from labkit.core.dtypes import AMP_DTYPES
 from labkit.training.flops import active_math_mode, checked_mfu, peak_flops_per_s
 from labkit.training.sampling import UtilizationSampler
 from labkit.training.stepper import Stepper

@@ -21,7 +21,7 @@ from torch import nn
 
 from labkit.core.choices import OPTIMIZERS
 from labkit.core.validation import positive_int
-from labkit.training.dtypes import autocast, dtype_bytes, normalise_dtype
+from labkit.core.dtypes import autocast, dtype_bytes, normalise_dtype
 from labkit.training.memory_timeline import (LayerLine, backward_peak_bytes, fit_layer_lines, forward_peak_bytes,
                                              layer_memory)
 

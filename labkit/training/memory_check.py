@@ -21,7 +21,7 @@ from torch import nn
 
 from labkit.core.models import build_model
 from labkit.training.device_memory import baseline_bytes, optimizer_state_bytes, peak_since
-from labkit.training.dtypes import autocast
+from labkit.core.dtypes import autocast
 from labkit.training.memory import MemoryBreakdown, MemoryModel, build_memory_model, preserved_state
 from labkit.training.window import TrainProgress
 

@@ -19,7 +19,7 @@ from labkit.core.device import device_label
 from labkit.core.timing import time_fn
 from labkit.core.validation import checked_int, positive_int
 from labkit.training.device_memory import baseline_bytes, peak_since
-from labkit.training.dtypes import AMP_DTYPES, autocast
+from labkit.core.dtypes import AMP_DTYPES, autocast
 from labkit.training.memory import saved_activation_bytes
 
 DTYPES = ("fp32", *AMP_DTYPES)           # what autocast_step runs: full precision or one autocast dtype

@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 from labkit.core.timing import PhaseClock
-from labkit.training.dtypes import autocast
+from labkit.core.dtypes import autocast
 from labkit.training.flops import count_training_flops
 from labkit.training.memory import MemoryBreakdown, build_memory_model, preserved_state
 

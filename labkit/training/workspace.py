@@ -21,7 +21,7 @@ from torch import nn
 
 from labkit.core.validation import positive_int
 from labkit.training.device_memory import tensor_bytes
-from labkit.training.dtypes import autocast
+from labkit.core.dtypes import autocast
 from labkit.training.memory import preserved_state, probe_forward
 from labkit.training.memory_timeline import leaf_modules
 
