@@ -22,11 +22,11 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from labkit.comm.launch import launch
 from labkit.comm.worker import rank_device
 from labkit.core.validation import checked_int, positive_int, positive_number
+from labkit.memory.device import peak_since
+from labkit.memory.model import build_memory_model
 from labkit.sharding.comm_volume import (CommCounter, bytes_written_by_process, counting_collectives,
                                          predicted_bytes_per_step, simulated_bytes_per_step)
 from labkit.sharding.memory import STRATEGIES, check_strategy, count_rank_state_bytes, predict_per_rank
-from labkit.training.device_memory import peak_since
-from labkit.training.memory import build_memory_model
 
 
 @dataclass(frozen=True)

@@ -19,12 +19,12 @@ from torch import nn
 
 from labkit.core.clock import percentile
 from labkit.core.device import device_label, get_device
+from labkit.core.dtypes import AMP_DTYPES
 from labkit.core.env import seed_everything
 from labkit.core.progress import progress_bar
 from labkit.core.timing import PhaseClock, Stopwatch
 from labkit.core.validation import checked_int, positive_int, positive_number
-from labkit.training.device_memory import baseline_bytes, peak_since
-from labkit.core.dtypes import AMP_DTYPES
+from labkit.memory.device import baseline_bytes, peak_since
 from labkit.training.flops import active_math_mode, checked_mfu, peak_flops_per_s
 from labkit.training.sampling import UtilizationSampler
 from labkit.training.stepper import Stepper
@@ -123,7 +123,7 @@ class RunResult:
     peak_rss_bytes: int | None = None            # process resident memory (CPU only)
     utilization_percent: float | None = None     # NVML kernel-busy % on GPU; process CPU % on CPU
     utilization_note: str = ""
-    memory: object | None = None                 # labkit.training.memory.MemoryBreakdown at the run's batch size
+    memory: object | None = None                 # labkit.memory.model.MemoryBreakdown at the run's batch size
     final_loss: float = math.nan
     math_mode: str = "fp32"                      # labkit.training.flops.active_math_mode: what the MFU peak is for
     peak_flops_per_s: float | None = None        # the peak MFU was computed against (None: no MFU)

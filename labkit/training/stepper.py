@@ -13,10 +13,10 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
-from labkit.core.timing import PhaseClock
 from labkit.core.dtypes import autocast
+from labkit.core.timing import PhaseClock
+from labkit.memory.model import MemoryBreakdown, build_memory_model, preserved_state
 from labkit.training.flops import count_training_flops
-from labkit.training.memory import MemoryBreakdown, build_memory_model, preserved_state
 
 if TYPE_CHECKING:
     from labkit.training.loop import TrainConfig

@@ -20,13 +20,13 @@ import torch
 from torch import nn
 
 from labkit.core.choices import OPTIMIZERS
-from labkit.core.validation import positive_int
 from labkit.core.dtypes import autocast, dtype_bytes, normalise_dtype
-from labkit.training.memory_timeline import (LayerLine, backward_peak_bytes, fit_layer_lines, forward_peak_bytes,
+from labkit.core.validation import positive_int
+from labkit.memory.timeline import (LayerLine, backward_peak_bytes, fit_layer_lines, forward_peak_bytes,
                                              layer_memory)
 
 if TYPE_CHECKING:
-    from labkit.training.workspace import StepWorkspaces
+    from labkit.memory.workspaces import StepWorkspaces
 
 _STATE_COPIES = {"sgd": 0, "sgd_momentum": 1, "adam": 2}     # fp32 tensors of parameter size kept per optimizer
 # parameter-sized temporaries inside optimizer.step(): torch's foreach Adam builds sqrt(v) as a new list of tensors
@@ -145,7 +145,7 @@ class MemoryModel:
                 workspaces: StepWorkspaces | None = None) -> MemoryBreakdown:
         """Predicted bytes at ``batch_size``; dtypes rescale the measured ones (e.g. 'bf16' halves activations).
 
-        ``workspaces`` (GPU, measured at this batch by :func:`labkit.training.workspace.measure_workspaces`)
+        ``workspaces`` (GPU, measured at this batch by :func:`labkit.memory.workspaces.measure_workspaces`)
         adds each layer's cuDNN workspace at the moment that layer runs.
         """
         batch_size = positive_int(batch_size, "batch_size")
@@ -197,7 +197,7 @@ def build_memory_model(model: nn.Module, sample_shape: tuple[int, ...], optimize
     """Measure saved-activation bytes layer by layer at two small batches and fit the memory model.
 
     The activations are linear in the batch; the peak comes from replaying the backward pass
-    (:mod:`labkit.training.memory_timeline`) and from the optimizer step's temporaries.
+    (:mod:`labkit.memory.timeline`) and from the optimizer step's temporaries.
     """
     b1, b2 = probe_batches
     if not (0 < b1 < b2):

@@ -3,9 +3,9 @@ import pytest
 import torch
 from torch import nn
 
-from labkit.training.memory import (MemoryModel, build_memory_model, optimizer_kind, preserved_state,
-                                    release_cpu_memory, saved_activation_bytes)
 from labkit.core.models import MLP, SmallCNN
+from labkit.memory.model import (MemoryModel, build_memory_model, optimizer_kind, preserved_state,
+                                    release_cpu_memory, saved_activation_bytes)
 
 
 def test_mlp_saved_bytes_match_hand_count():

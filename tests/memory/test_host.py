@@ -4,7 +4,7 @@ import sys
 import pytest
 import torch
 
-from labkit.training import host_memory
+from labkit.memory import host as host_memory
 
 needs_linux = pytest.mark.skipif(host_memory.host_peak_unavailable() is not None,
                                  reason=str(host_memory.host_peak_unavailable()))

@@ -7,7 +7,7 @@ We record, per leaf module in forward order, the saved-for-backward bytes it was
 parameters' bytes and its input/output bytes, then replay the backward pass in reverse order. On an
 H100 this replay predicts the measured step peak within 5% (bf16 all rows; fp32 from batch 64; see
 ``tests/fixtures/gpu_reference_h100.json``). What it cannot see from shapes: cuDNN's convolution workspaces,
-chosen on the GPU; measure them there (:mod:`labkit.training.workspace`) and the replay adds each one at the
+chosen on the GPU; measure them there (:mod:`labkit.memory.workspaces`) and the replay adds each one at the
 moment its layer runs, forward or backward.
 """
 from __future__ import annotations
@@ -20,7 +20,7 @@ import torch
 from torch import nn
 
 if TYPE_CHECKING:
-    from labkit.training.workspace import LayerWorkspace
+    from labkit.memory.workspaces import LayerWorkspace
 
 
 @dataclass(frozen=True)
