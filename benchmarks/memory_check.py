@@ -22,7 +22,8 @@ import torch
 
 from labkit.core.models import build_model
 from labkit.memory.checks import check_on_cpu, compare_with_reference, measure_step_memory, recorded_reference
-from labkit.memory.model import build_memory_model, release_cpu_memory
+from labkit.memory.host import release_cpu_memory
+from labkit.memory.model import build_memory_model
 from labkit.memory.workspaces import measure_workspaces
 
 MODELS, BATCHES, DTYPES, OPTIMIZERS = ("resnet18", "small_cnn"), (16, 64, 256, 1024), ("fp32", "bf16"), ("sgd", "adam")

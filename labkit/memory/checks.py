@@ -11,7 +11,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -20,7 +20,8 @@ from torch import nn
 from labkit.core.dtypes import autocast
 from labkit.core.models import build_model
 from labkit.memory.device import baseline_bytes, optimizer_state_bytes, peak_since
-from labkit.memory.model import MemoryModel, build_memory_model, preserved_state
+from labkit.memory.model import MemoryModel, build_memory_model
+from labkit.memory.probe import preserved_state
 
 
 def _storages(value) -> list:
@@ -160,8 +161,3 @@ def compare_with_reference(rows: list[dict], sample_shape: tuple[int, ...] = (3,
                         reserved_bytes=int(row["peak_reserved"]),
                         error_pct=round(100.0 * (predicted - measured) / measured, 2)))
     return out
-
-
-def as_rows(checks: list) -> list[dict]:
-    """Dataclasses as dicts, for JSON and tables."""
-    return [asdict(c) for c in checks]

@@ -14,13 +14,12 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Sequence
+from typing import Sequence
 
 import torch
 from torch import nn
 
-if TYPE_CHECKING:
-    from labkit.memory.workspaces import LayerWorkspace
+from labkit.memory.probe import leaf_modules
 
 
 @dataclass(frozen=True)
@@ -30,6 +29,14 @@ class LayerMemory:
     saved_bytes: float           # storages this layer was the first to save for backward
     grad_bytes: float            # its trainable parameters (their gradients have the same size)
     io_bytes: float              # its input + output (the gradients flowing through it have these sizes)
+
+
+@dataclass(frozen=True)
+class LayerWorkspace:
+    """Bytes one layer call borrows on top of the tensors it takes and returns."""
+
+    forward_bytes: int
+    backward_bytes: int
 
 
 @dataclass(frozen=True)
@@ -51,11 +58,6 @@ class LayerLine:
 
 def _nbytes(t) -> int:
     return t.untyped_storage().nbytes() if isinstance(t, torch.Tensor) else 0
-
-
-def leaf_modules(model: nn.Module) -> list[nn.Module]:
-    """The modules that do the work (no children): the layers the replay walks, in definition order."""
-    return [m for m in model.modules() if not list(m.children())]
 
 
 def layer_memory(model: nn.Module, inputs: torch.Tensor,

@@ -22,8 +22,8 @@ from torch import nn
 from labkit.core.dtypes import autocast
 from labkit.core.validation import positive_int
 from labkit.memory.device import tensor_bytes
-from labkit.memory.model import preserved_state, probe_forward
-from labkit.memory.timeline import leaf_modules
+from labkit.memory.probe import leaf_modules, preserved_state, probe_forward
+from labkit.memory.timeline import LayerWorkspace
 
 
 @dataclass(frozen=True)
@@ -41,14 +41,6 @@ class LayerCall:
 
     module: nn.Module
     args: tuple[Any, ...]               # TensorSpec for each tensor argument, anything else as it was passed
-
-
-@dataclass(frozen=True)
-class LayerWorkspace:
-    """Bytes one layer call borrows on top of the tensors it takes and returns."""
-
-    forward_bytes: int
-    backward_bytes: int
 
 
 @dataclass(frozen=True)

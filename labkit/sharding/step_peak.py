@@ -18,7 +18,7 @@ from labkit.core.timing import synchronize
 from labkit.core.validation import positive_int
 from labkit.memory.device import peak_since
 from labkit.memory.host import MEASURE_MMAP_THRESHOLD, measure_host_peak_bytes
-from labkit.memory.model import preserved_state
+from labkit.memory.probe import preserved_state
 from labkit.sharding.checkpointing import bytes_line, largest_batch_within, transformer_stack, with_checkpointing
 
 # glibc reads these at start-up: every block from 64 KiB up gets its own mapping, unmapped at free

@@ -33,7 +33,8 @@ from labkit.core.clock import Deadline, interleaved, paired_median
 from labkit.core.data import ImageData, make_loader, validate_batch_size
 from labkit.core.device import device_label, get_device
 from labkit.core.validation import positive_int
-from labkit.memory.model import MemoryModel, build_memory_model, release_cpu_memory
+from labkit.memory.host import release_cpu_memory
+from labkit.memory.model import MemoryModel, build_memory_model
 from labkit.training.batch_rules import scaled_lr
 from labkit.training.ceiling import CEILING_REPEATS, measure_ceiling
 from labkit.training.loop import RunResult, TrainConfig, train

@@ -19,8 +19,8 @@ from labkit.core.device import device_label, get_device
 from labkit.core.timing import synchronize, time_fn
 from labkit.core.validation import checked_int, positive_int
 from labkit.memory.device import baseline_bytes, peak_since
-from labkit.memory.model import (MemoryModel, build_memory_model, optimizer_kind, optimizer_settings,
-                                    release_cpu_memory)
+from labkit.memory.host import release_cpu_memory
+from labkit.memory.model import MemoryModel, build_memory_model, optimizer_kind, optimizer_settings
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
 from labkit.core.dtypes import math_mode_name
-from labkit.memory.model import preserved_state
+from labkit.memory.probe import preserved_state
 
 
 @dataclass(frozen=True)

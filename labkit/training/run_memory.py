@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from labkit.memory.checks import graph_saved_bytes
 from labkit.memory.device import peak_since
-from labkit.memory.model import MemoryBreakdown, build_memory_model, preserved_state
+from labkit.memory.model import MemoryBreakdown, build_memory_model
+from labkit.memory.probe import preserved_state
 from labkit.training.window import TrainProgress
 
 

@@ -15,7 +15,8 @@ from torch import nn
 
 from labkit.core.dtypes import autocast
 from labkit.core.timing import PhaseClock
-from labkit.memory.model import MemoryBreakdown, build_memory_model, preserved_state
+from labkit.memory.model import MemoryBreakdown, build_memory_model
+from labkit.memory.probe import preserved_state
 from labkit.training.flops import count_training_flops
 
 if TYPE_CHECKING:

@@ -13,7 +13,7 @@ def test_workspaces_join_the_replay_where_their_layer_runs():
     """Same three layers. Backward at the middle layer held 195; a 10-byte workspace there makes 205,
     one of 10 at the last layer (173 + 10) stays under it. Forward: 30, 100 + 20, 150 + 8 = 158 at most."""
     from labkit.memory.timeline import forward_peak_bytes
-    from labkit.memory.workspaces import LayerWorkspace
+    from labkit.memory.timeline import LayerWorkspace
 
     layers = [LayerMemory(100, 0, 30), LayerMemory(50, 20, 20), LayerMemory(10, 5, 8)]
     none = [LayerWorkspace(0, 0)] * 3

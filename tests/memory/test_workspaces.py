@@ -9,8 +9,8 @@ from torch import nn
 
 from labkit.core.models import build_model
 from labkit.memory.model import build_memory_model
-from labkit.memory.workspaces import (LayerWorkspace, StepWorkspaces, TensorSpec, layer_calls, measure_call,
-                                       measure_workspaces)
+from labkit.memory.timeline import LayerWorkspace
+from labkit.memory.workspaces import StepWorkspaces, TensorSpec, layer_calls, measure_call, measure_workspaces
 
 
 def _calls_at(model, batch):
