@@ -62,7 +62,8 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     "comm.mpi": ("DemoRun", "MpiError", "MpiInfo", "MpiRankError", "MpiTimeout", "MpiUnavailableError",
             "mpi_allreduce_benchmark", "mpi_info", "run_demo"),
     # batch-size lab
-    "training.loop": ("RunResult", "StepRecord", "TrainConfig", "evaluate_accuracy", "make_optimizer", "train"),
+    "training.config": ("TrainConfig",),
+    "training.loop": ("RunResult", "StepRecord", "evaluate_accuracy", "make_optimizer", "train"),
     "training.window": ("TrainProgress",),
     "training.ceiling": ("ResidentBatches", "measure_ceiling"),
     "core.device_loader": ("DeviceLoader",),

@@ -37,7 +37,8 @@ from labkit.memory.host import release_cpu_memory
 from labkit.memory.model import MemoryModel, build_memory_model
 from labkit.training.batch_rules import scaled_lr
 from labkit.training.ceiling import CEILING_REPEATS, measure_ceiling
-from labkit.training.loop import RunResult, TrainConfig, train
+from labkit.training.config import TrainConfig
+from labkit.training.loop import RunResult, train
 
 if TYPE_CHECKING:
     import numpy as np

@@ -25,7 +25,8 @@ from labkit.core.models import build_model
 from labkit.core.validation import checked_int, positive_int
 from labkit.memory.device import cuda_baseline_bytes
 from labkit.training.batch_rules import scaled_lr
-from labkit.training.loop import TrainConfig, evaluate_accuracy, train
+from labkit.training.config import TrainConfig
+from labkit.training.loop import evaluate_accuracy, train
 from labkit.training.run_memory import measure_run_memory, predict_run_memory
 
 COLORS = {"params": "#4c72b0", "grads": "#55a868", "optimizer": "#c44e52", "activations": "#8172b2"}

@@ -4,7 +4,7 @@ import torch
 
 from labkit.core.dtypes import (AMP_DTYPES, MATH_MODES, PRECISIONS, amp_torch_dtype, autocast, dtype_bytes,
                                     math_mode_name, normalise_dtype, precision_of)
-from labkit.training.loop import TrainConfig
+from labkit.training.config import TrainConfig
 from labkit.training.precision import DTYPES
 
 
