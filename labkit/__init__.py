@@ -102,7 +102,8 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     "tf.threads": ("ThreadSweep", "sweep_tf_threads"),
     # data parallelism, scaling, model parallelism
     "parallel.sync_sgd": ("gradient_of_sum_error", "run_sync_sgd_comparison", "sync_gradients", "sync_initial_weights",
-                 "train_replica", "train_single_process"),
+                          "train_replica"),
+    "training.reference": ("ToyProblem", "max_weight_difference", "train_single_process"),
     "parallel.costmodel": ("epoch_time_s", "pays_off", "predicted_bubble", "predicted_speedup", "sync_time_s"),
     "parallel.scaling": ("ScalingPoint", "StepTimes", "compare_with_model", "measure_scaling"),
     "parallel.published": ("load_published_scaling", "plot_published_scaling"),
