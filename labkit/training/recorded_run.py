@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from labkit.training.flops import find_peak
-from labkit.training.memory_check import RECORDED_H100, recorded_reference
+from labkit.memory.checks import RECORDED_H100, recorded_reference
 
 RECORDED_LADDER = RECORDED_H100.parent / "gpu_check" / "ladder.json"
 GPU_RESIDENT_LOADER = "GPU-resident tensors, index_select per batch"

@@ -3,7 +3,7 @@ import json
 
 import pytest
 
-from labkit.training.memory_check import RECORDED_H100
+from labkit.memory.checks import RECORDED_H100
 from labkit.training.recorded_run import RECORDED_LADDER, recorded_h100_figures, recorded_ladder
 
 
