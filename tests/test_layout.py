@@ -195,3 +195,66 @@ def test_public_functions_have_a_docstring_and_type_hints(path):
     (a property needs its return hint; its docstring is optional)."""
     gaps = undocumented_or_unhinted(ast.parse(path.read_text()))
     assert not gaps, f"{path.relative_to(REPO)}: {gaps}"
+
+
+def import_graph() -> dict[str, set[str]]:
+    """module -> the labkit modules it imports, every import counted: top level, ``TYPE_CHECKING`` blocks and
+    imports inside functions alike (a loop through a type hint or a lazy import is still a loop in meaning)."""
+    names = {m for m, _ in modules()}
+    graph: dict[str, set[str]] = {}
+    for name, path in modules():
+        edges = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("labkit"):
+                targets = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+            elif isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            else:
+                continue
+            edges |= {t.removeprefix("labkit.") for t in targets if t.removeprefix("labkit.") in names}
+        graph[name] = edges - {name}
+    return graph
+
+
+def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Every strongly connected group of more than one module (Tarjan 1972): each is at least one import loop."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    cycles: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = []
+            while True:
+                w = stack.pop()
+                group.append(w)
+                if w == v:
+                    break
+            if len(group) > 1:
+                cycles.append(sorted(group))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return cycles
+
+
+def test_the_cycle_finder_finds_a_loop_through_a_type_hint():
+    assert import_cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert import_cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_import_cycles_between_labkit_modules():
+    """Issue 23: loop <-> stepper and memory -> memory_timeline -> workspace -> memory were loops; none may return,
+    through a ``TYPE_CHECKING`` import or a lazy one either."""
+    cycles = import_cycles(import_graph())
+    assert not cycles, f"import cycles between labkit modules: {cycles}"
