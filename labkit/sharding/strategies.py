@@ -103,8 +103,9 @@ class Zero1Optimizer:
         self.shard.grad = self.flat_grad[lo:lo + self.shard_numel]
         self.adam = torch.optim.Adam([self.shard], lr=lr)
 
-    def zero_grad(self) -> None:
-        """Zero the flat gradient buffer (every parameter's .grad is a view into it)."""
+    def zero_grad(self, set_to_none: bool = False) -> None:
+        """Zero the flat gradient buffer in place (every parameter's .grad is a view into it, so ``set_to_none``,
+        taken for the optimizer interface the one step calls, cannot free them)."""
         self.flat_grad.zero_()
 
     def step(self) -> None:
