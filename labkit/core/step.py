@@ -140,6 +140,8 @@ class TrainStep:
                 return self.loss_fn(self.model(x), y)
             try:
                 out = self.model(x)
+            except torch.cuda.OutOfMemoryError:
+                raise                                   # the batch-size finder's answer, not a shape error
             except RuntimeError as err:
                 raise ValueError(f"{type(self.model).__name__} does not accept batches of shape {tuple(x.shape)}: "
                                  f"{str(err).splitlines()[0]}. Build the model for this data's image shape "

@@ -190,3 +190,13 @@ def test_bad_input_is_one_clear_line():
         TrainStep(model, _sgd(model), options=StepOptions(accumulation_steps=3))(*_batches(1)[0])
     with pytest.raises(ValueError, match="does not accept batches of shape"):
         TrainStep(model, _sgd(model))(torch.randn(2, 3, 9, 9), torch.zeros(2, dtype=torch.long))
+
+
+def test_out_of_memory_on_the_first_call_stays_out_of_memory():
+    """The batch-size finder tells 'too big' from a broken model by the error's type: OOM must pass through."""
+    class OutOfMemory(nn.Module):
+        def forward(self, x):
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory (mocked)")
+
+    with pytest.raises(torch.cuda.OutOfMemoryError):
+        TrainStep(OutOfMemory(), None)(torch.randn(2, 3), torch.zeros(2, dtype=torch.long))
