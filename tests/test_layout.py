@@ -258,3 +258,51 @@ def test_no_import_cycles_between_labkit_modules():
     through a ``TYPE_CHECKING`` import or a lazy one either."""
     cycles = import_cycles(import_graph())
     assert not cycles, f"import cycles between labkit modules: {cycles}"
+
+
+# Issue 23: one training step (labkit.core.step.TrainStep). These alone may call backward or an optimizer's step
+# themselves, each for a reason the lesson needs; anything else goes through the one step.
+OWN_STEP_ALLOWED = {
+    "core.step.TrainStep._one": "the one step's backward",
+    "core.step.TrainStep._update": "the one step's update",
+    "parallel.sync_sgd.micro_batch_gradients": "the derivation: each replica's gradient kept, no update, compared "
+                                               "with the combined batch's",
+    "parallel.pipeline._run_pipeline": "GPipe by hand: each stage's backward on the gradient its neighbour sent",
+    "sharding.strategies.Zero1Optimizer.step": "ZeRO-1 by hand is an optimizer: its step calls Adam on the shard",
+}
+_OPTIMIZER_NAMES = ("opt", "scaler", "adam")
+
+
+def own_step_calls(tree: ast.Module) -> list[tuple[str, int, str]]:
+    """(enclosing function's qualified name, line, call) for every ``.backward(`` and every optimizer ``.step(``."""
+    found = []
+
+    def walk(node: ast.AST, qual: list[str]) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                walk(child, qual + [child.name])
+                continue
+            if isinstance(child, ast.Call) and isinstance(child.func, ast.Attribute):
+                receiver = ast.unparse(child.func.value).lower()
+                if child.func.attr == "backward" or (child.func.attr == "step"
+                                                     and any(n in receiver for n in _OPTIMIZER_NAMES)):
+                    found.append((".".join(qual), child.lineno, ast.unparse(child.func)))
+            walk(child, qual)
+
+    walk(tree, [])
+    return found
+
+
+def test_the_step_finder_sees_backward_and_optimizer_steps_but_not_profiler_steps():
+    tree = ast.parse("def f(model, opt, prof):\n    loss.backward()\n    opt.step()\n    prof.step()\n")
+    assert [(q, c) for q, _, c in own_step_calls(tree)] == [("f", "loss.backward"), ("f", "opt.step")]
+
+
+def test_one_training_step_every_other_sequence_is_a_named_lesson():
+    """Every forward/backward/update in labkit runs through labkit.core.step.TrainStep, but the lessons above."""
+    own = []
+    for name, path in modules():
+        for qual, line, call in own_step_calls(ast.parse(path.read_text())):
+            if f"{name}.{qual}" not in OWN_STEP_ALLOWED:
+                own.append(f"{name}.{qual} line {line}: {call}()")
+    assert not own, f"a training step outside labkit.core.step (use TrainStep, or name the lesson here): {own}"
