@@ -109,7 +109,7 @@ def check_model_accepts(model: nn.Module, image_shape: tuple[int, ...], num_clas
     except RuntimeError as err:
         first = str(err).splitlines()[0]
         raise ValueError(f"{type(model).__name__} does not accept inputs of shape {tuple(image_shape)}: {first}. "
-                         "Build the model for this data's image shape (see labkit.build_model)") from None
+                         "Build the model for this data's image shape (see labkit.core.models.build_model)") from None
     finally:
         model.train(was_training)
     if num_classes is not None and out.shape[-1] != num_classes:
