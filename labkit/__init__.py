@@ -50,6 +50,8 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     "core.models": ("MLP", "SmallCNN", "build_model", "check_model_accepts", "count_parameters", "resnet18_cifar"),
     "core.clock": ("Deadline", "TimingResult", "interleaved", "now_s", "paired_median", "percentile", "timestamp_s"),
     "core.timing": ("PhaseClock", "Stopwatch", "synchronize", "time_fn"),
+    "core.contention": ("CpuShare", "ShareMeter", "spinning_cores"),
+    "core.verdict": ("Load", "Verdict", "judge_agreement", "judge_at_least", "judge_at_most"),
     "comm.launch": ("LaunchError", "LaunchTimeout", "RankFailedError", "launch", "torchrun_command"),
     "comm.worker": ("init_from_env",),
     "comm.collectives": ("ALGORITHMS", "OPS", "AllreduceResult", "Step", "allreduce", "allreduce_cost",

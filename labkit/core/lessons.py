@@ -3,7 +3,8 @@
 A notebook makes one ``LessonLog`` and routes each lesson's asserts through it. A lesson that fails raises
 ``AssertionError`` naming the claim (so nbval fails); a lesson that truly cannot run here (no MPI launcher,
 one GPU where two are needed) prints a visible ``NOT CHECKED: <claim> (<reason>)`` line instead of passing in
-silence; the last cell calls ``tally()``. When ``LABKIT_LESSON_LOG`` names a file, each tally is appended to
+silence; a timing claim the machine was too busy to settle (``labkit.core.verdict``) prints an equally visible
+``INCONCLUSIVE: <claim> (<measured reason>)`` and is never counted as checked; the last cell calls ``tally()``. When ``LABKIT_LESSON_LOG`` names a file, each tally is appended to
 it as one JSON line, so ``python -m labkit.core.lessons FILE`` can total a whole nbval run. Torch-free.
 """
 from __future__ import annotations
@@ -16,6 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Iterator
 
+from labkit.core.verdict import CHECKED, INCONCLUSIVE, Verdict
+
 LESSON_LOG_ENV_VAR = "LABKIT_LESSON_LOG"
 
 
@@ -26,6 +29,7 @@ class LessonLog:
     notebook: str
     checked: list[str] = field(default_factory=list)
     not_checked_reasons: dict[str, str] = field(default_factory=dict)
+    inconclusive_reasons: dict[str, str] = field(default_factory=dict)
 
     def check(self, claim: str, holds: bool, detail: str = "") -> None:
         """Assert one lesson claim on live numbers; ``detail`` says what was measured when it fails."""
@@ -54,24 +58,47 @@ class LessonLog:
         for claim in claims:
             self.not_checked(claim, reason)
 
+    def inconclusive(self, claim: str, reason: str) -> None:
+        """Say, visibly, that this run was too busy to settle a timing claim, with the measured reason."""
+        if not reason.strip():
+            raise ValueError("inconclusive needs the measured reason, e.g. 'rank 0 got 0.46 of a core'")
+        if claim in self.checked:
+            self.checked.remove(claim)
+        self.not_checked_reasons.pop(claim, None)
+        self.inconclusive_reasons[claim] = reason
+        print(f"INCONCLUSIVE: {claim} ({reason})")
+
+    def decide(self, verdict: Verdict) -> Verdict:
+        """Record a timing verdict: checked counts, INCONCLUSIVE prints its reason, failed raises."""
+        if verdict.state == INCONCLUSIVE:
+            self.inconclusive(verdict.claim, verdict.detail)
+        else:
+            self.check(verdict.claim, verdict.state == CHECKED, verdict.detail)
+        return verdict
+
     def _record(self, claim: str) -> None:
         if claim not in self.checked:
             self.checked.append(claim)
         self.not_checked_reasons.pop(claim, None)
+        self.inconclusive_reasons.pop(claim, None)
 
     @property
     def total(self) -> int:
-        return len(self.checked) + len(self.not_checked_reasons)
+        return len(self.checked) + len(self.not_checked_reasons) + len(self.inconclusive_reasons)
 
     def tally(self) -> str:
         """Print and return 'N of M lessons checked'; append it to ``$LABKIT_LESSON_LOG`` when that is set."""
         line = f"{self.notebook}: {len(self.checked)} of {self.total} lessons checked"
         if self.not_checked_reasons:
             line += "; not checked: " + "; ".join(f"{c} ({r})" for c, r in self.not_checked_reasons.items())
+        if self.inconclusive_reasons:
+            line += (f"\n{self.notebook}: {len(self.inconclusive_reasons)} INCONCLUSIVE (machine too busy to tell): "
+                     + "; ".join(f"{c} ({r})" for c, r in self.inconclusive_reasons.items()))
         print(line)
         log_path = os.environ.get(LESSON_LOG_ENV_VAR)
         if log_path:
-            record = {"notebook": self.notebook, "checked": self.checked, "not_checked": self.not_checked_reasons}
+            record = {"notebook": self.notebook, "checked": self.checked, "not_checked": self.not_checked_reasons,
+                      "inconclusive": self.inconclusive_reasons}
             with open(log_path, "a", encoding="utf-8") as f:
                 f.write(json.dumps(record) + "\n")
         return line
@@ -87,11 +114,15 @@ def summarize_lesson_log(path: str | Path) -> str:
                 record = json.loads(line)
                 by_notebook[record["notebook"]] = record
     checked = sum(len(r["checked"]) for r in by_notebook.values())
-    total = checked + sum(len(r["not_checked"]) for r in by_notebook.values())
-    lines = [f"lessons: {checked} of {total} checked in {len(by_notebook)} notebooks"]
+    inconclusive = sum(len(r.get("inconclusive", {})) for r in by_notebook.values())
+    total = checked + inconclusive + sum(len(r["not_checked"]) for r in by_notebook.values())
+    lines = [f"lessons: {checked} of {total} checked in {len(by_notebook)} notebooks",
+             f"INCONCLUSIVE (machine too busy to tell): {inconclusive}"]
     for name, record in sorted(by_notebook.items()):
         for claim, reason in record["not_checked"].items():
             lines.append(f"  NOT CHECKED in {name}: {claim} ({reason})")
+        for claim, reason in record.get("inconclusive", {}).items():
+            lines.append(f"  INCONCLUSIVE in {name}: {claim} ({reason})")
     return "\n".join(lines)
 
 

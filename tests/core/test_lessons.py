@@ -59,3 +59,36 @@ def test_not_checked_all_counts_every_claim_of_a_section(capsys):
     assert log.total == 2 and capsys.readouterr().out.count("NOT CHECKED:") == 2
     with pytest.raises(ValueError, match="reason"):
         log.not_checked_all(["c holds"], " ")
+
+
+def test_inconclusive_is_printed_tallied_on_its_own_line_and_never_counted_as_checked(capsys, tmp_path,
+                                                                                       monkeypatch):
+    from labkit.core.verdict import Load, judge_agreement
+    path = tmp_path / "lessons.jsonl"
+    monkeypatch.setenv("LABKIT_LESSON_LOG", str(path))
+    log = LessonLog("07")
+    log.check("a", True)
+    busy = Load({"rank 0": 0.46}, spread=0.1)
+    verdict = log.decide(judge_agreement("it pays", predicted=1.65, measured=0.84, tolerance=0.25, load=busy))
+    assert verdict.state == "INCONCLUSIVE"
+    assert "INCONCLUSIVE: it pays (predicted 1.65x" in capsys.readouterr().out
+    first, second = log.tally().splitlines()
+    assert first == "07: 1 of 2 lessons checked"
+    assert second.startswith("07: 1 INCONCLUSIVE") and "rank 0 got 0.46 of a core" in second
+    summary = summarize_lesson_log(path).splitlines()
+    assert summary[0] == "lessons: 1 of 2 checked in 1 notebooks"
+    assert summary[1] == "INCONCLUSIVE (machine too busy to tell): 1"
+    assert summary[2].startswith("  INCONCLUSIVE in 07: it pays (")
+    log.decide(judge_agreement("it pays", predicted=1.65, measured=1.6, tolerance=0.25, load=busy))
+    assert log.inconclusive_reasons == {} and log.checked == ["a", "it pays"]
+    with pytest.raises(AssertionError, match="a wrong model.*larger than this run's load can explain"):
+        log.decide(judge_agreement("a wrong model", predicted=4.0, measured=0.84, tolerance=0.25, load=busy))
+    with pytest.raises(ValueError, match="measured reason"):
+        log.inconclusive("b", "")
+
+
+def test_summary_reads_tallies_written_before_inconclusive_existed(tmp_path):
+    path = tmp_path / "old.jsonl"
+    path.write_text(json.dumps({"notebook": "01", "checked": ["x"], "not_checked": {}}) + "\n")
+    assert summarize_lesson_log(path).splitlines()[:2] == ["lessons: 1 of 1 checked in 1 notebooks",
+                                                          "INCONCLUSIVE (machine too busy to tell): 0"]
