@@ -7,7 +7,7 @@ STAMP   := $(VENV)/.installed-$(EXTRAS)
 export TF_CPP_MIN_LOG_LEVEL ?= 2
 export PYTHONUNBUFFERED := 1
 
-.PHONY: lab test install pytest nbval browser-deps clean gpu-check
+.PHONY: lab test test-busy install pytest nbval browser-deps clean gpu-check
 
 install: $(STAMP)
 
@@ -41,6 +41,11 @@ nbval: install
 	  -p no:cacheprovider notebooks; rc=$$?; $(PY) -m labkit.core.lessons $(LESSON_LOG); exit $$rc
 
 test: pytest nbval
+
+# `make test` with one process spinning on one core for the whole run (started and always stopped by the script):
+# every timing claim must be checked or INCONCLUSIVE with its measured reason, none failed.
+test-busy: install browser-deps
+	$(PY) scripts/run_busy.py --cores 1 -- $(MAKE) test
 
 # On a CUDA box: tests + every notebook in full mode + loop-overhead, memory and ladder benchmarks -> docs/gpu-report.md.
 # Without a GPU: says so and dry-runs the report writer on recorded fixtures (exit 0).
