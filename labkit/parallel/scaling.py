@@ -24,6 +24,9 @@ from labkit.core.device import device_label
 from labkit.core.machine import cpu_count
 from labkit.core.timing import Stopwatch, synchronize
 from labkit.core.validation import checked_int, positive_int, positive_ints
+from labkit.core.verdict import Load
+from labkit.core.verdict import Verdict as TimingVerdict
+from labkit.core.verdict import judge_at_least, judge_at_most
 from labkit.parallel.costmodel import core_sharing_slowdown, fit_alpha_beta, predicted_speedup
 from labkit.parallel.sync_sgd import AllreduceSum, sync_gradients
 
@@ -154,6 +157,14 @@ def measure_scaling(world_sizes: tuple[int, ...] = (1, 2, 4), *, backend: str = 
                   backend=chosen, timeout_s=timeout_s, show_output=False)[0]
 
 
+def runs_load(runs: Sequence[StepTimes], cores: int) -> Load:
+    """How busy a sweep's rounds were: each R's worst CPU share beside what core sharing alone leaves it
+    (R ranks on fewer cores get cores/R each by design: that is the lesson, not other programs' load)."""
+    shares = {f"the worst of {r.world_size} rank(s)": min(1.0, max(1e-3, r.cpu_share / min(1.0, cores / r.world_size)))
+              for r in runs}
+    return Load(shares, spread=max(0.0, max(r.step_noise for r in runs) - 1))
+
+
 @dataclass(frozen=True)
 class ScalingPoint:
     """Predicted vs measured speedup for one world size (R replicas)."""
@@ -217,11 +228,29 @@ class Verdict:
     t_sync_predicted_s: float
     predicted_speedup: float
     measured_speedup: float
+    cpu_shares: tuple[float, float] = (1.0, 1.0)   # worst rank's share of a core computing: R=1, R=world_size
+    step_noise: float = 1.0                         # the larger p90/p10 of the two runs' step times
 
     @property
     def agrees(self) -> bool:
         """True when the model and the clock give the same verdict (both above one, or both not)."""
         return (self.predicted_speedup > 1) == (self.measured_speedup > 1)
+
+    def load(self) -> Load:
+        """How busy the measured rounds were: each run's worst CPU share and the step times' spread."""
+        shares = {"the single replica": self.cpu_shares[0], f"the worst of {self.world_size} ranks":
+                  self.cpu_shares[1]}
+        return Load({k: min(1.0, max(v, 1e-3)) for k, v in shares.items()}, spread=max(0.0, self.step_noise - 1))
+
+    def judge_pays(self, claim: str) -> TimingVerdict:
+        """The model says adding replicas pays, and the clock agrees (or the load explains why it could not)."""
+        if self.predicted_speedup <= 1:
+            return TimingVerdict(claim, "failed", f"the model predicted {self.predicted_speedup:.2f}x: no pay-off")
+        return judge_at_least(claim, self.measured_speedup, 1.0, load=self.load())
+
+    def judge_slows(self, claim: str) -> TimingVerdict:
+        """The clock shows adding replicas slows this job down (measured speedup below one)."""
+        return judge_at_most(claim, self.measured_speedup, 1.0, load=self.load())
 
 
 def verdict_worker(cases: dict, world_size: int, rounds: int, steps: int) -> dict:
@@ -244,5 +273,6 @@ def pays_verdicts(world_size: int = 2, cases: dict | None = None, *, rounds: int
     for case, runs in by_case.items():
         point = compare_with_model(runs, cores or cpu_count())[-1]
         verdicts.append(Verdict(case, world_size, runs[-1].grad_bytes, point.t_comp_s, point.t_sync_predicted_s,
-                                point.predicted_speedup, point.measured_speedup))
+                                point.predicted_speedup, point.measured_speedup,
+                                (runs[0].cpu_share, runs[-1].cpu_share), max(r.step_noise for r in runs)))
     return verdicts
