@@ -21,6 +21,7 @@ from typing import Iterator, Mapping
 from labkit.core.clock import now_s, process_time_s
 
 _NS = 1e-9
+MIN_SHARE = 1e-3        # a process that ran at all got more than this; keeps a share usable as a divisor
 
 
 @dataclass(frozen=True)
@@ -60,8 +61,8 @@ class CpuShare:
         """Fraction of a core the process got while it wanted one (1.0: never waited for a CPU)."""
         if self.waiting_s is not None:
             wanted_s = self.on_cpu_s + self.waiting_s
-            return 1.0 if wanted_s <= 0 else self.on_cpu_s / wanted_s
-        return 1.0 if self.wall_s <= 0 else min(1.0, self.on_cpu_s / self.wall_s)
+            return 1.0 if wanted_s <= 0 else max(MIN_SHARE, self.on_cpu_s / wanted_s)
+        return 1.0 if self.wall_s <= 0 else min(1.0, max(MIN_SHARE, self.on_cpu_s / self.wall_s))
 
     def to_dict(self) -> dict[str, float | None]:
         """JSON-ready, for a rank to send home with its timings."""
