@@ -34,7 +34,8 @@ def time_steps_with_threads(threads: int, wait_policy: str, batch: int = 32, ste
 
     from labkit.core.models import resnet18_cifar  # lazy: loads torch
     from labkit.core.timing import time_fn  # lazy: loads torch
-    from labkit.training.loop import TrainConfig, make_optimizer  # lazy: loads torch
+    from labkit.training.config import TrainConfig  # lazy: loads torch
+    from labkit.training.loop import make_optimizer  # lazy: loads torch
     from labkit.training.stepper import Stepper  # lazy: loads torch
 
     torch.set_num_threads(threads)
