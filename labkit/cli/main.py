@@ -8,9 +8,13 @@ the install puts in the venv (`.venv/bin/labkit`, or plain `labkit` once the ven
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
+import os
 import sys
 from typing import Sequence
+
+from labkit.core.results import Terminated, WriteError, describe_os_error, sigterm_as_interrupt
 
 # Subcommands that live in their own modules; each has `add_parser(subparsers)`.
 SUBCOMMAND_MODULES = ("labkit.cli.doctor", "labkit.cli.sweep", "labkit.cli.profile", "labkit.cli.memory",
@@ -39,25 +43,61 @@ def _failure_types() -> tuple[type[BaseException], ...]:
     """Errors that mean 'the measurement could not run here' (exit 1, one line), not a bug in the kit."""
     from labkit.comm.launch import LaunchError
     from labkit.core.data import DataUnavailableError
+    from labkit.core.envcheck import EnvironmentProblem
 
-    return DataUnavailableError, LaunchError, PermissionError, TimeoutError
+    return DataUnavailableError, EnvironmentProblem, LaunchError, PermissionError, TimeoutError, WriteError
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Parse, run the subcommand, and turn expected errors into one line and an exit status."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if not getattr(args, "func", None):
-        parser.print_help()
-        return 2
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null, so the interpreter's last flush cannot fail again on a closed or full stdout."""
+    with open(os.devnull, "wb") as null:
+        os.dup2(null.fileno(), sys.stdout.fileno())
+
+
+def _run(args: argparse.Namespace) -> int:
+    """The subcommand, with expected failures turned into one line and an exit status."""
     try:
-        return args.func(args)
+        with sigterm_as_interrupt():
+            return args.func(args)
     except ValueError as err:  # bad arguments that argparse could not see: one line, exit 2
         print(f"error: {err}", file=sys.stderr)
         return 2
     except _failure_types() as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
+    except Terminated:
+        print("terminated (SIGTERM)", file=sys.stderr)
+        return 143
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Parse, check the environment, run the subcommand; a full or closed stdout is one line, never a traceback."""
+    from labkit.core.envcheck import EnvironmentProblem, check_environment
+
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        if args.command != "doctor":    # the doctor lists these problems among its findings instead
+            check_environment(command=args.command)
+    except EnvironmentProblem as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    try:
+        code = _run(args)
+        sys.stdout.flush()
+    except BrokenPipeError:      # `labkit ... | head -1`: the reader left; stop quietly, as a killed writer would
+        _silence_stdout()
+        return 141
+    except OSError as err:       # `labkit ... > /dev/full`: the output was lost, so the work was not delivered
+        _silence_stdout()
+        if err.errno not in (errno.ENOSPC, errno.EIO, errno.EDQUOT, errno.EROFS, errno.EBADF):
+            raise
+        print(f"error: {describe_os_error(err.filename or 'standard output', err)}", file=sys.stderr)
+        return 1
+    return code

@@ -1,0 +1,142 @@
+"""Results that survive: atomic files, rows saved as each one finishes, and a clear word when work stops early.
+
+Every file the kit writes goes through :func:`atomic_path` (a temporary name beside the target, then
+``os.replace``), so a reader sees the old file or the new one, never half of one; a full, read-only or forbidden
+disk becomes one :class:`WriteError` line that names the path and the cause, and the temporary file is removed.
+A long command keeps its finished rows in a :class:`ResultStream`: each ``add`` rewrites a JSON-lines file
+atomically, and when the work stops early (Ctrl-C, SIGTERM, its own timeout) :meth:`ResultStream.stopped` says
+how much finished and where it is. :func:`sigterm_as_interrupt` makes SIGTERM unwind like Ctrl-C. Torch-free.
+"""
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import os
+import signal
+import threading
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+CAUSES = {errno.ENOSPC: "the disk is full (ENOSPC)", errno.EROFS: "the file system is read-only (EROFS)",
+          errno.EACCES: "permission denied (EACCES)", errno.EPERM: "operation not permitted (EPERM)",
+          errno.EDQUOT: "the disk quota is used up (EDQUOT)", errno.ENOENT: "its folder does not exist (ENOENT)",
+          errno.ENOTDIR: "a part of the path is a file, not a folder (ENOTDIR)"}
+
+
+class WriteError(OSError):
+    """A file could not be written; the message names the path and the cause, and nothing half-written is left."""
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised like Ctrl-C so the same clean-up runs (exit status 143 instead of 130)."""
+
+
+def describe_os_error(path: str | Path, err: OSError) -> str:
+    """One line: which path, and why in words a user can act on."""
+    cause = CAUSES.get(err.errno or -1, err.strerror or type(err).__name__)
+    return f"cannot write {path}: {cause}"
+
+
+@contextlib.contextmanager
+def atomic_path(path: str | Path) -> Iterator[Path]:
+    """Yield a temporary path beside ``path``; on success it replaces ``path`` in one rename, else it is removed.
+
+    For writers that want a file name (``torch.save``, a profiler's trace export); the bytes land under
+    ``.NAME.PID.tmp`` in the same folder, so the rename never crosses file systems.
+    """
+    target = Path(path)
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    try:
+        yield tmp
+        if not tmp.exists():
+            raise WriteError(f"cannot write {target}: the writer produced no file")
+        os.replace(tmp, target)
+    except WriteError:
+        raise
+    except OSError as err:
+        raise WriteError(describe_os_error(target, err)) from None
+    finally:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+
+
+def atomic_write_bytes(path: str | Path, data: bytes) -> Path:
+    """Write ``data`` to ``path`` atomically (synced to disk before the rename); returns the path."""
+    target = Path(path)
+    with atomic_path(target) as tmp:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+    return target
+
+
+def atomic_write_text(path: str | Path, text: str) -> Path:
+    """Write ``text`` (UTF-8) to ``path`` atomically; returns the path."""
+    return atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def append_line(path: str | Path, line: str) -> None:
+    """Append one line in a single write (a log many processes add to); a failure is one WriteError line."""
+    try:
+        with open(path, "a", encoding="utf-8") as f:
+            f.write(line.rstrip("\n") + "\n")
+    except OSError as err:
+        raise WriteError(describe_os_error(path, err)) from None
+
+
+class ResultStream:
+    """The finished rows of a long command, saved to a JSON-lines file as each one finishes.
+
+    ``what`` names the units in messages ("batch sizes", "rungs", "message sizes"); ``total`` is how many were
+    asked for. The file is rewritten atomically on every ``add``, so it always holds every finished row.
+    """
+
+    def __init__(self, path: str | Path | None, total: int, what: str) -> None:
+        self.path = None if path is None else Path(path)
+        self.total, self.what = total, what
+        self.rows: list[Any] = []
+
+    def add(self, row: Any, to_json: Callable[[Any], Any] = lambda r: r) -> None:
+        """Keep one finished row and save every row so far."""
+        self.rows.append(row)
+        if self.path is not None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write_text(self.path, "".join(json.dumps(to_json(r), default=str) + "\n" for r in self.rows))
+
+    def stopped(self, why: str) -> str:
+        """'interrupted after 4 of 6 batch sizes; results so far in PATH' (what finished, what did not)."""
+        where = f"; results so far in {self.path}" if self.path is not None and self.rows else ""
+        return f"{why} after {len(self.rows)} of {self.total} {self.what}{where}"
+
+
+def stop_reason(err: BaseException) -> str:
+    """How a run was stopped, in a word: 'terminated (SIGTERM)', 'interrupted (Ctrl-C)', 'timed out'."""
+    if isinstance(err, Terminated):
+        return "terminated (SIGTERM)"
+    if isinstance(err, KeyboardInterrupt):
+        return "interrupted (Ctrl-C)"
+    return "timed out" if isinstance(err, TimeoutError) else f"stopped by an error ({type(err).__name__})"
+
+
+def read_json_lines(path: str | Path) -> list[Any]:
+    """The rows a :class:`ResultStream` saved (one JSON value per line)."""
+    return [json.loads(line) for line in Path(path).read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+@contextlib.contextmanager
+def sigterm_as_interrupt() -> Iterator[None]:
+    """While inside, SIGTERM raises :class:`Terminated`, so finished work is printed and kept as on Ctrl-C."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum: int, frame: Any) -> None:
+        raise Terminated()
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
