@@ -14,7 +14,7 @@ import os
 import sys
 from typing import Sequence
 
-from labkit.core.results import Terminated, WriteError, describe_os_error, sigterm_as_interrupt
+from labkit.core.results import StoppedEarly, Terminated, WriteError, describe_os_error, sigterm_as_interrupt
 
 # Subcommands that live in their own modules; each has `add_parser(subparsers)`.
 SUBCOMMAND_MODULES = ("labkit.cli.doctor", "labkit.cli.sweep", "labkit.cli.profile", "labkit.cli.memory",
@@ -65,6 +65,9 @@ def _run(args: argparse.Namespace) -> int:
     except _failure_types() as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
+    except StoppedEarly as err:     # the finished part is already printed and saved
+        print(str(err), file=sys.stderr)
+        return err.code
     except Terminated:
         print("terminated (SIGTERM)", file=sys.stderr)
         return 143

@@ -55,7 +55,7 @@ class RankFailedError(LaunchError):
                          f"--- traceback from rank {rank} ---\n{remote_traceback.rstrip()}")
 
 
-class LaunchTimeout(LaunchError):
+class LaunchTimeout(LaunchError, TimeoutError):
     """The run outlived its timeout; every process was killed."""
 
 

@@ -33,7 +33,7 @@ def checked_mode_name(environ: Mapping[str, str]) -> str:
     return forced
 
 
-def _writable_place(path: Path) -> str:
+def writable_place_problem(path: Path) -> str:
     """'' when ``path`` is (or could be created as) a writable folder, else why not."""
     if path.exists():
         if not path.is_dir():
@@ -52,7 +52,7 @@ def _path_problems(environ: Mapping[str, str]) -> list[str]:
             problems.append(f"{var} is set but empty; unset it or name {what}")
         elif environ.get(var):
             path = Path(environ[var]).expanduser()
-            why = _writable_place(path) if var == RUN_DIR_VAR else (
+            why = writable_place_problem(path) if var == RUN_DIR_VAR else (
                 "is a file, not a folder" if path.exists() and not path.is_dir() else
                 "does not exist" if not path.exists() else "")
             if why:

@@ -77,15 +77,35 @@ class LessonLog:
         return line
 
 
+class LessonLogError(ValueError):
+    """The lesson log is missing, unreadable or not JSON lines; the message names the file and the line."""
+
+
+def _read_records(log: Path) -> list[dict]:
+    """The tallies in ``log``, one JSON object per line; one LessonLogError naming the file otherwise."""
+    try:
+        text = log.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise LessonLogError(f"{log} does not exist; run the notebooks with {LESSON_LOG_ENV_VAR}={log} first") from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise LessonLogError(f"{log} cannot be read ({getattr(err, 'strerror', None) or err})") from None
+    records = []
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+            records.append({"notebook": str(record["notebook"]), "checked": list(record["checked"]),
+                            "not_checked": dict(record["not_checked"])})
+        except (json.JSONDecodeError, KeyError, TypeError, ValueError) as err:
+            raise LessonLogError(f"{log} line {number} is not a lesson tally ({type(err).__name__}: {err}); "
+                                 "it may be cut short: rerun the notebooks to write it again") from None
+    return records
+
+
 def summarize_lesson_log(path: str | Path) -> str:
-    """Total the tallies one run wrote (the last tally of each notebook wins)."""
-    by_notebook: dict[str, dict] = {}
-    log = Path(path)
-    if log.exists():
-        for line in log.read_text(encoding="utf-8").splitlines():
-            if line.strip():
-                record = json.loads(line)
-                by_notebook[record["notebook"]] = record
+    """Total the tallies one run wrote (the last tally of each notebook wins); LessonLogError if it cannot."""
+    by_notebook: dict[str, dict] = {record["notebook"]: record for record in _read_records(Path(path))}
     checked = sum(len(r["checked"]) for r in by_notebook.values())
     total = checked + sum(len(r["not_checked"]) for r in by_notebook.values())
     lines = [f"lessons: {checked} of {total} checked in {len(by_notebook)} notebooks"]
@@ -95,7 +115,18 @@ def summarize_lesson_log(path: str | Path) -> str:
     return "\n".join(lines)
 
 
+def main(argv: list[str]) -> int:
+    """``python -m labkit.core.lessons FILE``: print the total; exit 1 with one line when the log is unusable."""
+    if len(argv) != 1:
+        print("usage: python -m labkit.core.lessons LESSON_LOG_FILE", file=sys.stderr)
+        return 2
+    try:
+        print(summarize_lesson_log(argv[0]))
+    except LessonLogError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    return 0
+
+
 if __name__ == "__main__":
-    if len(sys.argv) != 2:
-        sys.exit("usage: python -m labkit.core.lessons LESSON_LOG_FILE")
-    print(summarize_lesson_log(sys.argv[1]))
+    sys.exit(main(sys.argv[1:]))

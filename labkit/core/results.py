@@ -32,6 +32,14 @@ class Terminated(KeyboardInterrupt):
     """SIGTERM, raised like Ctrl-C so the same clean-up runs (exit status 143 instead of 130)."""
 
 
+class StoppedEarly(Exception):
+    """The work stopped part-way; what finished was already shown and saved. ``code`` is the exit status."""
+
+    def __init__(self, message: str, code: int) -> None:
+        super().__init__(message)
+        self.code = code
+
+
 def describe_os_error(path: str | Path, err: OSError) -> str:
     """One line: which path, and why in words a user can act on."""
     cause = CAUSES.get(err.errno or -1, err.strerror or type(err).__name__)
@@ -97,6 +105,7 @@ class ResultStream:
         self.path = None if path is None else Path(path)
         self.total, self.what = total, what
         self.rows: list[Any] = []
+        self.phase = ""         # set while work after the rows runs, e.g. "the largest-batch search"
 
     def add(self, row: Any, to_json: Callable[[Any], Any] = lambda r: r) -> None:
         """Keep one finished row and save every row so far."""
@@ -108,7 +117,8 @@ class ResultStream:
     def stopped(self, why: str) -> str:
         """'interrupted after 4 of 6 batch sizes; results so far in PATH' (what finished, what did not)."""
         where = f"; results so far in {self.path}" if self.path is not None and self.rows else ""
-        return f"{why} after {len(self.rows)} of {self.total} {self.what}{where}"
+        during = f" during {self.phase}," if self.phase else ""
+        return f"{why}{during} after {len(self.rows)} of {self.total} {self.what}{where}"
 
 
 def stop_reason(err: BaseException) -> str:
@@ -118,6 +128,23 @@ def stop_reason(err: BaseException) -> str:
     if isinstance(err, KeyboardInterrupt):
         return "interrupted (Ctrl-C)"
     return "timed out" if isinstance(err, TimeoutError) else f"stopped by an error ({type(err).__name__})"
+
+
+@contextlib.contextmanager
+def keep_finished(stream: ResultStream, show: Callable[[list], None]) -> Iterator[ResultStream]:
+    """On Ctrl-C, SIGTERM or a timeout inside: ``show`` the finished rows, say what did not finish, StoppedEarly.
+
+    Exit status: 130 (Ctrl-C), 143 (SIGTERM), 1 (timeout), the conventions of a shell.
+    """
+    try:
+        yield stream
+    except (KeyboardInterrupt, TimeoutError) as err:
+        if stream.rows:
+            with contextlib.suppress(Exception):
+                show(stream.rows)
+        code = 143 if isinstance(err, Terminated) else 130 if isinstance(err, KeyboardInterrupt) else 1
+        detail = "" if isinstance(err, KeyboardInterrupt) else f" ({str(err).splitlines()[0] if str(err) else ''})"
+        raise StoppedEarly(stream.stopped(stop_reason(err)) + detail, code) from None
 
 
 def read_json_lines(path: str | Path) -> list[Any]:
