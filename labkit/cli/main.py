@@ -76,15 +76,30 @@ def _run(args: argparse.Namespace) -> int:
         return 130
 
 
+def _flush_or_report() -> None:
+    """Flush stdout; a full or closed one becomes one line on stderr and exit status 1."""
+    try:
+        sys.stdout.flush()
+    except OSError as err:
+        _silence_stdout()
+        if not isinstance(err, BrokenPipeError):
+            print(f"error: {describe_os_error('standard output', err)}", file=sys.stderr)
+        raise SystemExit(141 if isinstance(err, BrokenPipeError) else 1) from None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Parse, check the environment, run the subcommand; a full or closed stdout is one line, never a traceback."""
     from labkit.core.envcheck import EnvironmentProblem, check_environment
 
     parser = build_parser()
-    args = parser.parse_args(argv)
-    if not getattr(args, "func", None):
-        parser.print_help()
-        return 2
+    try:
+        args = parser.parse_args(argv)
+        if not getattr(args, "func", None):
+            parser.print_help()
+            return 2
+    except SystemExit:          # --help or a usage error: argparse ignores a failed write, so check it here
+        _flush_or_report()
+        raise
     try:
         if args.command != "doctor":    # the doctor lists these problems among its findings instead
             check_environment(command=args.command)

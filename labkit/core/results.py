@@ -13,6 +13,7 @@ import contextlib
 import errno
 import json
 import os
+import shutil
 import signal
 import threading
 from pathlib import Path
@@ -57,8 +58,10 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
     tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
     try:
         yield tmp
-        if not tmp.exists():
-            raise WriteError(f"cannot write {target}: the writer produced no file")
+        if not tmp.exists():    # a writer that swallows its own OSError (torch's trace export does)
+            free = shutil.disk_usage(target.parent).free
+            raise WriteError(f"cannot write {target}: the writer produced no file ({free / 2**20:.1f} MiB free "
+                             f"there{'; the disk is full (ENOSPC)' if free < 2**20 else ''})")
         os.replace(tmp, target)
     except WriteError:
         raise
@@ -105,6 +108,7 @@ class ResultStream:
         self.path = None if path is None else Path(path)
         self.total, self.what = total, what
         self.rows: list[Any] = []
+        self.saved = 0          # rows in the file (fewer than len(rows) after a failed write)
         self.phase = ""         # set while work after the rows runs, e.g. "the largest-batch search"
 
     def add(self, row: Any, to_json: Callable[[Any], Any] = lambda r: r) -> None:
@@ -113,10 +117,12 @@ class ResultStream:
         if self.path is not None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             atomic_write_text(self.path, "".join(json.dumps(to_json(r), default=str) + "\n" for r in self.rows))
+            self.saved = len(self.rows)
 
     def stopped(self, why: str) -> str:
         """'interrupted after 4 of 6 batch sizes; results so far in PATH' (what finished, what did not)."""
-        where = f"; results so far in {self.path}" if self.path is not None and self.rows else ""
+        where = "" if self.path is None or not self.saved else f"; results so far in {self.path}" \
+            if self.saved == len(self.rows) else f"; the first {self.saved} saved in {self.path}"
         during = f" during {self.phase}," if self.phase else ""
         return f"{why}{during} after {len(self.rows)} of {self.total} {self.what}{where}"
 
@@ -127,18 +133,20 @@ def stop_reason(err: BaseException) -> str:
         return "terminated (SIGTERM)"
     if isinstance(err, KeyboardInterrupt):
         return "interrupted (Ctrl-C)"
+    if isinstance(err, WriteError):
+        return "stopped: a result could not be saved"
     return "timed out" if isinstance(err, TimeoutError) else f"stopped by an error ({type(err).__name__})"
 
 
 @contextlib.contextmanager
 def keep_finished(stream: ResultStream, show: Callable[[list], None]) -> Iterator[ResultStream]:
-    """On Ctrl-C, SIGTERM or a timeout inside: ``show`` the finished rows, say what did not finish, StoppedEarly.
+    """On Ctrl-C, SIGTERM, a timeout or a failed write inside: ``show`` the finished rows, say what did not finish.
 
-    Exit status: 130 (Ctrl-C), 143 (SIGTERM), 1 (timeout), the conventions of a shell.
+    Raises StoppedEarly with exit status 130 (Ctrl-C), 143 (SIGTERM) or 1 (timeout, write failure).
     """
     try:
         yield stream
-    except (KeyboardInterrupt, TimeoutError) as err:
+    except (KeyboardInterrupt, TimeoutError, WriteError) as err:
         if stream.rows:
             with contextlib.suppress(Exception):
                 show(stream.rows)
