@@ -148,13 +148,15 @@ def format_report(report: Report) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Print the doctor report (or JSON); exit 1 when a required package is missing, the data folder is unusable or a variable is wrong."""
+    """Print the doctor report (or JSON); exit 1 when a required package is missing or the data folder is unusable, 2 when a variable is wrong."""
     report = collect(check_network=not args.no_network)
     if args.json:
         print(json.dumps({**asdict(report), "ok": report.ok}, indent=2))
     else:
         print(format_report(report))
-    return 0 if report.ok else 1
+    for problem in report.env_problems:   # as every other subcommand refuses it: named on stderr, exit 2
+        print(f"error: {problem}", file=sys.stderr)
+    return 2 if report.env_problems else 0 if report.ok else 1
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

@@ -174,7 +174,7 @@ def _run(run_dir: Path, target: str, world_size: int, timeout_s: float, env: dic
         else:
             for rank in range(world_size):
                 procs.append(_start_fresh(run_dir, rank, env))
-        still_running = _wait(procs, timeout_s)
+        still_running = _wait(procs, timeout_s, run_dir)
         codes = [p.poll() for p in procs]       # before _stop kills the rest: who ended, and how
     finally:
         _stop(procs, server)
@@ -183,7 +183,7 @@ def _run(run_dir: Path, target: str, world_size: int, timeout_s: float, env: dic
     if server is not None and server.failed_to_fork:
         raise LaunchError(f"{target}: the rank forkserver stopped before starting all {world_size} ranks "
                           f"(start_method='fresh' starts them without it):\n{server.error_text()}")
-    if still_running and not all((run_dir / f"{rank}.result").exists() for rank in range(len(procs))):
+    if still_running and not _all_reported(run_dir, len(procs)):
         raise LaunchTimeout(f"{target} on {world_size} processes did not finish within timeout_s={timeout_s:g}; "
                             f"rank(s) {still_running} were still running (a hang, a deadlock in a collective, or "
                             "too little time for start-up). Every process was killed")
@@ -213,21 +213,27 @@ def _stop(procs: list[subprocess.Popen | ForkedRank], server: RankForkServer | N
         proc.wait()
 
 
-def _wait(procs: list[subprocess.Popen | ForkedRank], timeout_s: float) -> list[int]:
-    """Wait for all ranks, or a failure plus a short grace; the ranks still running at the timeout (else [])."""
+def _wait(procs: list[subprocess.Popen | ForkedRank], timeout_s: float, run_dir: Path) -> list[int]:
+    """Wait for all ranks, or a failure (or every result reported) plus a short grace; the ranks still running at
+    the timeout (else [])."""
     deadline, grace = Deadline(timeout_s), None
     while True:
         codes = [p.poll() for p in procs]
         running = [r for r, c in enumerate(codes) if c is None]
         if not running:
             return []
-        if grace is None and any(c not in (None, 0) for c in codes):
+        if grace is None and (any(c not in (None, 0) for c in codes) or _all_reported(run_dir, len(procs))):
             grace = Deadline(FAILURE_GRACE_S)
         if grace is not None and grace.expired:
             return []
         if deadline.expired:
             return running
         time.sleep(POLL_S)
+
+
+def _all_reported(run_dir: Path, world_size: int) -> bool:
+    """True once every rank has written its result file (renamed into place whole by the worker)."""
+    return all((run_dir / f"{rank}.result").exists() for rank in range(world_size))
 
 
 def kill_tree(pid: int) -> None:

@@ -46,17 +46,17 @@ def writable_place_problem(path: Path) -> str:
 
 
 def _path_problems(environ: Mapping[str, str]) -> list[str]:
+    """Run dir: must be (or become) a writable folder. Data dir: only emptiness here; labkit.core.data.check_data_dir
+    says what is wrong with a folder that is missing or lacks its manifest (naming the variable), so it is said once."""
     problems = []
     for var, what in ((RUN_DIR_VAR, "the folder for traces and reports"), (DATA_DIR_VAR, "the data folder")):
         if var in environ and not environ[var].strip():
             problems.append(f"{var} is set but empty; unset it or name {what}")
-        elif environ.get(var):
-            path = Path(environ[var]).expanduser()
-            why = writable_place_problem(path) if var == RUN_DIR_VAR else (
-                "is a file, not a folder" if path.exists() and not path.is_dir() else
-                "does not exist" if not path.exists() else "")
-            if why:
-                problems.append(f"{var}={environ[var]} {why}; point {var} at {what}, or unset it")
+    run_dir = environ.get(RUN_DIR_VAR, "").strip()
+    why = writable_place_problem(Path(run_dir).expanduser()) if run_dir else ""
+    if why:
+        problems.append(f"{RUN_DIR_VAR}={run_dir} {why}; point {RUN_DIR_VAR} at a folder you can write to, "
+                        "or unset it")
     log = environ.get(LESSON_LOG_VAR, "").strip()
     if log:
         parent = Path(log).expanduser().parent

@@ -29,8 +29,11 @@ class WriteError(OSError):
     """A file could not be written; the message names the path and the cause, and nothing half-written is left."""
 
 
-class Terminated(KeyboardInterrupt):
-    """SIGTERM, raised like Ctrl-C so the same clean-up runs (exit status 143 instead of 130)."""
+class Terminated(SystemExit):
+    """SIGTERM as an exception that unwinds like Ctrl-C (clean-up runs), and exits 143 if nothing catches it."""
+
+    def __init__(self) -> None:
+        super().__init__(128 + signal.SIGTERM)
 
 
 class StoppedEarly(Exception):
@@ -146,12 +149,13 @@ def keep_finished(stream: ResultStream, show: Callable[[list], None]) -> Iterato
     """
     try:
         yield stream
-    except (KeyboardInterrupt, TimeoutError, WriteError) as err:
+    except (KeyboardInterrupt, Terminated, TimeoutError, WriteError) as err:
         if stream.rows:
             with contextlib.suppress(Exception):
                 show(stream.rows)
         code = 143 if isinstance(err, Terminated) else 130 if isinstance(err, KeyboardInterrupt) else 1
-        detail = "" if isinstance(err, KeyboardInterrupt) else f" ({str(err).splitlines()[0] if str(err) else ''})"
+        first_line = str(err).splitlines()[0] if str(err) else ""
+        detail = f" ({first_line})" if first_line and not isinstance(err, (KeyboardInterrupt, Terminated)) else ""
         raise StoppedEarly(stream.stopped(stop_reason(err)) + detail, code) from None
 
 

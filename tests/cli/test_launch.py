@@ -71,6 +71,7 @@ def test_unimportable_target_and_bad_flags_exit_2(capsys, no_launcher):
 def test_under_a_launcher_a_different_world_size_is_refused(capsys, no_launcher, monkeypatch):
     monkeypatch.setenv("RANK", "0")
     monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("TORCHELASTIC_RUN_ID", "test")
     assert cli.main(["launch", "--world-size", "3", TARGET]) == 2
     assert "--world-size 3 disagrees with the 2 ranks" in capsys.readouterr().err
 
@@ -89,3 +90,20 @@ def test_every_copy_under_mpiexec_is_one_rank_of_one_group():
     for rank in range(2):
         assert f"[rank {rank}/2] {TARGET} -> {{'rank': {rank}," in proc.stdout
     assert proc.stdout.count("'after': [12.0, 14.0, 16.0, 18.0]") == 2
+
+
+def test_stale_launcher_variables_are_explained_before_any_process_starts():
+    """RANK/WORLD_SIZE/MASTER_* left in a shell: one line naming them, exit 2, at once (not a store traceback)."""
+    stale = {"RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29511"}
+    proc = subprocess.run([sys.executable, "-m", "labkit", "launch", TARGET], capture_output=True, text=True,
+                          env={**ENV, **stale}, timeout=60)
+    assert proc.returncode == 2 and proc.stdout == "" and len(proc.stderr.strip().splitlines()) == 1
+    assert "RANK=1 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=29511 are set, but no launcher started" in proc.stderr
+
+
+def test_a_rank_killed_by_a_signal_is_named_and_a_late_timeout_is_no_failure():
+    killed = labkit_launch("tests.launch_support:rank_one_is_killed")
+    assert killed.returncode == 1 and "rank 1 was killed by SIGKILL" in killed.stderr
+    lingering = labkit_launch("--timeout", "50", "tests.launch_support:returns_then_lingers")
+    assert lingering.returncode == 0, lingering.stderr
+    assert "rank 0: 0" in lingering.stdout and "rank 1: 1" in lingering.stdout

@@ -10,7 +10,7 @@ from labkit.core.envcheck import (EnvironmentProblem, check_environment, environ
     ({"LABKIT_DATASET": "imagenet"}, "LABKIT_DATASET must be one of"),
     ({"LABKIT_OFFLINE": "maybe"}, "LABKIT_OFFLINE must be 1"),
     ({"LABKIT_RUN_DIR": ""}, "LABKIT_RUN_DIR is set but empty"),
-    ({"LABKIT_DATA_DIR": "/no/such/folder"}, "LABKIT_DATA_DIR=/no/such/folder does not exist"),
+    ({"LABKIT_DATA_DIR": " "}, "LABKIT_DATA_DIR is set but empty"),
     ({"RANK": "one"}, "RANK='one' is not a whole number"),
     ({"MASTER_PORT": "99999"}, "MASTER_PORT='99999' is not a port"),
 ])
@@ -25,8 +25,8 @@ def test_run_dir_that_is_a_file_or_unwritable_is_blamed_on_the_variable(tmp_path
     a_file = tmp_path / "f"
     a_file.write_text("")
     assert environment_problems({"LABKIT_RUN_DIR": str(a_file)}) == [
-        f"LABKIT_RUN_DIR={a_file} is a file, not a folder; point LABKIT_RUN_DIR at the folder for traces and "
-        "reports, or unset it"]
+        f"LABKIT_RUN_DIR={a_file} is a file, not a folder; point LABKIT_RUN_DIR at a folder you can write to, "
+        "or unset it"]
     assert "cannot be created" in environment_problems({"LABKIT_RUN_DIR": str(a_file / "sub")})[0]
     assert environment_problems({"LABKIT_RUN_DIR": str(tmp_path / "new" / "deeper")}) == []
 
