@@ -11,6 +11,7 @@ import argparse
 import errno
 import importlib
 import os
+import re
 import sys
 from typing import Sequence
 
@@ -54,19 +55,39 @@ def _silence_stdout() -> None:
         os.dup2(null.fileno(), sys.stdout.fileno())
 
 
-def _run(args: argparse.Namespace) -> int:
-    """The subcommand, with expected failures turned into one line and an exit status."""
+# Python parameter names in library messages that have no option of the same dest, per subcommand
+PARAMETER_OPTIONS = {"launch": {"timeout_s": "--timeout", "world_size": "--world-size"},
+                     "allreduce-bench": {"sizes_bytes": "--sizes"}}
+
+
+def in_option_words(message: str, parser: argparse.ArgumentParser, command: str | None) -> str:
+    """``message`` with the kit's parameter names (budget_epochs) replaced by the options a user typed."""
+    sub = parser._subparsers._group_actions[0].choices.get(command) if parser._subparsers else None
+    names = dict(PARAMETER_OPTIONS.get(command or "", {}))
+    for action in sub._actions if sub is not None else []:
+        if action.option_strings and "_" in action.dest:
+            names.setdefault(action.dest, max(action.option_strings, key=len))
+    for name, option in names.items():
+        message = re.sub(rf"(?<![\w-]){name}(?![\w])", option, message)
+    return message
+
+
+def _run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    """The subcommand, with expected failures turned into one line (in the options' words) and an exit status."""
+    def say(err: object) -> None:
+        print(in_option_words(str(err), parser, args.command), file=sys.stderr)
+
     try:
         with sigterm_as_interrupt():
             return args.func(args)
     except ValueError as err:  # bad arguments that argparse could not see: one line, exit 2
-        print(f"error: {err}", file=sys.stderr)
+        say(f"error: {err}")
         return 2
     except _failure_types() as err:
-        print(f"error: {err}", file=sys.stderr)
+        say(f"error: {err}")
         return 1
     except StoppedEarly as err:     # the finished part is already printed and saved
-        print(str(err), file=sys.stderr)
+        say(err)
         return err.code
     except Terminated:
         print("terminated (SIGTERM)", file=sys.stderr)
@@ -107,7 +128,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
     try:
-        code = _run(args)
+        code = _run(args, parser)
         sys.stdout.flush()
     except BrokenPipeError:      # `labkit ... | head -1`: the reader left; stop quietly, as a killed writer would
         _silence_stdout()

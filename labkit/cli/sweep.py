@@ -8,17 +8,14 @@ ceiling (the same model and recipe on batches already on the device) and the fra
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import psutil
 
 from labkit.cli.common import (add_model_flags, add_output_flags, fmt, format_bytes, format_table, int_list,
                                jsonable, load_workload, nonnegative_int, parse_bytes, positive_float, positive_int,
-                               print_json, subparser)
-from labkit.core.envcheck import writable_place_problem
+                               print_json, results_file, subparser, add_results_flag)
 from labkit.core.results import ResultStream, keep_finished
-from labkit.core.rundirs import RUN_DIR_ENV_VAR, run_path
 
 if TYPE_CHECKING:
     from torch import nn
@@ -79,17 +76,6 @@ def ceiling_note(measured: bool) -> str:
             f"of {CEILING_REPEATS} runs; 'of ceiling' = samples/s / ceiling samples/s")
 
 
-def results_file(text: str | None, model: str) -> Path:
-    """``--results`` (default runs/sweep/MODEL.jsonl) if it can be written, else one ValueError before any work."""
-    path = Path(text).expanduser() if text else run_path("sweep", f"{model}.jsonl")
-    why = "is a folder" if path.is_dir() else writable_place_problem(path.parent)
-    if why:
-        where = "--results" if text else f"the default results file under {RUN_DIR_ENV_VAR} or runs/"
-        raise ValueError(f"{where} {path}: its folder {why}" if why != "is a folder" else
-                         f"{where} {path} is a folder; give a file name, e.g. --results runs/sweep/rows.jsonl")
-    return path
-
-
 def run(args: argparse.Namespace) -> int:
     """Sweep, find the largest batch, print the table."""
     from labkit.core.env import get_mode
@@ -103,7 +89,7 @@ def run(args: argparse.Namespace) -> int:
     if too_big:
         raise ValueError(f"--batch-sizes {too_big} exceed the {data.name} training set ({len(data.train)} samples); "
                          f"use batch sizes up to {len(data.train)}")
-    stream = ResultStream(results_file(args.results, args.model), len(sizes), "batch sizes")
+    stream = ResultStream(results_file(args.results, "sweep", f"{args.model}.jsonl"), len(sizes), "batch sizes")
     show = (lambda rows: print_json({"rows": rows, "complete": False})) if args.json else (
         lambda rows: print(sweep_table(rows)))
     with keep_finished(stream, show):
@@ -196,7 +182,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-find-max", action="store_true", help="skip the search for the largest batch")
     p.add_argument("--no-ceiling", action="store_true",
                    help="skip the hardware ceiling (device-resident batches) measured beside every batch size")
-    p.add_argument("--results", default=None, help="JSON-lines file each finished row is saved to at once "
-                   "(default: runs/sweep/MODEL.jsonl at the repository root)")
+    add_results_flag(p, "runs/sweep/MODEL.jsonl")
     add_output_flags(p)
     p.set_defaults(func=run)

@@ -180,13 +180,13 @@ def _run(run_dir: Path, target: str, world_size: int, timeout_s: float, env: dic
         _stop(procs, server)
         if show_output and procs:
             print_outputs(run_dir, len(procs))
-    if server is not None and server.failed_to_fork:
-        raise LaunchError(f"{target}: the rank forkserver stopped before starting all {world_size} ranks "
-                          f"(start_method='fresh' starts them without it):\n{server.error_text()}")
     if still_running and not _all_reported(run_dir, len(procs)):
         raise LaunchTimeout(f"{target} on {world_size} processes did not finish within timeout_s={timeout_s:g}; "
                             f"rank(s) {still_running} were still running (a hang, a deadlock in a collective, or "
                             "too little time for start-up). Every process was killed")
+    if server is not None and server.failed_to_fork:
+        raise LaunchError(f"{target}: the rank forkserver stopped before starting all {world_size} ranks "
+                          f"(start_method='fresh' starts them without it):\n{server.error_text()}")
     return _collect(run_dir, codes, target)   # every rank reported: a timeout during teardown is no failure
 
 

@@ -122,6 +122,12 @@ class ResultStream:
             atomic_write_text(self.path, "".join(json.dumps(to_json(r), default=str) + "\n" for r in self.rows))
             self.saved = len(self.rows)
 
+    def reload(self) -> None:
+        """Take the rows another process saved to ``path`` (a launched rank streams them; the launcher shows them)."""
+        if self.path is not None and self.path.exists():
+            self.rows = read_json_lines(self.path)
+            self.saved = len(self.rows)
+
     def stopped(self, why: str) -> str:
         """'interrupted after 4 of 6 batch sizes; results so far in PATH' (what finished, what did not)."""
         where = "" if self.path is None or not self.saved else f"; results so far in {self.path}" \
