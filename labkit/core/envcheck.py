@@ -7,7 +7,9 @@ launchers with their own rank variables, so torch-style variables without either
 """
 from __future__ import annotations
 
+import contextlib
 import os
+import tempfile
 from pathlib import Path
 from typing import Mapping
 
@@ -34,15 +36,25 @@ def checked_mode_name(environ: Mapping[str, str]) -> str:
 
 
 def writable_place_problem(path: Path) -> str:
-    """'' when ``path`` is (or could be created as) a writable folder, else why not."""
-    if path.exists():
-        if not path.is_dir():
-            return "is a file, not a folder"
-        return "" if os.access(path, os.W_OK | os.X_OK) else "is not writable by you"
-    parent = next((p for p in path.parents if p.exists()), None)
-    if parent is None or not parent.is_dir():
-        return f"cannot be created ({parent} is a file)"
-    return "" if os.access(parent, os.W_OK | os.X_OK) else f"cannot be created ({parent} is not writable by you)"
+    """'' when ``path`` is (or can be created as) a writable folder, else why not; proven by writing, and any
+    folder created for the proof is removed again (a check must not leave an empty folder behind)."""
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        return "is a file, not a folder"
+    existing = next((p for p in (path, *path.parents) if p.exists()), None)
+    if existing is None or not existing.is_dir():
+        return f"cannot be created ({existing} is a file)"
+    created = [p for p in (path, *path.parents) if not p.exists()]
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        tempfile.TemporaryFile(dir=path).close()
+    except OSError as err:
+        return f"{'is not writable' if not created else 'cannot be created'} ({err.strerror or err})"
+    finally:
+        for folder in created:              # deepest first
+            with contextlib.suppress(OSError):
+                folder.rmdir()
+    return ""
 
 
 def _path_problems(environ: Mapping[str, str]) -> list[str]:

@@ -63,8 +63,8 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
         yield tmp
         if not tmp.exists():    # a writer that swallows its own OSError (torch's trace export does)
             free = shutil.disk_usage(target.parent).free
-            raise WriteError(f"cannot write {target}: the writer produced no file ({free / 2**20:.1f} MiB free "
-                             f"there{'; the disk is full (ENOSPC)' if free < 2**20 else ''})")
+            full = "the disk is full (ENOSPC); " if free < 2**20 else ""
+            raise WriteError(f"cannot write {target}: {full}the writer produced no file, {free / 2**20:.1f} MiB free")
         os.replace(tmp, target)
     except WriteError:
         raise

@@ -179,6 +179,8 @@ def find_max_batch(model: nn.Module, sample_shape: tuple[int, ...], *, num_class
     search: a batch larger than the data is never claimed. ``memory_model``: one already built for this
     model and optimizer (:func:`labkit.training.memory.build_memory_model`), instead of probing it again.
     """
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}; pass the model itself")
     dev = get_device(device) if device is not None else next(model.parameters()).device
     method, budget_bytes = _checked_method(method, dev, memory_budget_bytes, safety_margin)
     start, timing_steps = positive_int(start, "start"), checked_int(timing_steps, "timing_steps", minimum=0)
@@ -211,8 +213,6 @@ def find_max_batch(model: nn.Module, sample_shape: tuple[int, ...], *, num_class
 
 def _check_boundary(model: nn.Module, sample_shape: tuple[int, ...], num_classes: int, start: int, cap: int) -> None:
     """One ValueError before any trial: a sample shape the model cannot take, or a start above the search's cap."""
-    if not isinstance(model, nn.Module):
-        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}; pass the model itself")
     shape = tuple(sample_shape) if isinstance(sample_shape, (tuple, list, torch.Size)) else None
     if not shape or not all(isinstance(d, int) and d > 0 for d in shape):
         raise ValueError(f"sample_shape must be one sample's shape without the batch dimension, e.g. (3, 32, 32); "
