@@ -91,15 +91,6 @@ def atomic_write_text(path: str | Path, text: str) -> Path:
     return atomic_write_bytes(path, text.encode("utf-8"))
 
 
-def append_line(path: str | Path, line: str) -> None:
-    """Append one line in a single write (a log many processes add to); a failure is one WriteError line."""
-    try:
-        with open(path, "a", encoding="utf-8") as f:
-            f.write(line.rstrip("\n") + "\n")
-    except OSError as err:
-        raise WriteError(describe_os_error(path, err)) from None
-
-
 class ResultStream:
     """The finished rows of a long command, saved to a JSON-lines file as each one finishes.
 
