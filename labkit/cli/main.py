@@ -15,7 +15,8 @@ import re
 import sys
 from typing import Sequence
 
-from labkit.core.results import StoppedEarly, Terminated, WriteError, describe_os_error, sigterm_as_interrupt
+from labkit.core.results import (StoppedEarly, Terminated, WriteError, describe_os_error, sigterm_as_interrupt,
+                                 signals_deferred)
 
 # Subcommands that live in their own modules; each has `add_parser(subparsers)`.
 SUBCOMMAND_MODULES = ("labkit.cli.doctor", "labkit.cli.sweep", "labkit.cli.profile", "labkit.cli.memory",
@@ -78,8 +79,10 @@ def _run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         print(in_option_words(str(err), parser, args.command), file=sys.stderr)
 
     try:
-        with sigterm_as_interrupt():
-            return args.func(args)
+        if args.command != "simulate":   # every other subcommand imports torch: an interrupt meanwhile waits
+            with signals_deferred():
+                importlib.import_module("torch")
+        return args.func(args)
     except ValueError as err:  # bad arguments that argparse could not see: one line, exit 2
         say(f"error: {err}")
         return 2
@@ -89,12 +92,6 @@ def _run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     except StoppedEarly as err:     # the finished part is already printed and saved
         say(err)
         return err.code
-    except Terminated:
-        print("terminated (SIGTERM)", file=sys.stderr)
-        return 143
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
 
 
 def _flush_or_report() -> None:
@@ -110,6 +107,19 @@ def _flush_or_report() -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Parse, check the environment, run the subcommand; a full or closed stdout is one line, never a traceback."""
+    try:
+        with sigterm_as_interrupt():         # also while the parser is built, before any subcommand runs
+            return _main(argv)
+    except Terminated:
+        print("terminated (SIGTERM)", file=sys.stderr)
+        return 143
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+def _main(argv: Sequence[str] | None) -> int:
+    """The body of :func:`main`, inside its interrupt handling."""
     from labkit.core.envcheck import EnvironmentProblem, check_environment
 
     parser = build_parser()

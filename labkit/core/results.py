@@ -112,6 +112,7 @@ class ResultStream:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             atomic_write_text(self.path, "".join(json.dumps(to_json(r), default=str) + "\n" for r in self.rows))
             self.saved = len(self.rows)
+        raise_if_signalled()     # an interrupt swallowed while this row ran stops the work now, the row kept
 
     def reload(self) -> None:
         """Take the rows another process saved to ``path`` (a launched rank streams them; the launcher shows them)."""
@@ -147,6 +148,7 @@ def keep_finished(stream: ResultStream, show: Callable[[list], None]) -> Iterato
     try:
         yield stream
     except (KeyboardInterrupt, Terminated, TimeoutError, WriteError) as err:
+        forget_signal()
         if stream.rows:
             with contextlib.suppress(Exception):
                 show(stream.rows)
@@ -161,18 +163,59 @@ def read_json_lines(path: str | Path) -> list[Any]:
     return [json.loads(line) for line in Path(path).read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
+class _InterruptHandler:
+    """Raises KeyboardInterrupt (SIGINT) or Terminated (SIGTERM), and remembers it: Python swallows an exception
+    raised while it runs a finaliser or a fork hook ("Exception ignored in ..."), and :func:`raise_if_signalled`
+    then raises it again at the next safe point (a finished row)."""
+
+    def __init__(self) -> None:
+        self.pending: BaseException | None = None
+
+    def __call__(self, signum: int, frame: Any) -> None:
+        self.pending = Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
+        raise Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
+
+
+def raise_if_signalled() -> None:
+    """Raise an interrupt that arrived but was swallowed (see _InterruptHandler); nothing when there was none."""
+    handler = signal.getsignal(signal.SIGTERM)
+    if isinstance(handler, _InterruptHandler) and handler.pending is not None:
+        pending, handler.pending = handler.pending, None
+        raise pending
+
+
+def forget_signal() -> None:
+    """The interrupt was handled: a later safe point must not raise it again."""
+    handler = signal.getsignal(signal.SIGTERM)
+    if isinstance(handler, _InterruptHandler):
+        handler.pending = None
+
+
 @contextlib.contextmanager
 def sigterm_as_interrupt() -> Iterator[None]:
-    """While inside, SIGTERM raises :class:`Terminated`, so finished work is printed and kept as on Ctrl-C."""
+    """While inside, SIGTERM raises :class:`Terminated` (and Ctrl-C KeyboardInterrupt), so finished work is printed
+    and kept; an interrupt Python swallowed is raised again by the next finished row (ResultStream.add)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-
-    def stop(signum: int, frame: Any) -> None:
-        raise Terminated()
-
-    previous = signal.signal(signal.SIGTERM, stop)
+    handler = _InterruptHandler()
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+
+@contextlib.contextmanager
+def signals_deferred() -> Iterator[None]:
+    """Hold Ctrl-C and SIGTERM until the block ends (a framework import they would leave half done), then deliver."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held = {signal.SIGINT, signal.SIGTERM}
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, held)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)

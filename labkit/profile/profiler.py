@@ -215,12 +215,18 @@ def _profiled_steps(step: Callable[[object], int], loader: Iterable, steps: int,
     samples = []
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*clears events at the end of each cycle.*")
-        with profile(**profile_kwargs) as prof:   # leaving the block stops the profiler, even on an exception
-            for batch in _labelled_batches(loader, steps):
-                samples.append(step(batch))
-                prof.step()
-                if recorder.error is not None or (cycles and len(recorder.trace_files) >= cycles):
-                    break                          # every trace is written (or one cannot be): stop training
+        try:
+            with profile(**profile_kwargs) as prof:   # leaving the block stops the profiler, even on an exception
+                for batch in _labelled_batches(loader, steps):
+                    samples.append(step(batch))
+                    prof.step()
+                    if recorder.error is not None or (cycles and len(recorder.trace_files) >= cycles):
+                        break                          # every trace is written (or one cannot be): stop training
+        except AssertionError as err:     # torch's record_function, unwound by Ctrl-C/SIGTERM, asserts on exit
+            interrupt = err.__context__
+            if isinstance(interrupt, (KeyboardInterrupt, SystemExit)):
+                raise interrupt from None
+            raise
     if recorder.error is not None:
         raise recorder.error
     return samples

@@ -99,3 +99,19 @@ def test_a_real_sigterm_unwinds_like_ctrl_c():
             for _ in range(10_000_000):        # the handler runs between bytecodes
                 pass
     assert signal.getsignal(signal.SIGTERM) is previous
+
+
+def test_a_swallowed_sigterm_stops_the_work_at_the_next_finished_row(tmp_path):
+    """Python swallows an exception raised in a fork hook or finaliser; the next row raises the SIGTERM again."""
+    stream = ResultStream(tmp_path / "rows.jsonl", 3, "rungs")
+    with pytest.raises(StoppedEarly) as stop:
+        with sigterm_as_interrupt(), keep_finished(stream, lambda rows: None):
+            try:
+                os.kill(os.getpid(), signal.SIGTERM)
+                for _ in range(10_000_000):
+                    pass
+            except Terminated:
+                pass                            # what "Exception ignored in ..." amounts to
+            stream.add({"rung": 0})
+            pytest.fail("the swallowed SIGTERM was lost")
+    assert stop.value.code == 143 and read_json_lines(stream.path) == [{"rung": 0}]
