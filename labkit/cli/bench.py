@@ -6,6 +6,9 @@ uses. Flags follow nccl-tests' all_reduce_perf: -b/-e/-f (sizes), -n (iterations
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import json
+import sys
 import threading
 
 from labkit.cli.common import (add_results_flag, byte_list, nonnegative_int, parse_bytes, positive_float, positive_int,
@@ -13,7 +16,7 @@ from labkit.cli.common import (add_results_flag, byte_list, nonnegative_int, par
 from labkit.core.choices import BACKENDS, COMM_DTYPES
 from labkit.core.clock import now_s
 from labkit.core.progress import progress_bar
-from labkit.core.results import ResultStream, keep_finished
+from labkit.core.results import ResultStream, atomic_write_text, keep_finished
 
 MAX_SIZES = 64
 
@@ -87,6 +90,8 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(format_nccl_tests_table(rows))
         print(summary_lines(rows, wall_s))
+    sys.stdout.flush()
+    atomic_write_text(stream.path, "".join(json.dumps(dataclasses.asdict(r)) + "\n" for r in rows))  # all rows
     return 0 if wrong == 0 else 1
 
 

@@ -23,7 +23,7 @@ from labkit.comm.worker import rank_device
 from labkit.core.choices import COMM_DTYPES
 from labkit.core.device import device_label
 from labkit.core.machine import cpu_count
-from labkit.core.results import ResultStream
+from labkit.core.results import ResultStream, WriteError
 from labkit.core.timing import Stopwatch
 from labkit.core.validation import checked_int, positive_int, positive_ints
 
@@ -155,7 +155,10 @@ def bench_worker(sizes: list[int], iters: int, warmup: int, dtype: str, repeats:
         algbw, busbw = bandwidths_gb_s(size, time_s, world)
         rows.append(BenchRow(size, t.numel(), dtype, world, backend, time_s, algbw, busbw, int(elapsed[1].item()),
                              label))
-        stream.add(rows[-1], to_json=asdict)
+        try:
+            stream.add(rows[-1], to_json=asdict)
+        except WriteError:       # keep measuring; the launcher saves (or names the failure) from the returned rows
+            stream.path = None
     return rows
 
 

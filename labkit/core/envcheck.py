@@ -109,7 +109,7 @@ def environment_problems(environ: Mapping[str, str] | None = None, command: str 
     environ = os.environ if environ is None else environ
     problems = _value_problems(environ) + _path_problems(environ)
     stale = stale_launcher_variables(environ)
-    if command == "launch" and stale and any(v in stale for v in ("RANK", "WORLD_SIZE")):
+    if command == "launch" and stale and not problems and any(v in stale for v in ("RANK", "WORLD_SIZE")):
         shown = " ".join(f"{v}={environ[v]}" for v in stale)
         problems.append(f"{shown} are set, but no launcher started this process (torchrun sets TORCHELASTIC_RUN_ID, "
                         f"mpiexec its PMI_* variables): they look left over in your shell. `unset {' '.join(stale)}` "
