@@ -53,7 +53,10 @@ def rank_one_is_killed() -> int:
     import os
     import signal
 
+    import torch.distributed as dist
+
     rank = int(os.environ["RANK"])
+    dist.barrier()                       # the group is fully connected before the kill
     if rank == 1:
         os.kill(os.getpid(), signal.SIGKILL)
     return rank

@@ -293,8 +293,8 @@ def _collect(run_dir: Path, codes: list[int | None], target: str) -> list:
             results.append(value)
         elif status == "error":
             failures.append((value["time"], rank, value["traceback"], value["type"]))
-        elif (death := _death(rank, code, run_dir)) is not None:
-            failures.append((float("inf"), rank, *death))
+        elif (death := _death(rank, code, run_dir)) is not None:   # a signal death is the cause, not a knock-on
+            failures.append((float("-inf") if code is not None and code < 0 else float("inf"), rank, *death))
     if failures:
         _, rank, tb, summary = min(failures)  # the first rank to fail is the cause; the rest are knock-on
         raise RankFailedError(rank, len(codes), target, tb, summary)

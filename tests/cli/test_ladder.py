@@ -99,7 +99,8 @@ def test_ladder_runs_headless_and_writes_its_table(tmp_path):
 def test_ladder_usage_errors_exit_2(tmp_path, capsys):
     proc = labkit("ladder", "--skip", "warp_drive")
     assert proc.returncode == 2 and "--skip" in proc.stderr
-    assert "budget_epochs" in usage_error(["ladder", "--budget-epochs", "0", "--out", str(tmp_path)], capsys)
+    err = usage_error(["ladder", "--budget-epochs", "0", "--out", str(tmp_path)], capsys)
+    assert "--budget-epochs must be" in err and "budget_epochs" not in err   # the option typed, not the parameter
 
 
 def test_a_usage_error_leaves_no_empty_out_folder(tmp_path, capsys, monkeypatch):

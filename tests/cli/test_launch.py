@@ -47,7 +47,7 @@ def test_two_gloo_ranks_run_the_target_and_print_rank_by_rank():
 
 def test_bad_world_size_is_a_usage_error_in_a_real_run():
     proc = labkit_launch("--world-size", "0", TARGET)
-    assert proc.returncode == 2 and "error: world_size must be an integer >= 1, got 0" in proc.stderr
+    assert proc.returncode == 2 and "error: --world-size must be an integer >= 1, got 0" in proc.stderr
     assert "Traceback" not in proc.stderr
 
 
@@ -55,7 +55,7 @@ def test_script_entry_gives_one_line_errors(capsys, no_launcher):
     assert cli.main(["launch", "labkit.comm.demos.no_colon"]) == 2
     assert cli.main(["launch", "--world-size", "0", "labkit.comm.demos:send_recv"]) == 2
     err = capsys.readouterr().err
-    assert "error: a function given by name" in err and "error: world_size must be" in err
+    assert "error: a function given by name" in err and "error: --world-size must be" in err
 
 
 def test_unimportable_target_and_bad_flags_exit_2(capsys, no_launcher):
