@@ -83,7 +83,11 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     "training.finder": ("FinderResult", "Trial", "find_max_batch", "search_from_hint", "search_largest"),
     "training.batch_size": ("SweepResult", "SweepRow", "batch_size_sweep", "knee_batch"),
     "training.batch_rules": ("per_replica_batch", "per_replica_batch_size", "scaled_lr"),
-    "ui.dashboard": ("BatchSizeDashboard", "DashboardRun"),
+    "ui.dashboard": ("BatchSizeDashboard",),
+    "ui.batch_runs": ("DashboardRun", "knee_of_runs", "results_table", "spread_warnings", "time_to_target",
+                      "update_latency"),
+    "ui.batch_limits": ("BatchLimit", "batch_limit", "fit_verdict", "power_of_two_batches"),
+    "ui.batch_views": ("bar_geometry", "curves_png", "memory_bars_html", "results_html"),
     # profiling and input pipelines
     "profile.schedule": ("ProfileSchedule",),
     "profile.summary": ("ProfileSummary", "changed_ops", "compare_runs"),

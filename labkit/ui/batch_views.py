@@ -127,7 +127,7 @@ def curves_png(runs: list[DashboardRun], target: float | None = None) -> bytes:
     axes[2].set(xlabel="samples seen", ylabel="training loss", title="loss")
     axes[3].set(xlabel="samples seen", ylabel="samples/s", title="throughput (dashed: device-resident ceiling)")
     if any(r.points for r in runs):
-        axes[0].legend(fontsize=7, loc="lower right")
+        axes[2].legend(fontsize=7, loc="upper right")
     fig.tight_layout()
     buf = io.BytesIO()
     fig.savefig(buf, format="png")
