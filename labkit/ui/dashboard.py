@@ -69,7 +69,7 @@ class BatchSizeDashboard:
         self.batch_size = W.SelectionSlider(options=[("1", 1)], description="Batch size", continuous_update=False,
                                             layout=W.Layout(width="420px"))
         self.limit_note = W.HTML("").add_class("labkit-limit")
-        self.lr_scaling = W.Checkbox(value=True, description="Linear LR scaling + warm-up")
+        self.lr_scaling = W.Checkbox(value=True, description="Linear LR scaling + warm-up", indent=False)
         self.steps = W.IntText(value=steps or pick(fast=30, full=300), description="Steps")
         self.seed = W.IntText(value=seed, description="Seed")
         self.target = W.FloatSlider(value=target_accuracy, min=0.1, max=1.0, step=0.05, description="Target acc")
@@ -152,7 +152,7 @@ class BatchSizeDashboard:
                 return None
             pressed_s = now_s()
             self._stop.clear()
-            self.run_button.disabled, self.stop_button.disabled = True, False
+            self.stop_button.disabled = False     # Run stays pressable: a second press is refused with a message
             self._thread = threading.Thread(target=self._run_safely, args=(pressed_s,), daemon=True,
                                             name="labkit-dashboard")
             self._thread.start()
@@ -180,7 +180,7 @@ class BatchSizeDashboard:
             if self.history and self.history[-1].result is None:
                 self.history[-1].error = str(err)
         finally:
-            self.run_button.disabled, self.stop_button.disabled = False, True
+            self.stop_button.disabled = True
 
     def _new_run(self, pressed_s: float) -> tuple[DashboardRun, MemoryModel]:
         """Validate the widget values once, refuse a batch that would not fit, scale the LR (Goyal et al. 2017)."""

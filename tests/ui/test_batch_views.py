@@ -4,7 +4,7 @@ import re
 from labkit.training.memory import MemoryBreakdown
 from labkit.ui.batch_limits import BatchLimit
 from labkit.ui.batch_runs import DashboardRun
-from labkit.ui.batch_views import BAR_PX, bar_geometry, curves_png, memory_bars_html, results_html
+from labkit.ui.batch_views import BAR_PX, bar_geometry, curves_png, memory_bars_html, results_html, rolling_median
 
 LIMIT = BatchLimit(64, 100 * 10**6, 90 * 10**6, "memory", "cpu", "")
 MB = 10**6
@@ -60,3 +60,8 @@ def test_curves_and_table_render_with_and_without_runs():
     assert "spread between repeats" in table and "0.40 to 0.90" in table
     assert "<td>320</td>" in table and "<td>300-330</td>" in table and "None" not in table
     assert results_html([], 0.8) == ""
+
+
+def test_rolling_median_smooths_a_spike_without_moving_the_level():
+    assert rolling_median([100.0, 100.0, 900.0, 100.0, 100.0], window=3) == [100.0, 100.0, 100.0, 100.0, 100.0]
+    assert rolling_median([1.0, 3.0], window=5) == [1.0, 2.0]
