@@ -92,7 +92,7 @@ def memory_bars_html(runs: list[DashboardRun], limit: BatchLimit | None) -> str:
             f'box; red dashes: usable {limit.usable_bytes / 1e6:,.0f} MB after the safety margin)<br>{legend}; '
             'black tick = measured peak' + ("; hatched = allocator reserve" if limit.device_kind == "cuda" else
                                             " (CPU: fixed parts + activations counted from the autograd graph)"))
-    return (f'<div class="labkit-memory" style="width:{BAR_PX + 20}px">{head}'
+    return (f'<div class="labkit-memory" style="max-width:{BAR_PX + 260}px">{head}'
             + "".join(_bar_html(r, i, limit) for i, r in sized[-6:]) + "</div>")
 
 

@@ -43,14 +43,17 @@ class BatchSizeDashboard:
 
     def __init__(self, data=None, models: tuple[str, ...] = ("small_cnn", "resnet18", "mlp"),
                  batch_size: int = 32, steps: int | None = None, base_lr: float = 0.05, base_batch: int = 32,
-                 update_every: int = 2, evals: int = 6, eval_samples: int = 128, device: str | None = None,
+                 update_every: int = 2, eval_every_samples: int | None = None, eval_samples: int = 128, device: str | None = None,
                  memory_budget_bytes: int | None = None, safety_margin: float = 0.1, target_accuracy: float = 0.8,
                  knees: dict[str, int] | None = None, ceiling_steps: int = 8, seed: int = 0):
         self._data, self.device = data, get_device(device)
         self.base_lr, self.base_batch = base_lr, base_batch
         self.budget_bytes = CPU_BUDGET_BYTES if memory_budget_bytes is None else memory_budget_bytes
         self.update_every = positive_int(update_every, "update_every")
-        self.evals = checked_int(evals, "evals", minimum=0, hint="0 evaluates only at the end")
+        # evaluations on one grid of samples seen for every batch size, so accuracy curves compare like with like
+        self.eval_every_samples = checked_int(pick(fast=128, full=2048) if eval_every_samples is None
+                                              else eval_every_samples, "eval_every_samples", minimum=0,
+                                              hint="0 evaluates only at the end")
         self.eval_samples = positive_int(eval_samples, "eval_samples")
         self.ceiling_steps = checked_int(ceiling_steps, "ceiling_steps", minimum=0, hint="0 skips the ceiling")
         self.safety_margin, self.knees = safety_margin, dict(knees or {})
@@ -210,10 +213,9 @@ class BatchSizeDashboard:
         cfg = TrainConfig(steps=run.total_steps, lr=run.lr, lr_warmup_steps=5 if self.lr_scaling.value else 0,
                           device=str(self.device), progress=False, warmup_steps=min(2, run.total_steps - 1),
                           profile_model=False, seed=run.seed, **TRAIN_KW)
-        every = max(1, -(-run.total_steps // self.evals)) if self.evals else 0
         result = train(model, make_loader(data.train, run.batch_size, shuffle=True, seed=run.seed), cfg,
                        val_loader=make_loader(data.val, min(len(data.val), 256)),
-                       callback=lambda rec, progress: self._on_step(run, rec, progress, baseline, every))
+                       callback=lambda rec, progress: self._on_step(run, rec, progress, baseline))
         run.result, run.stopped = result, result.stopped_early
         if result.val_accuracy is not None:
             run.add_accuracy(result.val_accuracy)
@@ -236,7 +238,7 @@ class BatchSizeDashboard:
                                num_classes=data.num_classes, repeats=2, sample_from=data.train)
         return best.samples_per_s_median
 
-    def _on_step(self, run: DashboardRun, rec, progress, baseline_bytes: int | None, eval_every: int) -> bool:
+    def _on_step(self, run: DashboardRun, rec, progress, baseline_bytes: int | None) -> bool:
         """Training-thread callback (gets ``train``'s public TrainProgress): record, refresh, honour Stop."""
         run.add_step(rec.step + 1, rec.samples, rec.step_time_s, rec.samples_per_s, rec.loss)
         n = rec.step + 1
@@ -244,7 +246,9 @@ class BatchSizeDashboard:
             run.measured_bytes = measure_run_memory(progress, run.memory, baseline_bytes)
             if baseline_bytes is not None and progress.last_inputs.device.type == "cuda":
                 run.reserved_bytes = max(0, _reserved_bytes(progress) - run.measured_bytes - baseline_bytes)
-        if eval_every and n % eval_every == 0 and n < run.total_steps:
+        grid = self.eval_every_samples
+        seen = run.points[-1]["samples_seen"]
+        if grid and seen // grid > (seen - rec.samples) // grid and n < run.total_steps:   # crossed a grid line
             run.add_accuracy(self._quick_accuracy(progress.model))
         if n == 1 or n % self.update_every == 0 or self._stop.is_set():
             self._refresh_views(run)

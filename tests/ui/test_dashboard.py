@@ -16,7 +16,7 @@ def data():
 
 
 def make(data, **kw):
-    kw = {"update_every": 1, "evals": 3, "ceiling_steps": 2, "memory_budget_bytes": BUDGET_BYTES, **kw}
+    kw = {"update_every": 1, "eval_every_samples": 32, "ceiling_steps": 2, "memory_budget_bytes": BUDGET_BYTES, **kw}
     return BatchSizeDashboard(data=data, models=("mlp", "small_cnn"), **kw)
 
 
@@ -68,7 +68,8 @@ def test_blocking_run_updates_views_and_history(data):
     assert "samples/s" in text and "ms" in text and "MB" in text and "step 6/6" in text and "96 samples seen" in text
     assert run.lr == pytest.approx(0.05 * 16 / 32)                 # linear scaling on by default
     assert run.accuracy[-1]["step"] == 6 and run.accuracy[-1]["samples_seen"] == 96
-    assert 0 <= run.final_accuracy <= 1 and len(run.accuracy) >= 2
+    assert 0 <= run.final_accuracy <= 1
+    assert [a["samples_seen"] for a in run.accuracy] == [32, 64, 96]      # every 32 samples seen (2 steps), and the end
     assert abs(run.measured_bytes - run.memory.total_bytes) / run.memory.total_bytes < 0.02   # counted independently
     assert run.ceiling_samples_per_s > 0
     assert "predicted" in dash.memory_view.value and dash.curves_view.value[:4] == b"\x89PNG"
