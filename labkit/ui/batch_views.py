@@ -136,7 +136,7 @@ def curves_png(runs: list[DashboardRun], target: float | None = None) -> bytes:
     axes[3].set_ylabel(f"samples/s (median of {SMOOTH_STEPS} steps)")
     if any(r.points for r in runs):
         axes[2].legend(fontsize=7, loc="upper right")
-    fig.tight_layout()
+    fig.subplots_adjust(left=0.08, right=0.98, bottom=0.1, top=0.94, hspace=0.45, wspace=0.25)  # tight_layout: 2x the cost
     buf = io.BytesIO()
     fig.savefig(buf, format="png")
     return buf.getvalue()

@@ -206,6 +206,7 @@ class BatchSizeDashboard:
         run, _ = self._new_run(pressed_s)
         data = self.data()
         self.history.append(run)
+        self._last_plot_s = 0.0                 # a new run plots its first point at once
         self.status.value = f"running {run.label}, lr {run.lr:.4g}, seed {run.seed} ..."
         seed_everything(run.seed)            # the weights too: repeats of the same settings start alike
         model = build_model(run.model, data.num_classes, data.image_shape)
