@@ -65,3 +65,10 @@ def test_curves_and_table_render_with_and_without_runs():
 def test_rolling_median_smooths_a_spike_without_moving_the_level():
     assert rolling_median([100.0, 100.0, 900.0, 100.0, 100.0], window=3) == [100.0, 100.0, 100.0, 100.0, 100.0]
     assert rolling_median([1.0, 3.0], window=5) == [1.0, 2.0]
+
+
+def test_gpu_bars_name_the_card_and_show_the_reserve():
+    card = BatchLimit(4096, 80 * 10**9, 72 * 10**9, "memory", "cuda", "")
+    html = memory_bars_html([run_with(0.0, measured_mb=30.0, reserved_mb=900.0)], card)
+    assert "against the GPU memory (80,000 MB" in html and "hatched = allocator reserve" in html
+    assert "allocator reserve 900.0 MB" in html and 'title="allocator reserve"' in html
