@@ -14,7 +14,7 @@ from torch import nn
 
 from labkit.core.validation import positive_int
 from labkit.training.finder import find_max_batch
-from labkit.training.memory import MemoryModel
+from labkit.memory.model import MemoryModel
 
 
 @dataclass(frozen=True)

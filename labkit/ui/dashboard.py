@@ -23,12 +23,13 @@ from labkit.core.device import get_device
 from labkit.core.env import pick, seed_everything
 from labkit.core.models import build_model
 from labkit.core.validation import checked_int, positive_int
+from labkit.memory.device import cuda_baseline_bytes, peak_since
+from labkit.memory.model import MemoryModel, build_memory_model
 from labkit.training.batch_rules import scaled_lr
 from labkit.training.ceiling import measure_ceiling
-from labkit.training.device_memory import peak_since
-from labkit.training.loop import TrainConfig, evaluate_accuracy, train
-from labkit.training.memory import MemoryModel, build_memory_model
-from labkit.training.memory_check import cuda_baseline_bytes, measure_run_memory
+from labkit.training.config import TrainConfig
+from labkit.training.loop import evaluate_accuracy, train
+from labkit.training.run_memory import measure_run_memory
 from labkit.ui.batch_limits import BatchLimit, batch_limit, fit_verdict, power_of_two_batches, slider_labels
 from labkit.ui.batch_runs import DashboardRun, knee_of_runs
 from labkit.ui.batch_views import curves_png, memory_bars_html, results_html

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from labkit.core.models import build_model
-from labkit.training.memory import build_memory_model
+from labkit.memory.model import build_memory_model
 from labkit.ui.batch_limits import BatchLimit, batch_limit, capacity_bytes, fit_verdict, power_of_two_batches, \
     slider_labels
 

@@ -1,7 +1,7 @@
 """What the dashboard draws: bars to the device's scale with the measured tick where it belongs; plots; table."""
 import re
 
-from labkit.training.memory import MemoryBreakdown
+from labkit.memory.model import MemoryBreakdown
 from labkit.ui.batch_limits import BatchLimit
 from labkit.ui.batch_runs import DashboardRun
 from labkit.ui.batch_views import BAR_PX, bar_geometry, curves_png, memory_bars_html, results_html, rolling_median
