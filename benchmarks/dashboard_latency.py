@@ -48,6 +48,7 @@ def busy_run(data, steps: int) -> dict:
 
 
 def main() -> None:
+    """Interleaved quiet and busy rounds; one line per condition."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--steps", type=int, default=40)

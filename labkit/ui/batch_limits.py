@@ -34,6 +34,7 @@ class BatchLimit:
 
     @property
     def capacity_label(self) -> str:
+        """What the capacity is, in words."""
         return "GPU memory" if self.device_kind == "cuda" else "CPU budget"
 
 

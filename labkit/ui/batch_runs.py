@@ -41,6 +41,7 @@ class DashboardRun:
 
     @property
     def label(self) -> str:
+        """How plots, bars and the readout name the run."""
         return f"{self.model} bs={self.batch_size}"
 
     @property
@@ -65,6 +66,7 @@ class DashboardRun:
 
     @property
     def final_accuracy(self) -> float | None:
+        """The newest validation accuracy (the full evaluation once the run has ended)."""
         return self.accuracy[-1]["accuracy"] if self.accuracy else None
 
 

@@ -145,6 +145,7 @@ class BatchSizeDashboard:
     # ------------------------------------------------------------------ control
     @property
     def running(self) -> bool:
+        """True while a run's thread is alive."""
         return self._thread is not None and self._thread.is_alive()
 
     def run(self, blocking: bool = True) -> DashboardRun | None:
