@@ -7,7 +7,7 @@ on a shared machine falls on both. Each round is a fresh dashboard (notebook 02'
 stops when the plot's PNG is handed to the widget (the browser shows it one websocket message later). Also
 reported: the CPU this process got (process CPU seconds per wall second) during the run.
 
-    python benchmarks/dashboard_latency.py --rounds 5 --steps 40
+    .venv/bin/python benchmarks/dashboard_latency.py --rounds 5 --steps 40
 """
 from __future__ import annotations
 
