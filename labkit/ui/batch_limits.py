@@ -73,13 +73,13 @@ def power_of_two_batches(limit: BatchLimit) -> list[int]:
 
 def slider_labels(sizes: list[int], limit: BatchLimit, knee: int | None) -> list[tuple[str, int]]:
     """(label, batch) options: the knee, the finder's answer (when a power of two) and sizes that do not fit named."""
-    options = []
+    options, top = [], max((s for s in sizes if s <= limit.max_batch), default=None)
     for size in sizes:
         notes = []
         if knee is not None and size == knee:
             notes.append("knee")
-        if size == limit.max_batch:
-            notes.append("largest that fits")
+        if size == top:   # the finder's answer need not be a power of two: name it beside the nearest below
+            notes.append("largest that fits" if size == limit.max_batch else f"finder: {limit.max_batch} fits")
         if size > limit.max_batch:
             notes.append("won't fit")
         options.append((f"{size} ({', '.join(notes)})" if notes else str(size), size))

@@ -55,6 +55,8 @@ def test_slider_labels_mark_the_knee_the_answer_and_what_does_not_fit():
     labels = dict((v, k) for k, v in slider_labels([1, 2, 4, 8, 16, 32], lim, knee=4))
     assert labels[4] == "4 (knee)" and labels[16] == "16 (largest that fits)" and labels[32] == "32 (won't fit)"
     assert labels[8] == "8"
+    odd = BatchLimit(20, 10**6, 9 * 10**5, "memory", "cpu", "")
+    assert dict(slider_labels([8, 16, 32], odd, knee=None))["16 (finder: 20 fits)"] == 16
 
 
 def test_capacity_is_the_card_on_a_gpu_and_the_budget_on_a_cpu(monkeypatch):
