@@ -48,6 +48,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
              "max_num_workers", "synthetic_data",
              "validate_batch_size", "validate_num_workers", "verify_data_file"),
     "core.models": ("MLP", "SmallCNN", "build_model", "check_model_accepts", "count_parameters", "resnet18_cifar"),
+    "core.exercises": ("Exercise", "ExerciseBook", "Mistake", "judge"),
     "core.clock": ("Deadline", "TimingResult", "interleaved", "now_s", "paired_median", "percentile", "timestamp_s"),
     "core.timing": ("PhaseClock", "Stopwatch", "synchronize", "time_fn"),
     "comm.launch": ("LaunchError", "LaunchTimeout", "RankFailedError", "launch", "torchrun_command"),

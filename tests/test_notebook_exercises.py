@@ -58,3 +58,12 @@ def test_every_exercise_is_in_exactly_one_notebook_and_there_are_25_or_more():
                if isinstance(v, Exercise)}
     assert len(used) == len(set(used)) and set(used) == defined
     assert len(used) >= 25
+
+
+def test_the_readme_table_lists_each_notebooks_exercises():
+    readme = (NOTEBOOKS[0].parents[1] / "README.md").read_text(encoding="utf-8")
+    for path in NOTEBOOKS:
+        row = re.search(rf"^\| \w+ \| `{path.stem}` \|.*$", readme, flags=re.M)
+        assert row, f"README has no row for {path.stem}"
+        keys = [exercise.key for exercise, _, _ in exercises_of(path)]
+        assert f"| {len(keys)}: " + ", ".join(f"`{k}`" for k in keys) + " |" in row.group(0), path.stem
