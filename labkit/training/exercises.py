@@ -8,11 +8,16 @@ from __future__ import annotations
 import math
 import random
 import statistics
+from typing import Callable
+
+import torch
+from torch import nn
 
 from labkit.core.exercises import Exercise, Mistake
 from labkit.training.batch_rules import scaled_lr
+from labkit.training.loop import TrainConfig
 from labkit.training.memory import MemoryModel
-from labkit.training.stepper import warmup_factor
+from labkit.training.stepper import Stepper, warmup_factor
 
 
 # ------------------------------------------------------------------------------------ 00: samples per second
@@ -152,6 +157,30 @@ def _ramp_from_zero(step: int, base_lr: float, base_batch: int, batch_size: int,
     return scaled_lr(base_lr, batch_size, base_batch) * min(1.0, step / warmup_steps)
 
 
+def lr_in_training(lr_at_step: Callable[..., float], base_lr: float = 0.05, base_batch: int = 32,
+                   batch_size: int = 128, warmup_steps: int = 4) -> str:
+    """Train a tiny model with the kit's own step (``training.stepper``) and set the LR it used at each step
+    beside the learner's function."""
+    lr = scaled_lr(base_lr, batch_size, base_batch)
+    torch.manual_seed(0)
+    model = nn.Linear(8, 3)
+    optimizer = torch.optim.SGD(model.parameters(), lr=lr)
+    config = TrainConfig(steps=warmup_steps + 2, lr=lr, lr_warmup_steps=warmup_steps, progress=False,
+                         profile_model=False, evaluate=False)
+    stepper = Stepper(model, optimizer, config, torch.device("cpu"))
+    batch = (torch.randn(batch_size, 8), torch.randint(0, 3, (batch_size,)))
+    used, yours = [], []
+    for i in range(warmup_steps + 2):
+        stepper.step(i, batch)
+        used.append(optimizer.param_groups[0]["lr"])
+        yours.append(lr_at_step(step=i, base_lr=base_lr, base_batch=base_batch, batch_size=batch_size,
+                                warmup_steps=warmup_steps))
+    agree = all(math.isclose(a, b, rel_tol=1e-9) for a, b in zip(used, yours))
+    return (f"training batch {batch_size} from a recipe tuned at {base_batch}, the kit's loop set LR "
+            f"{', '.join(f'{v:.4g}' for v in used)} at steps 0-{warmup_steps + 1}; "
+            + ("your function gives the same" if agree else f"yours gives {', '.join(f'{v:.4g}' for v in yours)}"))
+
+
 WARMUP_LR = Exercise(
     "warmup_lr", "the LR at a step for a new batch size: linear scaling, then a linear warm-up from 1/10",
     warmup_lr_reference, _lr_cases,
@@ -162,7 +191,8 @@ WARMUP_LR = Exercise(
      Mistake("unscaled", lambda step, base_lr, base_batch, batch_size, warmup_steps:
              base_lr * warmup_factor(step, warmup_steps), "scale the LR with the batch first: "
              "lr = base_lr * batch_size / base_batch")),
-    "lr = base_lr * batch_size / base_batch, times 0.1 + 0.9 * step / warmup_steps while step < warmup_steps")
+    "lr = base_lr * batch_size / base_batch, times 0.1 + 0.9 * step / warmup_steps while step < warmup_steps",
+    measure=lr_in_training)
 
 
 def adam_cases_for(num_params: int, saved_activation_bytes: int) -> list[dict]:
