@@ -129,9 +129,15 @@ class _LearnerError(Exception):
 
 def _run(answer: Callable[..., Any], case: dict) -> Any:
     try:
-        return answer(**case)
+        got = answer(**case)
+    except TypeError as err:
+        if not traceback.extract_tb(err.__traceback__)[1:]:      # the call itself failed: the signature differs
+            raise _LearnerError(f"your function cannot be called as f({', '.join(case)}): {err}; keep the stub's "
+                                "argument names") from None
+        raise _LearnerError(learner_error(err)) from None
     except Exception as err:  # the learner's code: any exception is theirs to see, in one block
         raise _LearnerError(learner_error(err)) from None
+    return got.tolist() if hasattr(got, "tolist") and not isinstance(got, (int, float)) else got
 
 
 def _matching_mistake(exercise: Exercise, cases: list[dict], got: list[Any]) -> Mistake | None:

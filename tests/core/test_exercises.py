@@ -101,3 +101,12 @@ def test_reveal_prints_the_reference(capsys):
     ExerciseBook("demo").reveal(DOUBLE)
     out = capsys.readouterr().out
     assert "reference for [double]" in out and "return 2 * x" in out
+
+
+def test_a_renamed_argument_is_explained_and_numpy_answers_are_accepted():
+    verdict = judge(DOUBLE, lambda y: 2 * y)
+    assert verdict.status == WRONG and "cannot be called as f(x)" in verdict.text and "argument names" in verdict.text
+    np = pytest.importorskip("numpy")
+    assert judge(DOUBLE, lambda x: np.int64(2 * x)).status == CORRECT
+    pair = Exercise("p", "pair", lambda a: (a, a + 1), lambda: [{"a": 1}], (Mistake("s", lambda a: (a + 1, a), "o"),), "h")
+    assert judge(pair, lambda a: np.array([a, a + 1])).status == CORRECT
