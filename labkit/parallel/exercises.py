@@ -111,8 +111,8 @@ RING_SYNC_TIME = Exercise(
 
 
 def speedup_cases_for(t_comp_s: float, t_sync_s: float, world_size: int) -> list[dict]:
-    """The random cases plus the notebook's measured T_comp and T_sync."""
-    return _speedup_cases() + [{"t_comp_s": float(t_comp_s), "t_sync_s": float(t_sync_s), "world_size": world_size}]
+    """The notebook's measured T_comp and T_sync first, then random cases."""
+    return [{"t_comp_s": float(t_comp_s), "t_sync_s": float(t_sync_s), "world_size": world_size}] + _speedup_cases()
 
 
 # ------------------------------------------------------------------------------------ 09: shards and LR

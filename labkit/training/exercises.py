@@ -196,13 +196,13 @@ WARMUP_LR = Exercise(
 
 
 def adam_cases_for(num_params: int, saved_activation_bytes: int) -> list[dict]:
-    """The notebook's own model as one more case (its measured parameter count and saved activations)."""
-    return _adam_cases()[:4] + [{"num_params": int(num_params), "saved_activation_bytes": int(saved_activation_bytes),
-                                 "bytes_per_value": 4}]
+    """The notebook's own model first (its counted parameters and saved activations), then random cases."""
+    return [{"num_params": int(num_params), "saved_activation_bytes": int(saved_activation_bytes),
+             "bytes_per_value": 4}] + _adam_cases()[:4]
 
 
 def steady_cases_for(step_times_s: list[float], batch_size: int, warmup_steps: int) -> list[dict]:
-    """The notebook's measured step times as one more case."""
+    """The notebook's measured step times first (when usable), then random cases."""
     usable = math.isfinite(sum(step_times_s)) and len(step_times_s) > warmup_steps
     extra = [{"step_times_s": list(step_times_s), "batch_size": batch_size, "warmup_steps": warmup_steps}]
-    return _step_time_cases() + (extra if usable else [])
+    return (extra if usable else []) + _step_time_cases()

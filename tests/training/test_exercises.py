@@ -21,7 +21,7 @@ def test_the_warmup_check_trains_with_the_kits_step_and_shows_disagreement():
 
 def test_live_cases_include_the_notebooks_numbers():
     cases = exercises.adam_cases_for(1234, 5678)
-    assert cases[-1] == {"num_params": 1234, "saved_activation_bytes": 5678, "bytes_per_value": 4}
-    assert exercises.steady_cases_for([0.5, 0.1, 0.1], 8, 1)[-1]["step_times_s"] == [0.5, 0.1, 0.1]
+    assert cases[0] == {"num_params": 1234, "saved_activation_bytes": 5678, "bytes_per_value": 4}
+    assert exercises.steady_cases_for([0.5, 0.1, 0.1], 8, 1)[0]["step_times_s"] == [0.5, 0.1, 0.1]
     random_only = len(exercises._step_time_cases())
     assert len(exercises.steady_cases_for([float("nan"), 0.1], 8, 0)) == random_only     # unusable: left out
