@@ -14,9 +14,9 @@ import torch
 from torch import nn
 
 from labkit.core.exercises import Exercise, Mistake
+from labkit.memory.model import MemoryModel
 from labkit.training.batch_rules import scaled_lr
-from labkit.training.loop import TrainConfig
-from labkit.training.memory import MemoryModel
+from labkit.training.config import TrainConfig
 from labkit.training.stepper import Stepper, warmup_factor
 
 

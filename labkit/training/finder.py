@@ -1,7 +1,7 @@
 """The largest batch that fits: doubling, then binary search, with every trial reported.
 
 On a GPU the finder tries real training steps and catches ``torch.cuda.OutOfMemoryError``; on a CPU it
-asks the memory model (:mod:`labkit.training.memory`) against a budget you give. Either way it reports every
+asks the memory model (:mod:`labkit.memory.model`) against a budget you give. Either way it reports every
 trial with its throughput, so you can see that the largest batch is not always the fastest, and it
 restores the model's and optimizer's state afterwards.
 """
@@ -16,11 +16,12 @@ import torch
 from torch import nn
 
 from labkit.core.device import device_label, get_device
+from labkit.core.step import TrainStep
 from labkit.core.timing import synchronize, time_fn
 from labkit.core.validation import checked_int, positive_int
-from labkit.training.device_memory import baseline_bytes, peak_since
-from labkit.training.memory import (MemoryModel, build_memory_model, optimizer_kind, optimizer_settings,
-                                    release_cpu_memory)
+from labkit.memory.device import baseline_bytes, peak_since
+from labkit.memory.host import release_cpu_memory
+from labkit.memory.model import MemoryModel, build_memory_model, optimizer_kind, optimizer_settings
 
 
 @dataclass(frozen=True)
@@ -121,14 +122,12 @@ class _StepRunner:
     def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer, sample_shape, num_classes, device):
         self.model, self.optimizer, self.shape = model, optimizer, tuple(sample_shape)
         self.num_classes, self.device = num_classes, device
-        self.loss_fn = nn.CrossEntropyLoss()
+        self.train_step = TrainStep(model, optimizer, device=device)
 
     def step(self, batch_size: int) -> None:
         x = torch.randn(batch_size, *self.shape, device=self.device)
         y = torch.randint(0, self.num_classes, (batch_size,), device=self.device)
-        self.loss_fn(self.model(x), y).backward()
-        self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
+        self.train_step(x, y)
 
     def try_step(self, batch_size: int) -> tuple[bool, int | None]:
         """(ran without OOM, the step's peak allocated bytes on CUDA, other code's tensors subtracted)."""
@@ -176,7 +175,7 @@ def find_max_batch(model: nn.Module, sample_shape: tuple[int, ...], *, num_class
     ``limit`` the search runs until a size fails, so on an 80 GB GPU it still ends at a real boundary;
     on CUDA it starts from the memory model's prediction and confirms it. ``dataset_size`` caps the
     search: a batch larger than the data is never claimed. ``memory_model``: one already built for this
-    model and optimizer (:func:`labkit.training.memory.build_memory_model`), instead of probing it again.
+    model and optimizer (:func:`labkit.memory.model.build_memory_model`), instead of probing it again.
     """
     dev = get_device(device) if device is not None else next(model.parameters()).device
     method, budget_bytes = _checked_method(method, dev, memory_budget_bytes, safety_margin)
