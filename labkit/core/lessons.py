@@ -95,6 +95,8 @@ def _read_records(log: Path) -> list[dict]:
             continue
         try:
             record = json.loads(line)
+            if isinstance(record, dict) and record.get("kind") == "exercises":
+                continue                        # exercise tallies are totalled by core.exercises
             records.append({"notebook": str(record["notebook"]), "checked": list(record["checked"]),
                             "not_checked": dict(record["not_checked"])})
         except (json.JSONDecodeError, KeyError, TypeError, ValueError) as err:

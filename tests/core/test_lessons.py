@@ -79,3 +79,10 @@ def test_not_checked_all_counts_every_claim_of_a_section(capsys):
     assert log.total == 2 and capsys.readouterr().out.count("NOT CHECKED:") == 2
     with pytest.raises(ValueError, match="reason"):
         log.not_checked_all(["c holds"], " ")
+
+
+def test_exercise_tallies_in_the_same_log_are_left_to_their_own_command(tmp_path):
+    log = tmp_path / "lessons.jsonl"
+    log.write_text('{"notebook": "01", "checked": ["x"], "not_checked": {}}\n'
+                   '{"kind": "exercises", "notebook": "01", "results": {}}\n')
+    assert summarize_lesson_log(log).startswith("lessons: 1 of 1 checked in 1 notebooks")
