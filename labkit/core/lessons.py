@@ -69,24 +69,35 @@ class LessonLog:
         if self.not_checked_reasons:
             line += "; not checked: " + "; ".join(f"{c} ({r})" for c, r in self.not_checked_reasons.items())
         print(line)
-        log_path = os.environ.get(LESSON_LOG_ENV_VAR)
-        if log_path:
-            record = {"notebook": self.notebook, "checked": self.checked, "not_checked": self.not_checked_reasons}
-            with open(log_path, "a", encoding="utf-8") as f:
-                f.write(json.dumps(record) + "\n")
+        append_to_lesson_log({"notebook": self.notebook, "checked": self.checked,
+                              "not_checked": self.not_checked_reasons})
         return line
 
 
-def summarize_lesson_log(path: str | Path) -> str:
-    """Total the tallies one run wrote (the last tally of each notebook wins)."""
+def append_to_lesson_log(record: dict) -> None:
+    """One JSON line appended to ``$LABKIT_LESSON_LOG`` (nothing when it is unset): lesson and exercise tallies."""
+    log_path = os.environ.get(LESSON_LOG_ENV_VAR)
+    if log_path:
+        with open(log_path, "a", encoding="utf-8") as f:
+            f.write(json.dumps(record) + "\n")
+
+
+def last_record_per_notebook(path: str | Path, kind: str | None) -> dict[str, dict]:
+    """The last record of each notebook in a lesson log whose ``kind`` is ``kind`` (None: lesson tallies)."""
     by_notebook: dict[str, dict] = {}
     log = Path(path)
     if log.exists():
         for line in log.read_text(encoding="utf-8").splitlines():
             if line.strip():
                 record = json.loads(line)
-                if record.get("kind") != "exercises":      # exercise tallies are totalled by core.exercises
+                if record.get("kind") == kind:
                     by_notebook[record["notebook"]] = record
+    return by_notebook
+
+
+def summarize_lesson_log(path: str | Path) -> str:
+    """Total the tallies one run wrote (the last tally of each notebook wins)."""
+    by_notebook = last_record_per_notebook(path, None)      # exercise tallies are totalled by core.exercises
     checked = sum(len(r["checked"]) for r in by_notebook.values())
     total = checked + sum(len(r["not_checked"]) for r in by_notebook.values())
     lines = [f"lessons: {checked} of {total} checked in {len(by_notebook)} notebooks"]

@@ -59,3 +59,18 @@ def test_not_checked_all_counts_every_claim_of_a_section(capsys):
     assert log.total == 2 and capsys.readouterr().out.count("NOT CHECKED:") == 2
     with pytest.raises(ValueError, match="reason"):
         log.not_checked_all(["c holds"], " ")
+
+
+def test_one_log_writer_and_reader_for_lesson_and_exercise_tallies(tmp_path, monkeypatch):
+    from labkit.core.lessons import append_to_lesson_log, last_record_per_notebook
+
+    log = tmp_path / "lessons.jsonl"
+    monkeypatch.setenv("LABKIT_LESSON_LOG", str(log))
+    append_to_lesson_log({"notebook": "a", "checked": ["x"], "not_checked": {}})
+    append_to_lesson_log({"kind": "exercises", "notebook": "a", "total": 2, "attempted": 1, "correct": 1})
+    append_to_lesson_log({"notebook": "a", "checked": ["x", "y"], "not_checked": {}})
+    assert last_record_per_notebook(log, None)["a"]["checked"] == ["x", "y"]          # the last tally wins
+    assert last_record_per_notebook(log, "exercises")["a"]["correct"] == 1
+    monkeypatch.delenv("LABKIT_LESSON_LOG")
+    append_to_lesson_log({"notebook": "b"})                                            # unset: nothing written
+    assert "b" not in log.read_text()
