@@ -86,3 +86,18 @@ def test_exercise_tallies_in_the_same_log_are_left_to_their_own_command(tmp_path
     log.write_text('{"notebook": "01", "checked": ["x"], "not_checked": {}}\n'
                    '{"kind": "exercises", "notebook": "01", "results": {}}\n')
     assert summarize_lesson_log(log).startswith("lessons: 1 of 1 checked in 1 notebooks")
+
+
+def test_one_log_writer_and_reader_for_lesson_and_exercise_tallies(tmp_path, monkeypatch):
+    from labkit.core.lessons import append_to_lesson_log, last_record_per_notebook
+
+    log = tmp_path / "lessons.jsonl"
+    monkeypatch.setenv("LABKIT_LESSON_LOG", str(log))
+    append_to_lesson_log({"notebook": "a", "checked": ["x"], "not_checked": {}})
+    append_to_lesson_log({"kind": "exercises", "notebook": "a", "total": 2, "attempted": 1, "correct": 1})
+    append_to_lesson_log({"notebook": "a", "checked": ["x", "y"], "not_checked": {}})
+    assert last_record_per_notebook(log, None)["a"]["checked"] == ["x", "y"]          # the last tally wins
+    assert last_record_per_notebook(log, "exercises")["a"]["correct"] == 1
+    monkeypatch.delenv("LABKIT_LESSON_LOG")
+    append_to_lesson_log({"notebook": "b"})                                            # unset: nothing written
+    assert len(log.read_text().splitlines()) == 3
