@@ -20,6 +20,7 @@ from labkit.comm.collectives import allreduce_cost
 from labkit.comm.launch import launch
 from labkit.comm.worker import rank_device
 from labkit.core.clock import now_s, percentile, thread_time_s
+from labkit.core.contention import ShareMeter
 from labkit.core.device import device_label
 from labkit.core.machine import cpu_count
 from labkit.core.models import mlp
@@ -54,7 +55,7 @@ class StepTimes:
     beta_s_per_byte: float   # ... and inverse bandwidth
     device: str
     step_noise: float = 1.0  # p90/p10 of the step times: ~1.1 on a quiet machine, >1.5 when others compete
-    cpu_share: float = 1.0   # min over ranks of CPU time / wall time while computing (cores/R when R > cores)
+    cpu_share: float = 1.0   # min over ranks of the share of a core got (schedstat over whole steps, capped by CPU/wall computing)
 
 
 def _allreduce_probe(sizes_bytes: list[int], repeats: int, group) -> list[float]:
@@ -111,14 +112,15 @@ def _time_steps(world_size: int, group, cfg: dict) -> StepTimes:
     all_reduce = (lambda t: dist.all_reduce(t, group=group)) if world_size > 1 else None
     hook = (lambda m: sync_gradients(m, all_reduce, world_size, bucket=True)) if all_reduce is not None else None
     step = TrainStep(model, opt, device=device, grad_hook=hook)
-    phases = [_step_phases(step, x, y) for _ in range(cfg["warmup"] + cfg["steps"])][cfg["warmup"]:]
+    with ShareMeter() as meter:     # whole steps: a rank descheduled while its peer waits in the all-reduce counts
+        phases = [_step_phases(step, x, y) for _ in range(cfg["warmup"] + cfg["steps"])][cfg["warmup"]:]
     comp, sync, step, cpu = ([p[k] for p in phases] for k in range(4))
     cpu_s = sum(cpu)
     alpha = beta = 0.0
     if world_size > 1:
         sizes = [4, 4096, grad_bytes // 4, grad_bytes]
         alpha, beta = fit_alpha_beta(sizes, _allreduce_probe(sizes, 5, group), world_size)
-    share = torch.tensor([cpu_s / sum(comp) if device.type == "cpu" else 1.0], device=device)
+    share = torch.tensor([min(meter.share, cpu_s / sum(comp), 1.0) if device.type == "cpu" else 1.0], device=device)
     if world_size > 1:
         dist.all_reduce(share, op=dist.ReduceOp.MIN, group=group)
     med = statistics.median
