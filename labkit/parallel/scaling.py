@@ -55,7 +55,7 @@ class StepTimes:
     beta_s_per_byte: float   # ... and inverse bandwidth
     device: str
     step_noise: float = 1.0  # p90/p10 of the step times: ~1.1 on a quiet machine, >1.5 when others compete
-    cpu_share: float = 1.0   # min over ranks of the share of a core got (schedstat over whole steps, capped by CPU/wall computing)
+    cpu_share: float = 1.0   # min over ranks: share of a core over whole steps (schedstat), capped by compute CPU/wall
 
 
 def _allreduce_probe(sizes_bytes: list[int], repeats: int, group) -> list[float]:
