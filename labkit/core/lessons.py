@@ -5,7 +5,8 @@ A notebook makes one ``LessonLog`` and routes each lesson's asserts through it. 
 one GPU where two are needed) prints a visible ``NOT CHECKED: <claim> (<reason>)`` line instead of passing in
 silence; a timing claim the machine was too busy to settle (``labkit.core.verdict``) prints an equally visible
 ``INCONCLUSIVE: <claim> (<measured reason>)`` and is never counted as checked; the last cell calls
-``tally()``. When ``LABKIT_LESSON_LOG`` names a file, each tally is appended to it as one JSON line, so ``python -m labkit.core.lessons FILE`` can total a whole nbval run. Torch-free.
+``tally()``. When ``LABKIT_LESSON_LOG`` names a file, each tally is appended to it as one JSON line, so
+``python -m labkit.core.lessons FILE`` can total a whole nbval run. Torch-free.
 """
 from __future__ import annotations
 
