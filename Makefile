@@ -15,12 +15,16 @@ PIP_REQS = $(PY) -m pip uninstall -q -y tensorflow-cpu 2>/dev/null; \
 else
 PIP_REQS = $(PY) -m pip install -q -r requirements.txt
 endif
+HERE    := $(dir $(abspath $(lastword $(MAKEFILE_LIST))))
+# JupyterLab's settings overrides inside the venv (sys.prefix/share/jupyter/lab/settings): no "get Jupyter news?"
+# pop-up, no update check; the same file Binder's postBuild installs.
+LAB_OVERRIDES := $(VENV)/share/jupyter/lab/settings/overrides.json
 export TF_CPP_MIN_LOG_LEVEL ?= 2
 export PYTHONUNBUFFERED := 1
 
-.PHONY: lab test install pytest nbval browser-deps clean gpu-check
+.PHONY: lab test test-busy install pytest nbval browser-deps clean gpu-check
 
-install: $(STAMP)
+install: $(STAMP) $(LAB_OVERRIDES)
 
 # Re-runs only when requirements.txt or pyproject.toml changed (a stamp file records the last install).
 $(STAMP): requirements.txt pyproject.toml
@@ -28,6 +32,10 @@ $(STAMP): requirements.txt pyproject.toml
 	$(PY) -m pip install -q --upgrade pip
 	$(PIP_REQS) -e ".[$(EXTRAS)]"
 	@touch $(STAMP)
+
+$(LAB_OVERRIDES): $(HERE)binder/overrides.json $(STAMP)
+	@mkdir -p $(dir $@)
+	cp $< $@
 
 ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root)
 
@@ -43,15 +51,22 @@ browser-deps:
 pytest: install browser-deps
 	$(PY) -m pytest tests -q
 
-# Each notebook appends its lesson tally to runs/lessons.jsonl; the last line totals the run.
+# Each notebook appends its lesson tally (and its separate exercise tally) to runs/lessons.jsonl; the last lines
+# total the run.
 # The total prints whether nbval passed or failed; the target keeps nbval's exit status.
 LESSON_LOG := $(CURDIR)/runs/lessons.jsonl
 nbval: install
 	@mkdir -p runs && rm -f $(LESSON_LOG)
 	LABKIT_LESSON_LOG=$(LESSON_LOG) $(PY) -m pytest -q --nbval-lax --nbval-current-env --nbval-cell-timeout=900 \
-	  -p no:cacheprovider notebooks; rc=$$?; $(PY) -m labkit.core.lessons $(LESSON_LOG); exit $$rc
+	  -p no:cacheprovider notebooks; rc=$$?; $(PY) -m labkit.core.lessons $(LESSON_LOG); \
+	  $(PY) -m labkit.core.exercises $(LESSON_LOG); exit $$rc
 
 test: pytest nbval
+
+# `make test` with one process spinning on one core for the whole run (started and always stopped by the script):
+# every timing claim must be checked or INCONCLUSIVE with its measured reason, none failed.
+test-busy: install browser-deps
+	$(PY) scripts/run_busy.py --cores 1 -- $(MAKE) test
 
 # On a CUDA box: tests + every notebook in full mode + loop-overhead, memory and ladder benchmarks -> docs/gpu-report.md.
 # Without a GPU: says so and dry-runs the report writer on recorded fixtures (exit 0).

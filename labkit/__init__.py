@@ -16,6 +16,20 @@ import warnings as _warnings
 _os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # keep TensorFlow's C++ start-up chatter out of the lessons
 
 
+def _fit_threads_before_torch() -> None:
+    """OpenMP reads its settings once, when torch loads: fit them to this machine's CPUs now, or warn."""
+    from labkit.core.machine import THREAD_ENV, fit_threads_to_machine  # lazy: keeps the API table first
+    if "torch" not in _sys.modules:
+        fit_threads_to_machine()
+    elif any(_os.environ.get(k) != v for k, v in THREAD_ENV.items()):
+        _warnings.warn("torch was imported before labkit, so its threads spin while idle and fight any other "
+                       "program for the cores (slow on a busy machine): restart the kernel and `import labkit` "
+                       "first", RuntimeWarning, stacklevel=3)
+
+
+_fit_threads_before_torch()
+
+
 def _load_triton_before_tensorflow() -> None:
     """Import Triton now if TensorFlow may follow: in one process, Triton loaded *after* TensorFlow segfaults.
 

@@ -1,6 +1,7 @@
 """The Makefile's nbval target: the lesson total prints even when a notebook fails, and the failure still fails make."""
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 from pathlib import Path
@@ -69,3 +70,19 @@ def test_install_picks_tensorflows_gpu_build_only_where_nvidia_smi_is(tmp_path, 
     else:
         assert "-r requirements.txt -e .[mpi]" in log and "and-cuda" not in log and "uninstall" not in log
         assert (tmp_path / "venv" / ".installed-mpi-tfcpu").exists()
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
+def test_install_puts_binders_jupyterlab_overrides_into_the_venv(tmp_path):
+    """`make lab` opens without the "get notified about Jupyter news?" pop-up: install copies the overrides."""
+    venv = tmp_path / "venv"
+    stamp = venv / ".installed-mpi-tfcpu"   # no nvidia-smi on this PATH: the CPU build
+    stamp.parent.mkdir(parents=True)
+    stamp.touch()
+    done = subprocess.run(["make", "-s", "-C", str(tmp_path), "-f", str(REPO / "Makefile"), "-o", str(stamp),
+                           "install", f"VENV={venv}"], env={"PATH": "/usr/bin:/bin"}, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    installed = venv / "share" / "jupyter" / "lab" / "settings" / "overrides.json"
+    settings = json.loads(installed.read_text())
+    assert settings == json.loads((REPO / "binder" / "overrides.json").read_text())
+    assert settings["@jupyterlab/apputils-extension:notification"]["fetchNews"] == "false"

@@ -3,8 +3,10 @@
 A notebook makes one ``LessonLog`` and routes each lesson's asserts through it. A lesson that fails raises
 ``AssertionError`` naming the claim (so nbval fails); a lesson that truly cannot run here (no MPI launcher,
 one GPU where two are needed) prints a visible ``NOT CHECKED: <claim> (<reason>)`` line instead of passing in
-silence; the last cell calls ``tally()``. When ``LABKIT_LESSON_LOG`` names a file, each tally is appended to
-it as one JSON line, so ``python -m labkit.core.lessons FILE`` can total a whole nbval run. Torch-free.
+silence; a timing claim the machine was too busy to settle (``labkit.core.verdict``) prints an equally visible
+``INCONCLUSIVE: <claim> (<measured reason>)`` and is never counted as checked; the last cell calls
+``tally()``. When ``LABKIT_LESSON_LOG`` names a file, each tally is appended to it as one JSON line, so
+``python -m labkit.core.lessons FILE`` can total a whole nbval run. Torch-free.
 """
 from __future__ import annotations
 
@@ -16,6 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Iterator
 
+from labkit.core.verdict import CHECKED, INCONCLUSIVE, Verdict
+
 LESSON_LOG_ENV_VAR = "LABKIT_LESSON_LOG"
 
 
@@ -26,6 +30,7 @@ class LessonLog:
     notebook: str
     checked: list[str] = field(default_factory=list)
     not_checked_reasons: dict[str, str] = field(default_factory=dict)
+    inconclusive_reasons: dict[str, str] = field(default_factory=dict)
 
     def check(self, claim: str, holds: bool, detail: str = "") -> None:
         """Assert one lesson claim on live numbers; ``detail`` says what was measured when it fails."""
@@ -54,48 +59,132 @@ class LessonLog:
         for claim in claims:
             self.not_checked(claim, reason)
 
+    def inconclusive(self, claim: str, reason: str) -> None:
+        """Say, visibly, that this run was too busy to settle a timing claim, with the measured reason."""
+        if not reason.strip():
+            raise ValueError("inconclusive needs the measured reason, e.g. 'rank 0 got 0.46 of a core'")
+        if claim in self.checked:
+            self.checked.remove(claim)
+        self.not_checked_reasons.pop(claim, None)
+        self.inconclusive_reasons[claim] = reason
+        print(f"INCONCLUSIVE: {claim} ({reason})")
+
+    def decide(self, verdict: Verdict) -> Verdict:
+        """Record a timing verdict: checked counts, INCONCLUSIVE prints its reason, failed raises."""
+        if verdict.state == INCONCLUSIVE:
+            self.inconclusive(verdict.claim, verdict.detail)
+        else:
+            self.check(verdict.claim, verdict.state == CHECKED, verdict.detail)
+        return verdict
+
     def _record(self, claim: str) -> None:
         if claim not in self.checked:
             self.checked.append(claim)
         self.not_checked_reasons.pop(claim, None)
+        self.inconclusive_reasons.pop(claim, None)
 
     @property
     def total(self) -> int:
-        return len(self.checked) + len(self.not_checked_reasons)
+        return len(self.checked) + len(self.not_checked_reasons) + len(self.inconclusive_reasons)
 
     def tally(self) -> str:
         """Print and return 'N of M lessons checked'; append it to ``$LABKIT_LESSON_LOG`` when that is set."""
         line = f"{self.notebook}: {len(self.checked)} of {self.total} lessons checked"
         if self.not_checked_reasons:
             line += "; not checked: " + "; ".join(f"{c} ({r})" for c, r in self.not_checked_reasons.items())
+        if self.inconclusive_reasons:
+            line += (f"\n{self.notebook}: {len(self.inconclusive_reasons)} INCONCLUSIVE (machine too busy to tell): "
+                     + "; ".join(f"{c} ({r})" for c, r in self.inconclusive_reasons.items()))
         print(line)
-        log_path = os.environ.get(LESSON_LOG_ENV_VAR)
-        if log_path:
-            record = {"notebook": self.notebook, "checked": self.checked, "not_checked": self.not_checked_reasons}
-            with open(log_path, "a", encoding="utf-8") as f:
-                f.write(json.dumps(record) + "\n")
+        append_to_lesson_log({"notebook": self.notebook, "checked": self.checked,
+                              "not_checked": self.not_checked_reasons,
+                              "inconclusive": self.inconclusive_reasons})
         return line
 
 
-def summarize_lesson_log(path: str | Path) -> str:
-    """Total the tallies one run wrote (the last tally of each notebook wins)."""
-    by_notebook: dict[str, dict] = {}
+def append_to_lesson_log(record: dict) -> None:
+    """One JSON line appended to ``$LABKIT_LESSON_LOG`` (nothing when it is unset): lesson and exercise tallies."""
+    log_path = os.environ.get(LESSON_LOG_ENV_VAR)
+    if log_path:
+        with open(log_path, "a", encoding="utf-8") as f:
+            f.write(json.dumps(record) + "\n")
+
+
+class LessonLogError(ValueError):
+    """The lesson log is missing, unreadable or not JSON lines; the message names the file and the line."""
+
+
+def _read_json_lines(log: Path) -> list[tuple[int, dict]]:
+    """(line number, record) for every line of ``log``; one LessonLogError naming the file otherwise."""
+    try:
+        text = log.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise LessonLogError(f"{log} does not exist; run the notebooks with {LESSON_LOG_ENV_VAR}={log} first") from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise LessonLogError(f"{log} cannot be read ({getattr(err, 'strerror', None) or err})") from None
+    records = []
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise LessonLogError(f"{log} line {number} is not a lesson tally ({type(err).__name__}: {err}); "
+                                 "it may be cut short: rerun the notebooks to write it again") from None
+        if not isinstance(record, dict):
+            raise LessonLogError(f"{log} line {number} is not a lesson tally (a JSON {type(record).__name__}); "
+                                 "rerun the notebooks to write it again")
+        records.append((number, record))
+    return records
+
+
+def last_record_per_notebook(path: str | Path, kind: str | None) -> dict[str, dict]:
+    """The last record of each notebook in a lesson log whose ``kind`` is ``kind`` (None: lesson tallies)."""
     log = Path(path)
-    if log.exists():
-        for line in log.read_text(encoding="utf-8").splitlines():
-            if line.strip():
-                record = json.loads(line)
-                by_notebook[record["notebook"]] = record
+    by_notebook: dict[str, dict] = {}
+    for number, record in _read_json_lines(log):
+        if record.get("kind") != kind:
+            continue
+        if kind is None:
+            try:
+                record = {"notebook": str(record["notebook"]), "checked": list(record["checked"]),
+                          "not_checked": dict(record["not_checked"]),
+                          "inconclusive": dict(record.get("inconclusive") or {})}
+            except (KeyError, TypeError, ValueError) as err:
+                raise LessonLogError(f"{log} line {number} is not a lesson tally ({type(err).__name__}: {err}); "
+                                     "it may be cut short: rerun the notebooks to write it again") from None
+        by_notebook[str(record.get("notebook"))] = record
+    return by_notebook
+
+
+def summarize_lesson_log(path: str | Path) -> str:
+    """Total the tallies one run wrote (the last tally of each notebook wins); LessonLogError if it cannot."""
+    by_notebook = last_record_per_notebook(path, None)      # exercise tallies are totalled by core.exercises
     checked = sum(len(r["checked"]) for r in by_notebook.values())
-    total = checked + sum(len(r["not_checked"]) for r in by_notebook.values())
-    lines = [f"lessons: {checked} of {total} checked in {len(by_notebook)} notebooks"]
+    inconclusive = sum(len(r.get("inconclusive", {})) for r in by_notebook.values())
+    total = checked + inconclusive + sum(len(r["not_checked"]) for r in by_notebook.values())
+    lines = [f"lessons: {checked} of {total} checked in {len(by_notebook)} notebooks",
+             f"INCONCLUSIVE (machine too busy to tell): {inconclusive}"]
     for name, record in sorted(by_notebook.items()):
         for claim, reason in record["not_checked"].items():
             lines.append(f"  NOT CHECKED in {name}: {claim} ({reason})")
+        for claim, reason in record.get("inconclusive", {}).items():
+            lines.append(f"  INCONCLUSIVE in {name}: {claim} ({reason})")
     return "\n".join(lines)
 
 
+def main(argv: list[str]) -> int:
+    """``python -m labkit.core.lessons FILE``: print the total; exit 1 with one line when the log is unusable."""
+    if len(argv) != 1:
+        print("usage: python -m labkit.core.lessons LESSON_LOG_FILE", file=sys.stderr)
+        return 2
+    try:
+        print(summarize_lesson_log(argv[0]))
+    except LessonLogError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    return 0
+
+
 if __name__ == "__main__":
-    if len(sys.argv) != 2:
-        sys.exit("usage: python -m labkit.core.lessons LESSON_LOG_FILE")
-    print(summarize_lesson_log(sys.argv[1]))
+    sys.exit(main(sys.argv[1:]))

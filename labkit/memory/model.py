@@ -45,7 +45,7 @@ def saved_activation_bytes(model: nn.Module, inputs: torch.Tensor, amp_dtype: st
         ptr = storage.data_ptr()
         if ptr not in param_ptrs and ptr != 0:
             seen[ptr] = storage.nbytes()
-        return t
+        return t.detach()   # same storage, no grad_fn: returning t would make a cycle (see memory.timeline)
 
     with preserved_state(model):
         model.train()

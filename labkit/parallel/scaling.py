@@ -20,12 +20,16 @@ from labkit.comm.collectives import allreduce_cost
 from labkit.comm.launch import launch
 from labkit.comm.worker import rank_device
 from labkit.core.clock import now_s, percentile, thread_time_s
+from labkit.core.contention import ShareMeter
 from labkit.core.device import device_label
 from labkit.core.machine import cpu_count
 from labkit.core.models import mlp
 from labkit.core.step import TrainStep
 from labkit.core.timing import Stopwatch, synchronize
 from labkit.core.validation import checked_int, positive_int, positive_ints
+from labkit.core.verdict import Load
+from labkit.core.verdict import Verdict as TimingVerdict
+from labkit.core.verdict import judge_at_least, judge_at_most
 from labkit.parallel.costmodel import core_sharing_slowdown, fit_alpha_beta, predicted_speedup
 from labkit.parallel.sync_sgd import sync_gradients
 
@@ -51,7 +55,7 @@ class StepTimes:
     beta_s_per_byte: float   # ... and inverse bandwidth
     device: str
     step_noise: float = 1.0  # p90/p10 of the step times: ~1.1 on a quiet machine, >1.5 when others compete
-    cpu_share: float = 1.0   # min over ranks of CPU time / wall time while computing (cores/R when R > cores)
+    cpu_share: float = 1.0   # min over ranks: share of a core over whole steps (schedstat), capped by compute CPU/wall
 
 
 def _allreduce_probe(sizes_bytes: list[int], repeats: int, group) -> list[float]:
@@ -108,14 +112,15 @@ def _time_steps(world_size: int, group, cfg: dict) -> StepTimes:
     all_reduce = (lambda t: dist.all_reduce(t, group=group)) if world_size > 1 else None
     hook = (lambda m: sync_gradients(m, all_reduce, world_size, bucket=True)) if all_reduce is not None else None
     step = TrainStep(model, opt, device=device, grad_hook=hook)
-    phases = [_step_phases(step, x, y) for _ in range(cfg["warmup"] + cfg["steps"])][cfg["warmup"]:]
+    with ShareMeter() as meter:     # whole steps: a rank descheduled while its peer waits in the all-reduce counts
+        phases = [_step_phases(step, x, y) for _ in range(cfg["warmup"] + cfg["steps"])][cfg["warmup"]:]
     comp, sync, step, cpu = ([p[k] for p in phases] for k in range(4))
     cpu_s = sum(cpu)
     alpha = beta = 0.0
     if world_size > 1:
         sizes = [4, 4096, grad_bytes // 4, grad_bytes]
         alpha, beta = fit_alpha_beta(sizes, _allreduce_probe(sizes, 5, group), world_size)
-    share = torch.tensor([cpu_s / sum(comp) if device.type == "cpu" else 1.0], device=device)
+    share = torch.tensor([min(meter.share, cpu_s / sum(comp), 1.0) if device.type == "cpu" else 1.0], device=device)
     if world_size > 1:
         dist.all_reduce(share, op=dist.ReduceOp.MIN, group=group)
     med = statistics.median
@@ -156,6 +161,14 @@ def measure_scaling(world_sizes: tuple[int, ...] = (1, 2, 4), *, backend: str = 
     chosen = choose_backend(max(sizes), backend).backend
     return launch(scaling_sweep_worker, max(sizes), kwargs=dict(world_sizes=sizes, **worker_kwargs),
                   backend=chosen, timeout_s=timeout_s, show_output=False)[0]
+
+
+def runs_load(runs: Sequence[StepTimes], cores: int) -> Load:
+    """How busy a sweep's rounds were: each R's worst CPU share beside what core sharing alone leaves it
+    (R ranks on fewer cores get cores/R each by design: that is the lesson, not other programs' load)."""
+    shares = {f"the worst of {r.world_size} rank(s)": min(1.0, max(1e-3, r.cpu_share / min(1.0, cores / r.world_size)))
+              for r in runs}
+    return Load(shares, spread=max(0.0, max(r.step_noise for r in runs) - 1))
 
 
 @dataclass(frozen=True)
@@ -221,11 +234,29 @@ class Verdict:
     t_sync_predicted_s: float
     predicted_speedup: float
     measured_speedup: float
+    cpu_shares: tuple[float, float] = (1.0, 1.0)   # worst rank's share of a core computing: R=1, R=world_size
+    step_noise: float = 1.0                         # the larger p90/p10 of the two runs' step times
 
     @property
     def agrees(self) -> bool:
         """True when the model and the clock give the same verdict (both above one, or both not)."""
         return (self.predicted_speedup > 1) == (self.measured_speedup > 1)
+
+    def load(self) -> Load:
+        """How busy the measured rounds were: each run's worst CPU share and the step times' spread."""
+        shares = {"the single replica": self.cpu_shares[0], f"the worst of {self.world_size} ranks":
+                  self.cpu_shares[1]}
+        return Load({k: min(1.0, max(v, 1e-3)) for k, v in shares.items()}, spread=max(0.0, self.step_noise - 1))
+
+    def judge_pays(self, claim: str) -> TimingVerdict:
+        """The model says adding replicas pays, and the clock agrees (or the load explains why it could not)."""
+        if self.predicted_speedup <= 1:
+            return TimingVerdict(claim, "failed", f"the model predicted {self.predicted_speedup:.2f}x: no pay-off")
+        return judge_at_least(claim, self.measured_speedup, 1.0, load=self.load())
+
+    def judge_slows(self, claim: str) -> TimingVerdict:
+        """The clock shows adding replicas slows this job down (measured speedup below one)."""
+        return judge_at_most(claim, self.measured_speedup, 1.0, load=self.load())
 
 
 def verdict_worker(cases: dict, world_size: int, rounds: int, steps: int) -> dict:
@@ -248,5 +279,6 @@ def pays_verdicts(world_size: int = 2, cases: dict | None = None, *, rounds: int
     for case, runs in by_case.items():
         point = compare_with_model(runs, cores or cpu_count())[-1]
         verdicts.append(Verdict(case, world_size, runs[-1].grad_bytes, point.t_comp_s, point.t_sync_predicted_s,
-                                point.predicted_speedup, point.measured_speedup))
+                                point.predicted_speedup, point.measured_speedup,
+                                (runs[0].cpu_share, runs[-1].cpu_share), max(r.step_noise for r in runs)))
     return verdicts

@@ -79,7 +79,7 @@ def predict_checkpointed_bytes(model: nn.Module, inputs: torch.Tensor, segments:
         ptr, nbytes = _storage(t)
         if ptr and ptr not in param_ptrs:
             saved.setdefault(ptr, (nbytes, set()))[1].add(current[0])
-        return t
+        return t.detach()   # same storage, no grad_fn: returning t would make a cycle (see memory.timeline)
 
     handles = [children[s].register_forward_pre_hook(enter(s)) for s in segments]
     handles += [children[s].register_forward_hook(lambda *_: current.__setitem__(0, None)) for s in segments]

@@ -62,7 +62,7 @@ def transformer_lm_footprint(d_model: int, heads: int, layers: int, seq_len: int
         is_scores = t.dim() >= 3 and t.shape[-1] == t.shape[-2] == seq_len    # (batch, heads, s, s)
         if storage._cdata not in excluded and not is_scores:
             saved[storage._cdata] = storage.nbytes()
-        return t
+        return t.detach()   # same storage, no grad_fn: returning t would make a cycle (see memory.timeline)
 
     block.train()
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), FlopCounterMode(display=False) as counter:

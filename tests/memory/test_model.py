@@ -70,3 +70,23 @@ def test_bad_input():
         build_memory_model(MLP(10, 12, 4), (12,), probe_batches=(4, 2))
     with pytest.raises(ValueError, match="batch_size"):
         MemoryModel(0, 0, "sgd", 1.0, 0.0).predict(0)
+
+
+def test_saved_activation_bytes_leaves_no_reference_cycle_holding_the_activations():
+    """Like memory.timeline's probe: the pack hook hands autograd a detached handle, so nothing outlives the call
+    without a gc pass (returning the tensor itself let a saved output hold its own grad_fn)."""
+    import gc
+    import weakref
+
+    model = nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 4), nn.Sigmoid())
+    outputs: list[weakref.ref] = []
+    handles = [m.register_forward_hook(lambda mod, args, out: outputs.append(weakref.ref(out))) for m in model]
+    gc.disable()
+    try:
+        saved_activation_bytes(model, torch.randn(4, 8))
+        alive = [r for r in outputs if r() is not None]
+    finally:
+        gc.enable()
+        for h in handles:
+            h.remove()
+    assert outputs and not alive, f"{len(alive)} of {len(outputs)} activations outlived the probe"

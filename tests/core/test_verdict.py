@@ -1,0 +1,58 @@
+"""The verdict protocol, decided with stand-in CPU shares and spreads: a wrong model fails, busy or quiet."""
+import pytest
+
+from labkit.core.verdict import (CHECKED, FAILED, INCONCLUSIVE, QUIET, Load, judge_agreement, judge_at_least,
+                                 judge_at_most, relative_spread)
+
+BUSY = Load({"rank 0": 0.46, "rank 1": 0.93}, spread=0.1)   # one rank shared its core with a spinning neighbour
+NOISY = Load({"kernel": 0.97}, spread=0.6)
+
+
+def test_a_claim_that_holds_is_checked_busy_or_quiet():
+    for load in (QUIET, BUSY):
+        v = judge_agreement("the model says it pays", predicted=1.65, measured=1.5, tolerance=0.25, load=load)
+        assert v.state == CHECKED and v.holds
+    assert judge_at_least("batch 64 beats 8", 2.0, 1.3, load=BUSY).state == CHECKED
+    assert judge_at_most("overhead under 10%", 1.05, 1.1, load=BUSY).state == CHECKED
+
+
+def test_busy_machine_that_explains_the_gap_is_inconclusive_with_the_measured_reason():
+    v = judge_agreement("the model says it pays", predicted=1.65, measured=0.84, tolerance=0.25, load=BUSY)
+    assert v.state == INCONCLUSIVE and not v.holds
+    assert "rank 0 got 0.46 of a core" in v.detail and "rank 1" not in v.detail
+    assert "close other programs and rerun this cell" in v.detail and "predicted 1.65x, measured 0.84x" in v.detail
+    assert judge_at_least("batch 64 beats 8", 1.1, 1.3, load=NOISY).state == INCONCLUSIVE
+    assert "rounds spread 60%" in judge_at_least("c", 1.1, 1.3, load=NOISY).detail
+
+
+def test_same_gap_on_a_quiet_machine_fails():
+    v = judge_agreement("the model says it pays", predicted=1.65, measured=0.84, tolerance=0.25, load=QUIET)
+    assert v.state == FAILED and "on a quiet machine" in v.detail
+    measured_quiet = Load({"rank 0": 0.97, "rank 1": 0.99}, spread=0.05)
+    assert judge_at_least("c", 1.1, 1.3, load=measured_quiet).state == FAILED
+    assert judge_at_most("c", 1.3, 1.1, load=measured_quiet).state == FAILED
+
+
+def test_a_deliberately_wrong_model_fails_under_load_too():
+    """Predicting 4x where the clock reads 0.84x is more than half a core can explain: fail, never INCONCLUSIVE."""
+    v = judge_agreement("a wrong model", predicted=4.0, measured=0.84, tolerance=0.25, load=BUSY)
+    assert v.state == FAILED and "larger than this run's load can explain" in v.detail
+    # Even on a very busy machine, a claim off by far more than the starvation is a failure.
+    very_busy = Load({"rank 0": 0.3}, spread=0.3)
+    assert judge_at_least("a wrong threshold", 1.0, 10.0, load=very_busy).state == FAILED
+    assert judge_at_least("a plausible one", 1.0, 3.0, load=very_busy).state == INCONCLUSIVE
+
+
+def test_load_validation_and_spread():
+    with pytest.raises(ValueError, match="shares"):
+        Load({"rank 0": 1.7})
+    with pytest.raises(ValueError, match="shares"):
+        Load({"rank 0": 0.0})
+    with pytest.raises(ValueError, match="spread"):
+        Load({}, spread=-1)
+    with pytest.raises(ValueError, match="predicted > 0"):
+        judge_agreement("c", 0.0, 1.0, tolerance=0.1)
+    assert relative_spread([1.0]) == 0.0
+    assert relative_spread([1.0, 1.0, 1.0]) == 0.0
+    assert relative_spread([0.5, 1.0, 1.5]) == pytest.approx(0.8)
+    assert QUIET.worst_share == 1.0 and not QUIET.busy and QUIET.explainable_factor == 1.0
