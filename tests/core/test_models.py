@@ -35,3 +35,10 @@ def test_check_model_accepts_names_the_shape():
 def test_weights_argument_is_validated():
     with pytest.raises(ValueError, match="weights must be None"):
         models.resnet18_cifar(weights="IMAGENET1K_V9")
+
+
+def test_transformer_block_runs_and_refuses_bad_heads():
+    block = models.TransformerBlock(3, d_model=16, n_heads=2)
+    assert block(torch.randn(2, 5, 16)).shape == (2, 3)
+    with pytest.raises(ValueError, match="divisible"):
+        models.TransformerBlock(3, d_model=10, n_heads=4)

@@ -6,7 +6,6 @@ import torch
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
-from labkit.core.models import TransformerBlock
 from labkit.profile.operators import (OpCall, OperatorRecorder, aggregate, as_table, bytes_moved, heaviest, kind_of,
                                       record_training_steps, roof_ratio, share_of_time, step_totals)
 from labkit.profile.roofline import RoofMeasurement, Roofs
@@ -85,9 +84,3 @@ def test_a_real_training_step_accounts_forward_backward_and_optimizer():
     counted = sum(c.flops for c in calls if c.flops_counted) / 2
     assert counted == counter.get_total_flops()
 
-
-def test_transformer_block_runs_and_refuses_bad_heads():
-    block = TransformerBlock(3, d_model=16, n_heads=2)
-    assert block(torch.randn(2, 5, 16)).shape == (2, 3)
-    with pytest.raises(ValueError, match="divisible"):
-        TransformerBlock(3, d_model=10, n_heads=4)
