@@ -191,9 +191,12 @@ def roof_ratio(rows: Sequence[OpStats]) -> float:
     return sum(r.time_s for r in rows) / predicted if predicted > 0 else float("inf")
 
 
-def step_totals(calls: Sequence[OpCall], steps: int) -> tuple[float, float]:
-    """(FLOPs, bytes moved) of one training step, summed over its operators."""
-    return sum(c.flops for c in calls) / steps, sum(c.bytes_moved for c in calls) / steps
+def step_roof_times(calls: Sequence[OpCall], steps: int, roofs: Roofs, dtype: str = "fp32") -> tuple[float, float]:
+    """(FLOPs / peak, bytes / bandwidth) of one training step: each operator's bytes priced at the roof of the
+    level they fit in (cache or memory), summed."""
+    compute_s = sum(c.flops for c in calls) / roofs.peak_flops_per_s(dtype)
+    memory_s = sum(c.bytes_moved / roofs.bandwidth_for(c.bytes_moved) for c in calls)
+    return compute_s / steps, memory_s / steps
 
 
 def as_table(rows: Sequence[OpStats], top: int = 12) -> list[dict]:

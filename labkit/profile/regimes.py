@@ -21,7 +21,6 @@ from torch import nn
 from labkit.core.clock import interleaved, paired_median
 from labkit.core.timing import time_fn
 from labkit.profile.profiler import train_step
-from labkit.profile.roofline import Roofs
 from labkit.training.batch_size import knee_batch
 
 if TYPE_CHECKING:
@@ -104,16 +103,15 @@ class RegimeRow:
         return max(costs, key=costs.get)
 
 
-def regime_rows(fit: OverheadFit, flops_per_sample: float, bytes_fixed: float, bytes_per_sample: float,
-                roofs: Roofs, dtype: str = "fp32") -> list[RegimeRow]:
-    """Per batch size: c (fixed cost), bytes(b) / bandwidth and FLOPs(b) / peak, from the operator accounting."""
-    peak, bw = roofs.peak_flops_per_s(dtype), roofs.bandwidth_bytes_per_s
-    return [RegimeRow(b, t, fit.intercept_s, (bytes_fixed + b * bytes_per_sample) / bw, b * flops_per_sample / peak)
+def regime_rows(fit: OverheadFit, compute_s: tuple[float, float], memory_s: tuple[float, float]) -> list[RegimeRow]:
+    """Per batch size: c (the fit's fixed cost), and the roofline's compute and memory seconds, each given as
+    (fixed part, per-sample part) from the operator accounting at two batch sizes."""
+    return [RegimeRow(b, t, fit.intercept_s, memory_s[0] + b * memory_s[1], compute_s[0] + b * compute_s[1])
             for b, t in zip(fit.batch_sizes, fit.step_time_s)]
 
 
 def linear_in_batch(small: int, small_total: float, large: int, large_total: float) -> tuple[float, float]:
-    """(fixed part, per-sample part) of a total measured at two batch sizes (FLOPs or bytes of a step)."""
+    """(fixed part, per-sample part) of a total measured at two batch sizes (a step's roofline seconds)."""
     if large <= small:
         raise ValueError(f"need two different batch sizes, small < large; got {small}, {large}")
     per_sample = (large_total - small_total) / (large - small)

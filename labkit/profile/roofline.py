@@ -18,6 +18,7 @@ from labkit.core.clock import percentile
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
 
+CACHE_TAG = "in cache"          # bandwidth roofs measured on arrays that fit the caches carry this in their name
 ROOFLINE_CITATION = ("Williams, Waterman & Patterson, 'Roofline: An Insightful Visual Performance Model for "
                      "Multicore Architectures', CACM 52(4), 2009")
 
@@ -81,8 +82,8 @@ class Roofs:
     bandwidth: dict[str, RoofMeasurement] = field(default_factory=dict)   # 'copy', 'triad' -> roof
 
     def __post_init__(self) -> None:
-        if "fp32" not in self.compute or not self.bandwidth:
-            raise ValueError("Roofs needs at least the fp32 matmul roof and one bandwidth roof")
+        if "fp32" not in self.compute or not any(CACHE_TAG not in name for name in self.bandwidth):
+            raise ValueError("Roofs needs at least the fp32 matmul roof and one memory bandwidth roof")
 
     def peak_flops_per_s(self, dtype: str = "fp32") -> float:
         """The measured matmul roof of ``dtype`` (median)."""
@@ -92,22 +93,44 @@ class Roofs:
 
     @property
     def bandwidth_bytes_per_s(self) -> float:
-        """The sustained bandwidth roof: the faster of the copy and triad medians (what streaming code reaches)."""
-        return max(r.median for r in self.bandwidth.values())
+        """The memory (DRAM/HBM) roof: the faster of the large copy and triad medians."""
+        return max(r.median for name, r in self.bandwidth.items() if CACHE_TAG not in name)
 
-    def ridge_flops_per_byte(self, dtype: str = "fp32") -> float:
-        """The ridge point: arithmetic intensity where the two roofs meet (peak / bandwidth)."""
-        return self.peak_flops_per_s(dtype) / self.bandwidth_bytes_per_s
+    @property
+    def cache_bytes_per_s(self) -> float | None:
+        """The cache roof: the faster of the cache-sized copy and triad (None where none was measured)."""
+        rates = [r.median for name, r in self.bandwidth.items() if CACHE_TAG in name]
+        return max(rates) if rates else None
+
+    @property
+    def cache_limit_bytes(self) -> int:
+        """Bytes an operator may move and still be priced at the cache roof: the cache triad's working set."""
+        sizes = [3 * r.size for name, r in self.bandwidth.items() if CACHE_TAG in name]
+        return max(sizes) if sizes else 0
+
+    def bandwidth_for(self, bytes_moved: float) -> float:
+        """The roof an operator moving ``bytes_moved`` meets: the cache's if it fits there, else memory's
+        (the cache-aware roofline of Ilic, Pratas & Sousa, IEEE Computer Architecture Letters 13(1), 2014)."""
+        cache = self.cache_bytes_per_s
+        if cache is not None and bytes_moved <= self.cache_limit_bytes:
+            return max(cache, self.bandwidth_bytes_per_s)
+        return self.bandwidth_bytes_per_s
+
+    def ridge_flops_per_byte(self, dtype: str = "fp32", in_cache: bool = False) -> float:
+        """The ridge point: arithmetic intensity where the compute roof meets the memory (or cache) roof."""
+        bw = self.bandwidth_for(0) if in_cache else self.bandwidth_bytes_per_s
+        return self.peak_flops_per_s(dtype) / bw
 
     def predict_time_s(self, flops: float, bytes_moved: float, dtype: str = "fp32") -> float:
-        """The roofline's lower bound on time: max(FLOPs / peak, bytes / bandwidth)."""
-        return max(flops / self.peak_flops_per_s(dtype), bytes_moved / self.bandwidth_bytes_per_s)
+        """The roofline's lower bound on time: max(FLOPs / peak, bytes / bandwidth of the level they fit in)."""
+        return max(flops / self.peak_flops_per_s(dtype), bytes_moved / self.bandwidth_for(bytes_moved))
 
     def bound(self, flops: float, bytes_moved: float, dtype: str = "fp32") -> str:
-        """'compute' right of the ridge point, 'memory' left of it."""
+        """'compute' right of the ridge point of the level the bytes fit in, 'memory' left of it."""
         if bytes_moved <= 0:
             return "compute"
-        return "compute" if flops / bytes_moved >= self.ridge_flops_per_byte(dtype) else "memory"
+        return "compute" if flops / self.peak_flops_per_s(dtype) >= bytes_moved / self.bandwidth_for(bytes_moved) \
+            else "memory"
 
     def table(self) -> list[dict]:
         """Every roof as a row (compute roofs first)."""
@@ -134,6 +157,9 @@ def plot_roofline(roofs: Roofs, points: Sequence[dict], dtype: str = "fp32", ax:
     ax.loglog(grid, [attainable_flops_per_s(x, peak, bw) for x in grid], color="black", lw=2,
               label=f"measured roof ({dtype} matmul, sustained bandwidth)")
     ax.axvline(ridge, ls="--", color="grey", label=f"ridge point {ridge:.1f} FLOP/B")
+    if roofs.cache_bytes_per_s and roofs.cache_bytes_per_s > bw:
+        ax.loglog(grid, [attainable_flops_per_s(x, peak, roofs.cache_bytes_per_s) for x in grid], color="grey",
+                  lw=1, ls=":", label=f"cache roof (operators moving <= {roofs.cache_limit_bytes / 2**20:.0f} MiB)")
     for kind in sorted({p["kind"] for p in points}):
         mine = [p for p in points if p["kind"] == kind and p["intensity_flops_per_byte"] > 0]
         ax.scatter([p["intensity_flops_per_byte"] for p in mine], [p["achieved_flops_per_s"] for p in mine],

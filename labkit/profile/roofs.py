@@ -18,7 +18,7 @@ import torch
 from labkit.core.device import device_label, get_device
 from labkit.core.timing import time_fn
 from labkit.core.validation import positive_int
-from labkit.profile.roofline import RoofMeasurement, Roofs
+from labkit.profile.roofline import CACHE_TAG, RoofMeasurement, Roofs
 from labkit.training.flops import peak_flops_per_s, peak_memory_bytes_per_s
 
 DTYPES = {"fp32": torch.float32, "tf32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -31,24 +31,25 @@ class RoofConfig:
 
     min_matmul_n: int = 256
     max_matmul_n: int = 1024
-    bandwidth_bytes: int = 64 * 2**20      # per array: well past a CPU's L2, the size STREAM asks for (4x cache)
+    bandwidth_bytes: int = 64 * 2**20      # per array: far past the per-core caches, as STREAM asks (4x cache)
     repeats: int = 5
+    cache_bytes: int = 2**20               # per array for the cache roof: a triad's 3 arrays fit a CPU's L2
 
     def __post_init__(self) -> None:
-        for name in ("min_matmul_n", "max_matmul_n", "bandwidth_bytes", "repeats"):
+        for name in ("min_matmul_n", "max_matmul_n", "bandwidth_bytes", "repeats", "cache_bytes"):
             positive_int(getattr(self, name), name)
         if self.max_matmul_n < self.min_matmul_n:
             raise ValueError(f"max_matmul_n ({self.max_matmul_n}) must be >= min_matmul_n ({self.min_matmul_n})")
 
     @classmethod
     def fast(cls) -> RoofConfig:
-        """CPU and tests: matmuls up to 1024, 64 MiB arrays, 5 repeats (a few seconds on 2 cores)."""
-        return cls()
+        """CPU and tests: matmuls 64 to 1024, 64 MiB arrays (1 MiB for the cache roof), 5 repeats: seconds."""
+        return cls(min_matmul_n=64)
 
     @classmethod
     def full(cls) -> RoofConfig:
-        """GPU: matmuls up to 16384, 1 GiB arrays, 10 repeats."""
-        return cls(min_matmul_n=1024, max_matmul_n=16384, bandwidth_bytes=2**30, repeats=10)
+        """GPU: matmuls 256 to 16384, 1 GiB arrays (8 MiB for the L2 roof), 10 repeats."""
+        return cls(min_matmul_n=256, max_matmul_n=16384, bandwidth_bytes=2**30, repeats=10, cache_bytes=8 * 2**20)
 
 
 def supported_matmul_dtypes(device: str | torch.device | None = None) -> list[str]:
@@ -85,14 +86,15 @@ def matmul_rates(n: int, mode: str, device: torch.device, repeats: int) -> list[
 
 
 def sweep_matmul(mode: str, device: torch.device, config: RoofConfig) -> tuple[int, list[tuple[int, float]]]:
-    """Double n until the median rate plateaus; returns (best n, [(n, median FLOP/s), ...])."""
+    """Double n until two sizes in a row gain under 10% on the best so far (a plateau, not one noisy dip);
+    returns (best n, [(n, median FLOP/s), ...])."""
     swept: list[tuple[int, float]] = []
-    n = config.min_matmul_n
-    while n <= config.max_matmul_n:
+    n, flat = config.min_matmul_n, 0
+    while n <= config.max_matmul_n and flat < 2:
         rates = sorted(matmul_rates(n, mode, device, repeats=3))
+        best_so_far = max((rate for _, rate in swept), default=0.0)
         swept.append((n, rates[len(rates) // 2]))
-        if len(swept) >= 2 and swept[-1][1] < PLATEAU_GAIN * swept[-2][1]:
-            break
+        flat = flat + 1 if swept[-1][1] < PLATEAU_GAIN * best_so_far else 0
         n *= 2
     best_n = max(swept, key=lambda pair: pair[1])[0]
     return best_n, swept
@@ -118,20 +120,27 @@ def _bandwidth_datasheet(dev: torch.device) -> tuple[float | None, str]:
     return peak_memory_bytes_per_s(torch.cuda.get_device_name(dev))
 
 
-def measure_bandwidth_roofs(device: str | torch.device | None = None,
-                            config: RoofConfig | None = None) -> dict[str, RoofMeasurement]:
-    """Sustained bandwidth of a large copy (2 x bytes moved) and a triad a = b + 3c (3 x bytes), STREAM-style."""
-    dev, config = get_device(device), config or RoofConfig.fast()
-    n = config.bandwidth_bytes // 4
-    a, b, c = (torch.rand(n, device=dev) for _ in range(3))         # float32, touched, so no first-touch faults
-    datasheet, note = _bandwidth_datasheet(dev)
+def stream_roofs(array_bytes: int, repeats: int, device: torch.device, tag: str = "") -> dict[str, RoofMeasurement]:
+    """Copy (2 arrays' bytes per call) and triad a = b + 3c (3 arrays'), STREAM-style, on float32 arrays."""
+    n = max(1, array_bytes // 4)
+    a, b, c = (torch.rand(n, device=device) for _ in range(3))      # touched, so no first-touch page faults
+    datasheet, note = _bandwidth_datasheet(device) if not tag else (None, "a cache has no datasheet roof here")
     kernels = {"copy": (lambda: a.copy_(b), 2), "triad": (lambda: torch.add(b, c, alpha=3.0, out=a), 3)}
     roofs = {}
     for name, (kernel, arrays) in kernels.items():
-        times = time_fn(kernel, warmup=1, repeats=config.repeats, device=dev).times_s
-        roofs[name] = RoofMeasurement(name, "B/s", tuple(arrays * n * 4 / t for t in times if t > 0),
-                                      n * 4, datasheet, note)
+        times = time_fn(kernel, warmup=1, repeats=repeats, device=device).times_s
+        label = f"{name} {tag}".strip()
+        roofs[label] = RoofMeasurement(label, "B/s", tuple(arrays * n * 4 / t for t in times if t > 0), n * 4,
+                                       datasheet, note)
     return roofs
+
+
+def measure_bandwidth_roofs(device: str | torch.device | None = None,
+                            config: RoofConfig | None = None) -> dict[str, RoofMeasurement]:
+    """The memory roof (arrays far larger than the caches) and the cache roof (arrays that fit in them)."""
+    dev, config = get_device(device), config or RoofConfig.fast()
+    return {**stream_roofs(config.bandwidth_bytes, config.repeats, dev),
+            **stream_roofs(config.cache_bytes, 4 * config.repeats, dev, tag=CACHE_TAG)}
 
 
 def measure_roofs(device: str | torch.device | None = None, config: RoofConfig | None = None,

@@ -7,7 +7,7 @@ from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
 from labkit.profile.operators import (OpCall, OperatorRecorder, aggregate, as_table, bytes_moved, heaviest, kind_of,
-                                      record_training_steps, roof_ratio, share_of_time, step_totals)
+                                      record_training_steps, roof_ratio, share_of_time, step_roof_times)
 from labkit.profile.roofline import RoofMeasurement, Roofs
 
 CPU = torch.device("cpu")
@@ -61,7 +61,7 @@ def test_aggregate_per_step_predicts_with_the_roofline():
     assert relu.bound == "memory" and relu.predicted_s == pytest.approx(0.01)
     assert roof_ratio([mm, relu]) == pytest.approx((0.03 + 0.02) / (0.02 + 0.01))
     assert share_of_time(rows, "matmul/conv") == pytest.approx(0.6)
-    assert step_totals(calls, 2) == (pytest.approx(2e9 + 1e6), pytest.approx(1e6 + 1e8))
+    assert step_roof_times(calls, 2, ROOFS) == (pytest.approx((2e9 + 1e6) / 100e9), pytest.approx((1e6 + 1e8) / 10e9))
     assert as_table(rows, top=1)[0]["operator"] == "mm"
 
 
@@ -84,3 +84,13 @@ def test_a_real_training_step_accounts_forward_backward_and_optimizer():
     counted = sum(c.flops for c in calls if c.flops_counted) / 2
     assert counted == counter.get_total_flops()
 
+
+
+def test_operators_that_fit_the_cache_meet_the_cache_roof():
+    roofs = Roofs("test", ROOFS.compute, {"triad": RoofMeasurement("triad", "B/s", (10e9,), 2**30),
+                                          "triad in cache": RoofMeasurement("triad in cache", "B/s", (50e9,), 2**20)})
+    assert roofs.cache_limit_bytes == 3 * 2**20
+    small = [OpCall("relu", "s", 0.0, 2**20, 1.0, False)]
+    big = [OpCall("relu", "b", 0.0, 2**22, 1.0, False)]
+    assert step_roof_times(small, 1, roofs)[1] == pytest.approx(2**20 / 50e9)
+    assert step_roof_times(big, 1, roofs)[1] == pytest.approx(2**22 / 10e9)

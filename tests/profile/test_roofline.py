@@ -31,6 +31,18 @@ def test_prediction_is_the_larger_of_the_two_times():
     assert r.bound(5.0, 0) == "compute"
 
 
+def test_the_cache_roof_prices_small_operators_and_moves_their_ridge():
+    r = Roofs("test", {"fp32": RoofMeasurement("matmul fp32", "FLOP/s", (100e9,), 1)},
+              {"copy": RoofMeasurement("copy", "B/s", (10e9,), 2**30),
+               "copy in cache": RoofMeasurement("copy in cache", "B/s", (40e9,), 2**20)})
+    assert r.bandwidth_bytes_per_s == 10e9 and r.cache_bytes_per_s == 40e9
+    assert r.bandwidth_for(2**20) == 40e9 and r.bandwidth_for(2**30) == 10e9
+    assert r.ridge_flops_per_byte() == pytest.approx(10.0) and r.ridge_flops_per_byte(in_cache=True) == 2.5
+    assert r.bound(5e6, 1e6) == "compute" and r.bound(5e9, 1e9) == "memory"   # both at 5 FLOP/B
+    with pytest.raises(ValueError, match="memory bandwidth roof"):
+        Roofs("test", r.compute, {"copy in cache": r.bandwidth["copy in cache"]})
+
+
 def test_attainable_is_min_of_roof_and_slope():
     assert attainable_flops_per_s(1.0, 100e9, 10e9) == 10e9
     assert attainable_flops_per_s(1000.0, 100e9, 10e9) == 100e9

@@ -11,15 +11,16 @@ from labkit.profile.roofs import (RoofConfig, math_mode, measure_bandwidth_roofs
                                   measure_roofs, supported_matmul_dtypes, sweep_matmul)
 from labkit.training.flops import peak_memory_bytes_per_s
 
-TINY = RoofConfig(min_matmul_n=64, max_matmul_n=256, bandwidth_bytes=4 * 2**20, repeats=3)
+TINY = RoofConfig(min_matmul_n=64, max_matmul_n=256, bandwidth_bytes=4 * 2**20, repeats=3, cache_bytes=2**16)
 
 
 def test_measured_roofs_on_this_cpu_are_positive_and_say_there_is_no_datasheet():
     roofs = measure_roofs("cpu", TINY, modes=["fp32"])
     fp32 = roofs.compute["fp32"]
     assert fp32.median > 1e8 and len(fp32.rounds) == 3 and fp32.datasheet is None and "CPU" in fp32.source
-    assert set(roofs.bandwidth) == {"copy", "triad"}
-    assert all(r.median > 1e8 and r.size == 4 * 2**20 for r in roofs.bandwidth.values())
+    assert set(roofs.bandwidth) == {"copy", "triad", "copy in cache", "triad in cache"}
+    assert all(r.median > 1e8 for r in roofs.bandwidth.values())
+    assert roofs.bandwidth["triad"].size == 4 * 2**20 and roofs.bandwidth["triad in cache"].size == 2**16
     assert 0 < roofs.ridge_flops_per_byte() < 1e4
 
 
@@ -29,13 +30,15 @@ def test_bandwidth_counts_stream_bytes():
     with mock.patch.object(roofs_mod, "time_fn", return_value=fake):
         bw = measure_bandwidth_roofs("cpu", TINY)
     assert bw["copy"].median == 2 * TINY.bandwidth_bytes and bw["triad"].median == 3 * TINY.bandwidth_bytes
+    assert bw["triad in cache"].median == 3 * TINY.cache_bytes
 
 
-def test_sweep_stops_at_the_plateau():
-    rates = {64: [1.0], 128: [4.0], 256: [4.2], 512: [9.0]}
+def test_sweep_stops_at_the_plateau_not_at_one_noisy_dip():
+    rates = {64: [1.0], 128: [4.0], 256: [2.0], 512: [9.0], 1024: [9.5], 2048: [9.6], 4096: [20.0]}
     with mock.patch.object(roofs_mod, "matmul_rates", side_effect=lambda n, *a, **k: rates[n]):
-        best, swept = sweep_matmul("fp32", torch.device("cpu"), RoofConfig(64, 512, 2**20, 3))
-    assert swept == [(64, 1.0), (128, 4.0), (256, 4.2)] and best == 256   # 256 gained < 10%: stop before 512
+        best, swept = sweep_matmul("fp32", torch.device("cpu"), RoofConfig(64, 4096, 2**20, 3))
+    # 256 dipped (one flat size), 512 beat the best again, then 1024 and 2048 gained < 10%: stop before 4096
+    assert [n for n, _ in swept] == [64, 128, 256, 512, 1024, 2048] and best == 2048
 
 
 def test_compute_roof_rejects_an_unknown_mode():
