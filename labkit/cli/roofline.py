@@ -56,7 +56,8 @@ def run(args: argparse.Namespace) -> int:
                     "top_ops": [{**vars(r), "intensity_flops_per_byte": r.intensity_flops_per_byte,
                                  "measured_over_predicted": r.measured_over_predicted} for r in top]})
         return 0
-    print(format_table(roofs.table(), [("roof", "roof", str), ("median", "median", fmt(".2f")),
+    print(format_table(roofs.table(), [("roof", "roof", str), ("best", "roof (best)", fmt(".2f")),
+                                       ("median", "median", fmt(".2f")),
                                        ("p10", "p10", fmt(".2f")), ("p90", "p90", fmt(".2f")), ("unit", "unit", str),
                                        ("datasheet", "datasheet", fmt(".0f")), ("fraction", "fraction", fmt(".0%"))],
                        title=f"Measured roofs on {roofs.device} (datasheet: {roofs.compute['fp32'].source})"))
