@@ -15,8 +15,8 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 PACKAGE = REPO / "labkit"
 # A module may import from its own layer and the layers below it, never above.
-LAYERS = {"core": 0, "training": 1, "comm": 1, "profile": 2, "input": 2, "parallel": 2, "sharding": 2,
-          "ladder": 2, "tf": 2, "ui": 3, "cli": 4}
+LAYERS = {"core": 0, "memory": 1, "comm": 1, "training": 2, "profile": 3, "input": 3, "parallel": 3, "sharding": 3,
+          "ladder": 3, "tf": 3, "ui": 4, "cli": 5}
 # Modules that run in TensorFlow-only children or set up a kernel before a framework loads.
 TORCH_FREE = ("core.clock", "core.validation", "core.machine", "core.procs", "core.rundirs", "core.progress",
               "core.lessons", "training.batch_rules")

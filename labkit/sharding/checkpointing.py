@@ -23,7 +23,7 @@ from torch.utils.checkpoint import checkpoint
 
 from labkit.core.timing import Stopwatch, synchronize
 from labkit.core.validation import positive_int
-from labkit.training.memory import preserved_state, probe_forward
+from labkit.memory.probe import preserved_state, probe_forward
 
 
 class Checkpointed(nn.Module):

@@ -4,7 +4,7 @@ What must fit in memory is the step's peak, not the activations a forward keeps:
 checkpointed segment is recomputed (its activations come back, one segment at a time) while the gradients
 are being built. So checkpointing cuts the step peak by less than it cuts the kept activations, and the
 largest batch that fits is fitted on measured step peaks. CUDA: peak allocated minus allocated before.
-CPU: the process's resident high-water mark (:mod:`labkit.training.host_memory`), in a fresh process whose
+CPU: the process's resident high-water mark (:mod:`labkit.memory.host`), in a fresh process whose
 glibc returns every large block at free, so neither earlier cells' heap nor a grown malloc threshold blurs it.
 """
 from __future__ import annotations
@@ -16,10 +16,10 @@ from labkit.core.models import resnet18_cifar
 from labkit.core.procs import run_in_fresh_process
 from labkit.core.timing import synchronize
 from labkit.core.validation import positive_int
+from labkit.memory.device import peak_since
+from labkit.memory.host import MEASURE_MMAP_THRESHOLD, measure_host_peak_bytes
+from labkit.memory.probe import preserved_state
 from labkit.sharding.checkpointing import bytes_line, largest_batch_within, transformer_stack, with_checkpointing
-from labkit.training.device_memory import peak_since
-from labkit.training.host_memory import MEASURE_MMAP_THRESHOLD, measure_host_peak_bytes
-from labkit.training.memory import preserved_state
 
 # glibc reads these at start-up: every block from 64 KiB up gets its own mapping, unmapped at free
 HOST_PEAK_ENV = {"MALLOC_MMAP_THRESHOLD_": str(MEASURE_MMAP_THRESHOLD), "MALLOC_TRIM_THRESHOLD_":

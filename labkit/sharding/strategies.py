@@ -22,11 +22,12 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from labkit.comm.launch import launch
 from labkit.comm.worker import rank_device
 from labkit.core.validation import checked_int, positive_int, positive_number
+from labkit.memory.device import peak_since
+from labkit.memory.model import build_memory_model
 from labkit.sharding.comm_volume import (CommCounter, bytes_written_by_process, counting_collectives,
                                          predicted_bytes_per_step, simulated_bytes_per_step)
 from labkit.sharding.memory import STRATEGIES, check_strategy, count_rank_state_bytes, predict_per_rank
-from labkit.training.device_memory import peak_since
-from labkit.training.memory import build_memory_model
+from labkit.training.reference import max_weight_difference
 
 
 @dataclass(frozen=True)
@@ -195,13 +196,6 @@ def run_strategies(cfg: ShardingConfig, world_size: int, strategies: tuple[str, 
                       args=(asdict(cfg), strategies), timeout_s=timeout_s, show_output=False,
                       backend=backend)
     return {s: [rank_results[i] for rank_results in per_rank] for i, s in enumerate(strategies)}
-
-
-def max_weight_difference(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:
-    """Largest absolute difference between two state_dicts with the same keys."""
-    if a.keys() != b.keys():
-        raise ValueError(f"state_dicts have different keys: {sorted(a)} vs {sorted(b)}")
-    return max(float((a[k] - b[k]).abs().max()) for k in a)
 
 
 def summarize_runs(cfg: ShardingConfig, runs: dict[int, dict[str, list[dict]]]) -> list[dict]:

@@ -33,10 +33,12 @@ from labkit.core.clock import Deadline, interleaved, paired_median
 from labkit.core.data import ImageData, make_loader, validate_batch_size
 from labkit.core.device import device_label, get_device
 from labkit.core.validation import positive_int
+from labkit.memory.host import release_cpu_memory
+from labkit.memory.model import MemoryModel, build_memory_model
 from labkit.training.batch_rules import scaled_lr
 from labkit.training.ceiling import CEILING_REPEATS, measure_ceiling
-from labkit.training.loop import RunResult, TrainConfig, train
-from labkit.training.memory import MemoryModel, build_memory_model, release_cpu_memory
+from labkit.training.config import TrainConfig
+from labkit.training.loop import RunResult, train
 
 if TYPE_CHECKING:
     import numpy as np
@@ -148,7 +150,7 @@ def batch_size_sweep(model_fn: Callable[[], nn.Module], data: ImageData, batch_s
     (default: CEILING_REPEATS with one round, 1 where rounds repeat it); the row keeps the fastest, and its
     ``fraction_of_ceiling`` is the median round's samples/s over it.
     A row's peak memory is measured on a GPU; on a CPU it is the memory model's prediction (one memory model per
-    sweep, :mod:`labkit.training.memory`, also used for ``memory_budget_bytes``).
+    sweep, :mod:`labkit.memory.model`, also used for ``memory_budget_bytes``).
     """
     if not batch_sizes:
         raise ValueError("batch_sizes is empty; give e.g. [1, 8, 32, 128]")

@@ -1,7 +1,7 @@
 """The largest batch that fits: doubling, then binary search, with every trial reported.
 
 On a GPU the finder tries real training steps and catches ``torch.cuda.OutOfMemoryError``; on a CPU it
-asks the memory model (:mod:`labkit.training.memory`) against a budget you give. Either way it reports every
+asks the memory model (:mod:`labkit.memory.model`) against a budget you give. Either way it reports every
 trial with its throughput, so you can see that the largest batch is not always the fastest, and it
 restores the model's and optimizer's state afterwards.
 """
@@ -18,9 +18,9 @@ from torch import nn
 from labkit.core.device import device_label, get_device
 from labkit.core.timing import synchronize, time_fn
 from labkit.core.validation import checked_int, positive_int
-from labkit.training.device_memory import baseline_bytes, peak_since
-from labkit.training.memory import (MemoryModel, build_memory_model, optimizer_kind, optimizer_settings,
-                                    release_cpu_memory)
+from labkit.memory.device import baseline_bytes, peak_since
+from labkit.memory.host import release_cpu_memory
+from labkit.memory.model import MemoryModel, build_memory_model, optimizer_kind, optimizer_settings
 
 
 @dataclass(frozen=True)
@@ -176,7 +176,7 @@ def find_max_batch(model: nn.Module, sample_shape: tuple[int, ...], *, num_class
     ``limit`` the search runs until a size fails, so on an 80 GB GPU it still ends at a real boundary;
     on CUDA it starts from the memory model's prediction and confirms it. ``dataset_size`` caps the
     search: a batch larger than the data is never claimed. ``memory_model``: one already built for this
-    model and optimizer (:func:`labkit.training.memory.build_memory_model`), instead of probing it again.
+    model and optimizer (:func:`labkit.memory.model.build_memory_model`), instead of probing it again.
     """
     dev = get_device(device) if device is not None else next(model.parameters()).device
     method, budget_bytes = _checked_method(method, dev, memory_budget_bytes, safety_margin)

@@ -16,11 +16,11 @@ import torch
 from torch import nn
 
 from labkit.core.device import device_label
+from labkit.core.dtypes import AMP_DTYPES, autocast
 from labkit.core.timing import time_fn
 from labkit.core.validation import checked_int, positive_int
-from labkit.training.device_memory import baseline_bytes, peak_since
-from labkit.training.dtypes import AMP_DTYPES, autocast
-from labkit.training.memory import saved_activation_bytes
+from labkit.memory.device import baseline_bytes, peak_since
+from labkit.memory.model import saved_activation_bytes
 
 DTYPES = ("fp32", *AMP_DTYPES)           # what autocast_step runs: full precision or one autocast dtype
 FP16_SMALLEST_SUBNORMAL = 2.0 ** -24     # ~5.96e-8: anything smaller becomes 0 in float16

@@ -8,18 +8,17 @@ the loop reads it.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 from torch import nn
 
+from labkit.core.dtypes import autocast
 from labkit.core.timing import PhaseClock
-from labkit.training.dtypes import autocast
+from labkit.memory.model import MemoryBreakdown, build_memory_model
+from labkit.memory.probe import preserved_state
+from labkit.training.config import TrainConfig
 from labkit.training.flops import count_training_flops
-from labkit.training.memory import MemoryBreakdown, build_memory_model, preserved_state
-
-if TYPE_CHECKING:
-    from labkit.training.loop import TrainConfig
 
 NAN = math.nan
 

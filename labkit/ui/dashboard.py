@@ -23,9 +23,11 @@ from labkit.core.data import ImageData, load_data, make_loader, validate_batch_s
 from labkit.core.env import pick
 from labkit.core.models import build_model
 from labkit.core.validation import checked_int, positive_int
+from labkit.memory.device import cuda_baseline_bytes
 from labkit.training.batch_rules import scaled_lr
-from labkit.training.loop import TrainConfig, evaluate_accuracy, train
-from labkit.training.memory_check import cuda_baseline_bytes, measure_run_memory, predict_run_memory
+from labkit.training.config import TrainConfig
+from labkit.training.loop import evaluate_accuracy, train
+from labkit.training.run_memory import measure_run_memory, predict_run_memory
 
 COLORS = {"params": "#4c72b0", "grads": "#55a868", "optimizer": "#c44e52", "activations": "#8172b2"}
 
@@ -40,7 +42,7 @@ class DashboardRun:
     total_steps: int
     points: list = field(default_factory=list)      # dicts: step, samples_per_s, step_time_ms, loss
     accuracy: list = field(default_factory=list)    # (step, val accuracy)
-    memory: object | None = None                    # labkit.training.memory.MemoryBreakdown (predicted)
+    memory: object | None = None                    # labkit.memory.model.MemoryBreakdown (predicted)
     measured_bytes: int | None = None               # GPU: peak minus the baseline; CPU: counted activations + rest
     result: object | None = None                    # labkit.training.loop.RunResult when finished
     stopped: bool = False

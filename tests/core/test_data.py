@@ -126,7 +126,8 @@ def test_device_loader_shuffle_is_seeded_and_changes_per_epoch(offline):
 
 def test_load_data_on_a_device_and_training_from_it(offline):
     from labkit.core.device import get_device
-    from labkit.training.loop import TrainConfig, train
+    from labkit.training.config import TrainConfig
+    from labkit.training.loop import train
     from labkit.core.models import MLP
 
     device = get_device()

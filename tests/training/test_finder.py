@@ -5,9 +5,9 @@ import pytest
 import torch
 from torch import nn
 
-from labkit.training.finder import find_max_batch, search_from_hint, search_largest
-from labkit.training.memory import build_memory_model
 from labkit.core.models import MLP
+from labkit.memory.model import build_memory_model
+from labkit.training.finder import find_max_batch, search_from_hint, search_largest
 
 SHAPE = (3, 8, 8)
 
@@ -109,7 +109,7 @@ def test_finder_never_claims_more_than_the_dataset():
 
 
 def test_finder_models_the_runs_own_optimizer():
-    from labkit.training.memory import optimizer_settings
+    from labkit.memory.model import optimizer_settings
 
     model = MLP(10, in_features=3 * 8 * 8, hidden=32)
     assert optimizer_settings(torch.optim.AdamW(model.parameters())) == ("adam", 0.0)
