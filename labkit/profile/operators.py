@@ -9,7 +9,6 @@ distinct input read once, every output written once. Views move nothing and are 
 """
 from __future__ import annotations
 
-import statistics
 from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
@@ -112,7 +111,7 @@ class OpStats:
     calls_per_step: float
     flops: float                    # per step, all calls
     bytes_moved: float              # per step, all calls
-    time_s: float                   # per step: calls x the median call time
+    time_s: float                   # per step: calls x the fastest call (interference only ever adds time)
     predicted_s: float              # per step: the roofline's max(FLOPs / peak, bytes / bandwidth)
     bound: str                      # 'compute' or 'memory' (which side of the ridge point)
 
@@ -136,7 +135,8 @@ class OpStats:
 
 
 def aggregate(calls: Sequence[OpCall], steps: int, roofs: Roofs, dtype: str = "fp32") -> list[OpStats]:
-    """Group calls by (operator, shapes) into per-step rows, slowest first; time = calls x median call time."""
+    """Group calls by (operator, shapes) into per-step rows, slowest first; time = calls x the fastest call,
+    as a roof is its best repeat: on a shared machine the slower calls measure the neighbours."""
     groups: dict[tuple[str, str], list[OpCall]] = defaultdict(list)
     for call in calls:
         groups[(call.name, call.shapes)].append(call)
@@ -146,7 +146,7 @@ def aggregate(calls: Sequence[OpCall], steps: int, roofs: Roofs, dtype: str = "f
         flops = per_step * group[0].flops
         nbytes = per_step * group[0].bytes_moved
         rows.append(OpStats(name, shapes, kind_of(name, group[0].flops_counted), per_step, flops, nbytes,
-                            per_step * statistics.median(c.time_s for c in group),
+                            per_step * min(c.time_s for c in group),
                             roofs.predict_time_s(flops, nbytes, dtype), roofs.bound(flops, nbytes, dtype)))
     return sorted(rows, key=lambda r: r.time_s, reverse=True)
 

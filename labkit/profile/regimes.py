@@ -2,7 +2,7 @@
 
 A step costs about ``t(b) = c + s x b``: ``c`` is paid once per step whatever the batch (operator dispatch and
 kernel launches, Python, the optimizer's loop over parameters), ``s`` per sample. The intercept ``c`` of a
-least-squares line through the measured step times is the fixed cost. Per batch size the step is
+robust line through the measured step times is the fixed cost. Per batch size the step is
 *overhead-bound* while ``c`` is the largest of the three costs (``c``, FLOPs / peak, bytes / bandwidth), then
 *memory-* or *compute-bound*. Throughput ``b / t(b)`` reaches 90% of its ceiling ``1/s`` at ``b = 9c/s``: the
 knee of notebook 02's throughput curve (:func:`labkit.training.batch_size.knee_batch`) is where the fixed cost
@@ -14,7 +14,6 @@ import statistics
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Sequence
 
-import numpy as np
 import torch
 from torch import nn
 
@@ -61,11 +60,15 @@ class OverheadFit:
 
 
 def fit_overhead(batch_sizes: Sequence[int], rounds_s: Sequence[Sequence[float]]) -> OverheadFit:
-    """Least-squares line through the median step time of each batch size -> (intercept c, slope s)."""
-    if len(batch_sizes) < 2 or len(batch_sizes) != len(rounds_s):
-        raise ValueError("fit_overhead needs step times for at least two batch sizes, one list per batch size")
+    """The line ``c + s x b`` through the median step time of each batch size, fitted robustly: s is the median
+    of the slopes between every pair of points, c the median of t - s x b (Theil 1950, Sen 1968), so one batch
+    size that a load spike slowed cannot tilt the line, as it would a least-squares fit."""
+    if len(batch_sizes) < 2 or len(batch_sizes) != len(rounds_s) or len(set(batch_sizes)) != len(batch_sizes):
+        raise ValueError("fit_overhead needs step times for at least two different batch sizes, one list per size")
     medians = [statistics.median(r) for r in rounds_s]
-    slope, intercept = np.polyfit(np.asarray(batch_sizes, float), np.asarray(medians, float), 1)
+    points = list(zip(batch_sizes, medians))
+    slope = statistics.median((t2 - t1) / (b2 - b1) for i, (b1, t1) in enumerate(points) for b2, t2 in points[i + 1:])
+    intercept = statistics.median(t - slope * b for b, t in points)
     return OverheadFit(tuple(batch_sizes), tuple(tuple(r) for r in rounds_s), float(intercept), float(slope))
 
 

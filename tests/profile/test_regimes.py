@@ -25,6 +25,14 @@ def test_fit_recovers_an_exact_line_and_predicts_the_knee():
     assert fit.measured_knee() == 64
 
 
+def test_one_slowed_batch_size_does_not_tilt_the_fit():
+    sizes = (1, 2, 4, 8, 16, 32)
+    rounds = [[0.010 + 0.001 * b] for b in sizes]
+    rounds[-1] = [5 * rounds[-1][0]]                      # a load spike at the largest batch
+    fit = fit_overhead(list(sizes), rounds)
+    assert fit.intercept_s == pytest.approx(0.010) and fit.per_sample_s == pytest.approx(0.001)
+
+
 def test_per_sample_gain_is_paired_by_round():
     fit = fit_overhead([1, 2], [[1.0, 2.0, 4.0], [1.0, 2.0, 4.0]])
     assert fit.per_sample_gain(1, 2) == pytest.approx(2.0)
@@ -33,6 +41,8 @@ def test_per_sample_gain_is_paired_by_round():
 def test_fit_needs_two_batch_sizes():
     with pytest.raises(ValueError, match="at least two"):
         fit_overhead([1], [[1.0]])
+    with pytest.raises(ValueError, match="different batch sizes"):
+        fit_overhead([2, 2], [[1.0], [1.0]])
 
 
 def test_regimes_follow_the_largest_cost():
