@@ -191,12 +191,14 @@ def roof_ratio(rows: Sequence[OpStats]) -> float:
     return sum(r.time_s for r in rows) / predicted if predicted > 0 else float("inf")
 
 
-def step_roof_times(calls: Sequence[OpCall], steps: int, roofs: Roofs, dtype: str = "fp32") -> tuple[float, float]:
-    """(FLOPs / peak, bytes / bandwidth) of one training step: each operator's bytes priced at the roof of the
-    level they fit in (cache or memory), summed."""
+def step_roof_times(calls: Sequence[OpCall], steps: int, roofs: Roofs,
+                    dtype: str = "fp32") -> tuple[float, float, float]:
+    """(FLOPs / peak, bytes / bandwidth, the roofline's time) of one training step, summed over its operators:
+    each operator's bytes priced at the roof of the level they fit in, its time the larger of its two."""
     compute_s = sum(c.flops for c in calls) / roofs.peak_flops_per_s(dtype)
     memory_s = sum(c.bytes_moved / roofs.bandwidth_for(c.bytes_moved) for c in calls)
-    return compute_s / steps, memory_s / steps
+    roofline_s = sum(roofs.predict_time_s(c.flops, c.bytes_moved, dtype) for c in calls)
+    return compute_s / steps, memory_s / steps, roofline_s / steps
 
 
 def as_table(rows: Sequence[OpStats], top: int = 12) -> list[dict]:

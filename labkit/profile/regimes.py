@@ -46,6 +46,11 @@ class OverheadFit:
         ratio = KNEE_FRACTION / (1 - KNEE_FRACTION)
         return ratio * self.intercept_s / self.per_sample_s if self.per_sample_s > 0 else float("inf")
 
+    def fitted_knee(self) -> int | None:
+        """Notebook 02's rule applied to the fitted line on the same batch sizes: the knee the fit predicts."""
+        line = [b / (self.intercept_s + self.per_sample_s * b) for b in self.batch_sizes]
+        return knee_batch(list(self.batch_sizes), line, KNEE_FRACTION) if min(line) > 0 else None
+
     def measured_knee(self) -> int | None:
         """Notebook 02's knee on these step times: the smallest batch with 90% of the best samples/s."""
         return knee_batch(list(self.batch_sizes), [b / t for b, t in zip(self.batch_sizes, self.step_time_s)],
@@ -106,10 +111,13 @@ class RegimeRow:
         return max(costs, key=costs.get)
 
 
-def regime_rows(fit: OverheadFit, compute_s: tuple[float, float], memory_s: tuple[float, float]) -> list[RegimeRow]:
-    """Per batch size: c (the fit's fixed cost), and the roofline's compute and memory seconds, each given as
-    (fixed part, per-sample part) from the operator accounting at two batch sizes."""
-    return [RegimeRow(b, t, fit.intercept_s, memory_s[0] + b * memory_s[1], compute_s[0] + b * compute_s[1])
+def regime_rows(fit: OverheadFit, compute_s: tuple[float, float], memory_s: tuple[float, float],
+                roofline_fixed_s: float) -> list[RegimeRow]:
+    """Per batch size: the overhead (the fit's fixed cost c less the fixed part the roofline itself predicts,
+    e.g. the weights' and optimizer's memory traffic), and the roofline's compute and memory seconds, each
+    given as (fixed part, per-sample part) from the operator accounting at two batch sizes."""
+    overhead_s = max(0.0, fit.intercept_s - roofline_fixed_s)
+    return [RegimeRow(b, t, overhead_s, memory_s[0] + b * memory_s[1], compute_s[0] + b * compute_s[1])
             for b, t in zip(fit.batch_sizes, fit.step_time_s)]
 
 

@@ -61,7 +61,8 @@ def test_aggregate_per_step_predicts_with_the_roofline():
     assert relu.bound == "memory" and relu.predicted_s == pytest.approx(0.01)
     assert roof_ratio([mm, relu]) == pytest.approx((0.02 + 0.01) / (0.02 + 0.01))
     assert share_of_time(rows, "matmul/conv") == pytest.approx(2 / 3)
-    assert step_roof_times(calls, 2, ROOFS) == (pytest.approx((2e9 + 1e6) / 100e9), pytest.approx((1e6 + 1e8) / 10e9))
+    assert step_roof_times(calls, 2, ROOFS) == (pytest.approx((2e9 + 1e6) / 100e9), pytest.approx((1e6 + 1e8) / 10e9),
+                                                pytest.approx(0.02 + 0.01))
     assert as_table(rows, top=1)[0]["operator"] == "mm"
 
 

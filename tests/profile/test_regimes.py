@@ -22,7 +22,7 @@ def test_fit_recovers_an_exact_line_and_predicts_the_knee():
     assert fit.intercept_s == pytest.approx(0.010) and fit.per_sample_s == pytest.approx(0.001)
     assert fit.predicted_knee() == pytest.approx(90.0)            # 9c/s
     # samples/s = b / (0.01 + 0.001 b): 90% of the best measured (b=64: 864.9/s) is first reached at b=64
-    assert fit.measured_knee() == 64
+    assert fit.measured_knee() == fit.fitted_knee() == 64
 
 
 def test_one_slowed_batch_size_does_not_tilt_the_fit():
@@ -47,8 +47,10 @@ def test_fit_needs_two_batch_sizes():
 
 def test_regimes_follow_the_largest_cost():
     fit = exact(0.010, 0.001, sizes=(1, 1000))
-    rows = regime_rows(fit, compute_s=(0.0, 1e-3), memory_s=(0.0, 1e-4))
+    rows = regime_rows(fit, compute_s=(0.0, 1e-3), memory_s=(0.0, 1e-4), roofline_fixed_s=0.0)
     assert [r.regime for r in rows] == ["overhead", "compute"]          # 1 ms < 10 ms; then 1 s > 0.1 s > 10 ms
+    weights = regime_rows(fit, compute_s=(0.0, 1e-3), memory_s=(0.008, 1e-4), roofline_fixed_s=0.008)
+    assert weights[0].overhead_s == pytest.approx(0.002) and weights[0].regime == "memory"   # c is mostly traffic
     assert rows[1].memory_s == pytest.approx(0.1) and rows[1].compute_s == pytest.approx(1.0)
     ax = plot_regimes(rows, knee=1000)
     assert ax.get_xscale() == "log"
