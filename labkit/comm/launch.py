@@ -34,6 +34,7 @@ import psutil
 from labkit.comm.backend import check_world_size, choose_backend, world_size_limit
 from labkit.comm.forkserver import ForkedRank, RankForkServer, uses_forkserver
 from labkit.core.clock import Deadline
+from labkit.core.procs import parse_target
 from labkit.core.validation import checked_int, positive_int, positive_number
 
 FAILURE_GRACE_S = 1.0    # after one rank fails, how long the others get to finish or report their own error
@@ -62,9 +63,7 @@ class LaunchTimeout(LaunchError):
 def target_name(fn: Callable | str) -> tuple[str, str]:
     """(module, qualified name) of an importable function; a clear error for lambdas and notebook functions."""
     if isinstance(fn, str):
-        module, sep, qualname = fn.partition(":")
-        if not sep or not module or not qualname:
-            raise ValueError(f"a function given by name must read 'package.module:function', got {fn!r}")
+        module, qualname = parse_target(fn)
     else:
         if not callable(fn):
             raise TypeError(f"fn must be a function, got {type(fn).__name__}")

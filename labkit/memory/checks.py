@@ -17,8 +17,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from labkit.core.dtypes import autocast
 from labkit.core.models import build_model
+from labkit.core.step import StepOptions, TrainStep
 from labkit.memory.device import baseline_bytes, optimizer_state_bytes, peak_since
 from labkit.memory.model import MemoryModel, build_memory_model
 from labkit.memory.probe import preserved_state
@@ -82,15 +82,19 @@ def check_on_cpu(model: nn.Module, memory_model: MemoryModel, optimizer: torch.o
     """Run one real training step at ``batch_size`` and count what it kept, without the model's hook."""
     x = torch.randn(batch_size, *sample_shape)
     y = torch.randint(0, num_classes, (batch_size,))
+    counted: list[int] = []
+
+    def loss_counting_the_graph(out: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        loss = nn.functional.cross_entropy(out, target)
+        counted.append(graph_saved_bytes(loss, exclude=list(model.parameters())))   # before backward frees it
+        return loss
+
     with preserved_state(model):
         model.train()
-        loss = nn.functional.cross_entropy(model(x), y)
-        counted = graph_saved_bytes(loss, exclude=list(model.parameters()))
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
+        TrainStep(model, optimizer, loss_fn=loss_counting_the_graph, device=x.device)(x, y)
     pred = memory_model.predict(batch_size)
-    return CpuCheck(batch_size, pred.activations_bytes, counted, pred.optimizer_bytes, optimizer_state_bytes(optimizer))
+    return CpuCheck(batch_size, pred.activations_bytes, counted[0], pred.optimizer_bytes,
+                    optimizer_state_bytes(optimizer))
 
 
 @dataclass(frozen=True)
@@ -114,13 +118,10 @@ def measure_step_memory(model: nn.Module, optimizer: torch.optim.Optimizer, inpu
     if inputs.device.type != "cuda":
         raise ValueError("measure_step_memory needs CUDA tensors; on a CPU use check_on_cpu")
     dev = inputs.device
+    train_step = TrainStep(model, optimizer, options=StepOptions(amp_dtype=amp_dtype))     # on the model's device
 
     def step() -> None:
-        with autocast(dev.type, amp_dtype):
-            loss = nn.functional.cross_entropy(model(inputs), targets)
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
+        train_step(inputs, targets)
 
     torch.cuda.synchronize(dev)
     step()                                            # creates optimizer state and the cuBLAS/cuDNN workspaces

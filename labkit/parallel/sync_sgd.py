@@ -21,6 +21,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from labkit.comm.launch import launch
+from labkit.core.step import TrainStep
 from labkit.core.validation import checked_int, positive_int
 from labkit.training.reference import (ToyProblem, build_toy_model, copy_weights, shard, toy_batch, toy_optimizer,
                                       train_single_process)
@@ -97,14 +98,11 @@ def train_replica(rank: int, world_size: int, broadcast: Broadcast, allreduce_su
     problem = ToyProblem(seed=seed, micro_batch=micro_batch, lr=lr)
     model = build_toy_model(problem, init_seed=seed + rank)           # deliberately different per rank
     sync_initial_weights(model, broadcast, src=0)                     # ... until rank 0's weights win
-    opt = toy_optimizer(model, problem)
-    loss_fn = nn.CrossEntropyLoss()
+    train_step = TrainStep(model, toy_optimizer(model, problem),           # the gradients averaged before the update
+                           grad_hook=lambda m: sync_gradients(m, allreduce_sum, world_size, bucket=bucket))
     for step in range(steps):
         x, y = toy_batch(problem, step, world_size * micro_batch)
-        opt.zero_grad()
-        loss_fn(model(shard(x, rank, world_size)), shard(y, rank, world_size)).backward()
-        sync_gradients(model, allreduce_sum, world_size, bucket=bucket)
-        opt.step()
+        train_step(shard(x, rank, world_size), shard(y, rank, world_size))
     return copy_weights(model)
 
 
@@ -133,26 +131,11 @@ def ddp_worker(steps: int, seed: int = 0, micro_batch: int = 8, lr: float = 0.1)
     rank, world_size = dist.get_rank(), dist.get_world_size()
     problem = ToyProblem(seed=seed, micro_batch=micro_batch, lr=lr)
     model = DDP(build_toy_model(problem, init_seed=seed + rank))      # DDP broadcasts rank 0's weights
-    opt = toy_optimizer(model, problem)
-    loss_fn = nn.CrossEntropyLoss()
+    train_step = TrainStep(model, toy_optimizer(model, problem))     # DDP averages the gradients in backward
     for step in range(steps):
         x, y = toy_batch(problem, step, world_size * micro_batch)
-        opt.zero_grad()
-        loss_fn(model(shard(x, rank, world_size)), shard(y, rank, world_size)).backward()  # DDP averages grads
-        opt.step()
+        train_step(shard(x, rank, world_size), shard(y, rank, world_size))
     return copy_weights(model.module)
-
-
-def gradient_check_worker(seed: int = 0, micro_batch: int = 8) -> list[torch.Tensor]:
-    """Run inside launch(): each rank's micro-batch gradient, all-reduced and averaged for real."""
-    torch.set_num_threads(1)
-    rank, world_size = dist.get_rank(), dist.get_world_size()
-    problem = ToyProblem(seed=seed, micro_batch=micro_batch)
-    model = build_toy_model(problem, problem.seed)
-    x, y = toy_batch(problem, 0, world_size * micro_batch)
-    nn.CrossEntropyLoss()(model(shard(x, rank, world_size)), shard(y, rank, world_size)).backward()
-    sync_gradients(model, torch_allreduce_sum, world_size)
-    return [p.grad.clone() for p in model.parameters()]
 
 
 def sync_vs_ddp_worker(steps: int, seed: int = 0, micro_batch: int = 8, lr: float = 0.1) -> dict[str, dict]:

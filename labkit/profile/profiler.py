@@ -21,6 +21,7 @@ from torch.profiler import ProfilerActivity, profile, record_function
 
 from labkit.core.device import device_label, get_device
 from labkit.core.rundirs import check_writable_dir
+from labkit.core.step import TrainStep
 from labkit.core.validation import checked_int
 from labkit.profile.schedule import ProfileSchedule
 from labkit.profile.summary import ProfileSummary
@@ -66,25 +67,19 @@ def _batches(loader: Iterable, steps: int):
             raise ValueError("the loader yielded no batches; give profile_training a non-empty loader")
 
 
-def train_step(model: nn.Module, batch: Sequence[torch.Tensor], optimizer: torch.optim.Optimizer,
-               loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], device: torch.device,
-               sync_every_step: bool) -> int:
-    """One labelled training step (h2d, forward, backward, optimizer, optional .item()); returns batch size."""
-    x, y = batch[0], batch[1]
-    with record_function(LABEL_PREFIX + "h2d"):
-        x = x.to(device, non_blocking=True)
-        y = y.to(device, non_blocking=True)
-    with record_function(LABEL_PREFIX + "forward"):
-        loss = loss_fn(model(x), y)
-    with record_function(LABEL_PREFIX + "backward"):
-        loss.backward()
-    with record_function(LABEL_PREFIX + "optimizer"):
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
+def _labelled(name: str) -> record_function:
+    """Each phase of the one step as a labelled region of the trace (labkit/h2d, labkit/forward, ...)."""
+    return record_function(LABEL_PREFIX + name)
+
+
+def labelled_step(step: TrainStep, batch: Sequence[torch.Tensor], sync_every_step: bool) -> int:
+    """One step of the kit's training step with every phase labelled (and an optional ``.item()`` sync, labelled
+    too); returns the batch size."""
+    loss, samples, _ = step(batch[0], batch[1], phase=_labelled)
     if sync_every_step:
         with record_function(LABEL_PREFIX + "sync"):
             loss.item()   # a host-device sync point: the CPU waits for the GPU every step
-    return int(x.shape[0])
+    return samples
 
 
 class CycleRecorder:
@@ -158,12 +153,12 @@ def profile_training(model: nn.Module, loader: Iterable, *, run_dir: str | Path,
     dev = get_device(device)
     model = model.to(dev).train()
     optimizer = optimizer or torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
-    loss_fn = loss_fn or nn.CrossEntropyLoss()
+    step = TrainStep(model, optimizer, loss_fn=loss_fn or nn.functional.cross_entropy, device=dev)
     recorder = CycleRecorder(run_dir, row_limit)
     snapshot = memory_snapshot and dev.type == "cuda"
     quiet_gpu_probe_without_gpu()
     with _cuda_memory_recording(dev, snapshot):
-        samples = _profiled_steps(lambda batch: train_step(model, batch, optimizer, loss_fn, dev, sync_every_step),
+        samples = _profiled_steps(lambda batch: labelled_step(step, batch, sync_every_step),
                                   loader, steps, activities=_activities(dev), schedule=sched.to_torch(),
                                   on_trace_ready=recorder, record_shapes=record_shapes,
                                   profile_memory=profile_memory, with_stack=with_stack)

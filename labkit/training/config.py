@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from labkit.core.dtypes import AMP_DTYPES
+from labkit.core.step import StepOptions
 from labkit.core.validation import checked_int, positive_int, positive_number
 
 
@@ -44,12 +44,15 @@ class TrainConfig:
         positive_number(self.lr, "lr")
         if self.optimizer not in ("sgd", "adam"):
             raise ValueError(f"optimizer must be 'sgd' or 'adam', got {self.optimizer!r}")
-        if self.amp_dtype not in (None, *AMP_DTYPES):
-            raise ValueError(f"amp_dtype must be None or one of {AMP_DTYPES}, got {self.amp_dtype!r}")
+        self.step_options()                                 # validates amp_dtype
         for name in ("warmup_steps", "lr_warmup_steps"):
             checked_int(getattr(self, name), name, minimum=0)
         for name in ("log_every", "read_every"):
             positive_int(getattr(self, name), name)
+
+    def step_options(self) -> StepOptions:
+        """The options of the one training step (:class:`labkit.core.step.StepOptions`) this config asks for."""
+        return StepOptions(amp_dtype=self.amp_dtype, channels_last=self.channels_last, compile=self.compile)
 
     @classmethod
     def fast(cls, **overrides: Any) -> TrainConfig:

@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 from labkit.core.device import device_label, get_device
+from labkit.core.step import TrainStep
 from labkit.core.timing import synchronize, time_fn
 from labkit.core.validation import checked_int, positive_int
 from labkit.memory.device import baseline_bytes, peak_since
@@ -121,14 +122,12 @@ class _StepRunner:
     def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer, sample_shape, num_classes, device):
         self.model, self.optimizer, self.shape = model, optimizer, tuple(sample_shape)
         self.num_classes, self.device = num_classes, device
-        self.loss_fn = nn.CrossEntropyLoss()
+        self.train_step = TrainStep(model, optimizer, device=device)
 
     def step(self, batch_size: int) -> None:
         x = torch.randn(batch_size, *self.shape, device=self.device)
         y = torch.randint(0, self.num_classes, (batch_size,), device=self.device)
-        self.loss_fn(self.model(x), y).backward()
-        self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
+        self.train_step(x, y)
 
     def try_step(self, batch_size: int) -> tuple[bool, int | None]:
         """(ran without OOM, the step's peak allocated bytes on CUDA, other code's tensors subtracted)."""

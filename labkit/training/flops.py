@@ -19,6 +19,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from labkit.core.device import device_label, get_device
 from labkit.core.dtypes import math_mode_name
 from labkit.core.models import build_model
+from labkit.core.step import LossFn, TrainStep
 from labkit.core.timing import time_fn
 from labkit.core.validation import checked_int, positive_int
 from labkit.memory.probe import preserved_state
@@ -149,15 +150,13 @@ def peak_flops_per_s(device: str | torch.device | None = None,
 
 
 def count_training_flops(model: nn.Module, inputs: torch.Tensor, targets: torch.Tensor | None = None,
-                         loss_fn: nn.Module | None = None) -> int:
+                         loss_fn: LossFn | None = None) -> int:
     """FLOPs of one forward + backward pass of ``model`` on ``inputs`` (the whole batch), counted exactly."""
-    loss_fn = loss_fn or nn.CrossEntropyLoss()
+    if targets is None:
+        targets = torch.zeros(inputs.shape[0], dtype=torch.long, device=inputs.device)
+    step = TrainStep(model, None, loss_fn=loss_fn or nn.functional.cross_entropy, device=inputs.device)
     with FlopCounterMode(display=False) as counter:
-        out = model(inputs)
-        if targets is None:
-            targets = torch.zeros(out.shape[0], dtype=torch.long, device=out.device)
-        loss_fn(out, targets).backward()
-    model.zero_grad(set_to_none=True)
+        step(inputs, targets)                          # no optimizer: forward, backward, gradients cleared
     return int(counter.get_total_flops())
 
 
@@ -217,15 +216,9 @@ def measured_training_flops_per_s(device: str | torch.device | None = None, mode
     batch = checked_int(batch_size, "batch_size", allow_none=True) or (256 if dev.type == "cuda" else 32)
     net = build_model(model).to(dev)
     per_sample = flops_per_sample(net, (3, 32, 32), device=dev)
-    opt = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9)
+    step = TrainStep(net, torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9), device=dev)
     x, y = torch.randn(batch, 3, 32, 32, device=dev), torch.randint(0, 10, (batch,), device=dev)
-
-    def step() -> None:
-        torch.nn.functional.cross_entropy(net(x), y).backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-
-    achieved = per_sample * batch / time_fn(step, warmup=2, repeats=positive_int(repeats, "repeats"), device=dev).median_s
+    achieved = per_sample * batch / time_fn(lambda: step(x, y), warmup=2, repeats=positive_int(repeats, "repeats"), device=dev).median_s
     where = f"{model} training step, batch {batch}, on {device_label(dev)}"
     peak, peak_note = peak_flops_per_s(dev, active_math_mode(dev))
     share = checked_mfu(achieved, peak, peak_note)

@@ -21,6 +21,7 @@ from labkit.core.clock import percentile
 from labkit.core.device import device_label, get_device
 from labkit.core.env import seed_everything
 from labkit.core.progress import progress_bar
+from labkit.core.step import prepare_model
 from labkit.core.timing import PhaseClock, Stopwatch
 from labkit.memory.device import baseline_bytes, peak_since
 from labkit.training.config import TrainConfig
@@ -132,21 +133,6 @@ def _total_steps(loader, config: TrainConfig) -> int:
     return config.steps if config.steps is not None else config.epochs * len(loader)
 
 
-def _prepare(model: nn.Module, config: TrainConfig, device: torch.device) -> nn.Module:
-    model.to(device)
-    if config.channels_last:
-        model.to(memory_format=torch.channels_last)
-    if config.amp_dtype == "fp16" and device.type != "cuda":
-        raise ValueError("amp_dtype='fp16' needs a CUDA GPU (it uses a GradScaler); use amp_dtype='bf16' on CPU")
-    if config.compile:
-        try:
-            return torch.compile(model)
-        except Exception as err:  # noqa: BLE001
-            raise RuntimeError(f"torch.compile is not usable here ({type(err).__name__}: {err}); "
-                               "set compile=False") from None
-    return model
-
-
 def _summarise(records: list[StepRecord], config: TrainConfig) -> dict:
     """Throughput statistics over steady-state steps (warm-up excluded when enough steps remain)."""
     steady = records[config.warmup_steps:] or records
@@ -172,7 +158,7 @@ def train(model: nn.Module, train_loader: BatchLoader, config: TrainConfig,
     seed_everything(config.seed)
     device = get_device(config.device)
     baseline = baseline_bytes(device, model)          # other cells' tensors on the GPU: not this run's peak
-    model = _prepare(model, config, device)
+    model = prepare_model(model, config.step_options(), device)
     clock = PhaseClock(device, config.sync_every_step)
     stepper = Stepper(model, make_optimizer(model, config), config, device, clock)
     if device.type == "cuda":

@@ -7,10 +7,12 @@ A distributed run is right when its weights match one process training on the co
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Iterable
 
 import torch
 from torch import nn
 
+from labkit.core.step import TrainStep
 from labkit.core.validation import checked_int, positive_int, positive_number
 
 
@@ -75,13 +77,16 @@ def train_single_process(world_size: int, *, steps: int, seed: int = 0, micro_ba
     checked_int(steps, "steps", minimum=0)
     problem = ToyProblem(seed=seed, micro_batch=micro_batch, lr=lr)
     model = build_toy_model(problem, init_seed=seed)                  # rank 0's initial weights
-    opt = toy_optimizer(model, problem)
-    loss_fn = nn.CrossEntropyLoss()
-    for step in range(steps):
-        x, y = toy_batch(problem, step, world_size * micro_batch)
-        opt.zero_grad()
-        loss_fn(model(x), y).backward()
-        opt.step()
+    batches = (toy_batch(problem, step, world_size * micro_batch) for step in range(steps))
+    return single_process_weights(model, toy_optimizer(model, problem), batches)
+
+
+def single_process_weights(model: nn.Module, optimizer: torch.optim.Optimizer,
+                           batches: Iterable[tuple[torch.Tensor, torch.Tensor]]) -> dict[str, torch.Tensor]:
+    """Any reference run: one process, the kit's one training step on each whole global batch; its final weights."""
+    step = TrainStep(model, optimizer)
+    for x, y in batches:
+        step(x, y)
     return copy_weights(model)
 
 
