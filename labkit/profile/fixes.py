@@ -15,6 +15,7 @@ import torch
 from torch import nn
 
 from labkit.core.clock import interleaved, paired_median
+from labkit.core.step import TrainStep
 from labkit.core.timing import time_fn
 from labkit.profile.operators import OperatorRecorder
 from labkit.profile.roofline import Roofs
@@ -90,20 +91,17 @@ def compile_matmul_fix(n: int, roofs: Roofs, device: torch.device, *, rounds: in
                      tuple(before), tuple(after), nbytes, nbytes)
 
 
-def cuda_graph_fix(model: nn.Module, x: torch.Tensor, *, rounds: int = 3, repeats: int = 10) -> FixResult:
-    """CUDA graphs on an overhead-bound forward + backward: one replay instead of a launch per kernel (GPU only)."""
+def cuda_graph_fix(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, rounds: int = 3,
+                   repeats: int = 10) -> FixResult:
+    """CUDA graphs on an overhead-bound forward + backward (the kit's step without an optimizer): one replay
+    instead of a launch per kernel (GPU only)."""
     if x.device.type != "cuda" or not torch.cuda.is_available():
         raise ValueError("CUDA graphs need a CUDA GPU; on a CPU there are no kernel launches to batch up")
     model = model.to(x.device).train()
     graphed = torch.cuda.make_graphed_callables(model, (x,))
-
-    def eager() -> None:
-        model(x).sum().backward()
-
-    def replay() -> None:
-        graphed(x).sum().backward()
-
-    speedup, before, after = compare(eager, replay, rounds=rounds, repeats=repeats, device=x.device)
+    eager, replay = TrainStep(model, None, device=x.device), TrainStep(graphed, None, device=x.device)
+    speedup, before, after = compare(lambda: eager(x, y), lambda: replay(x, y), rounds=rounds, repeats=repeats,
+                                     device=x.device)
     return FixResult("CUDA graphs replay the step's kernels", "overhead", speedup, float("nan"),
                      tuple(before), tuple(after))
 

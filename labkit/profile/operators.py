@@ -20,8 +20,8 @@ from torch.utils._pytree import tree_flatten
 from torch.utils.flop_counter import flop_registry
 
 from labkit.core.clock import now_s
+from labkit.core.step import TrainStep
 from labkit.core.timing import synchronize
-from labkit.profile.profiler import train_step
 from labkit.profile.roofline import Roofs
 
 NORM_WORDS = ("norm",)
@@ -154,16 +154,16 @@ def aggregate(calls: Sequence[OpCall], steps: int, roofs: Roofs, dtype: str = "f
 def record_training_steps(model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor], *, steps: int = 2,
                           device: torch.device | None = None, lr: float = 0.01,
                           loss_fn: Callable | None = None) -> list[OpCall]:
-    """The kit's training step (:func:`labkit.profile.profiler.train_step`, SGD with momentum), one untimed
-    warm-up step and then ``steps`` recorded ones; returns every operator call of the recorded steps."""
+    """The kit's one training step (:class:`labkit.core.step.TrainStep`, SGD with momentum): one untimed warm-up
+    step, then ``steps`` recorded ones; returns every operator call of the recorded steps."""
     device = device or next(model.parameters()).device
     model = model.to(device).train()
     optimizer = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
-    loss_fn = loss_fn or nn.CrossEntropyLoss()
-    train_step(model, batch, optimizer, loss_fn, device, sync_every_step=False)
+    step = TrainStep(model, optimizer, loss_fn=loss_fn or nn.functional.cross_entropy, device=device)
+    step(*batch)
     with OperatorRecorder(device) as recorder:
         for _ in range(steps):
-            train_step(model, batch, optimizer, loss_fn, device, sync_every_step=False)
+            step(*batch)
     return recorder.calls
 
 

@@ -18,8 +18,8 @@ import torch
 from torch import nn
 
 from labkit.core.clock import interleaved, paired_median
+from labkit.core.step import TrainStep
 from labkit.core.timing import time_fn
-from labkit.profile.profiler import train_step
 from labkit.training.batch_size import knee_batch
 
 if TYPE_CHECKING:
@@ -80,16 +80,15 @@ def fit_overhead(batch_sizes: Sequence[int], rounds_s: Sequence[Sequence[float]]
 def measure_step_times(model: nn.Module, make_batch: Callable[[int], tuple[torch.Tensor, torch.Tensor]],
                        batch_sizes: Sequence[int], *, rounds: int = 3, repeats: int = 2,
                        device: torch.device | None = None) -> OverheadFit:
-    """The kit's training step timed at each batch size, the sizes interleaved round by round, then fitted."""
+    """The kit's one training step (:class:`labkit.core.step.TrainStep`) timed at each batch size, the sizes
+    interleaved round by round, then fitted."""
     device = device or next(model.parameters()).device
     model = model.to(device).train()
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-    loss_fn = nn.CrossEntropyLoss()
+    step = TrainStep(model, torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9), device=device)
     batches = {b: tuple(t.to(device) for t in make_batch(b)) for b in batch_sizes}
 
     def timed(b: int) -> Callable[[], float]:
-        step = lambda: train_step(model, batches[b], optimizer, loss_fn, device, sync_every_step=False)  # noqa: E731
-        return lambda: time_fn(step, warmup=1, repeats=repeats, device=device).median_s
+        return lambda: time_fn(lambda: step(*batches[b]), warmup=1, repeats=repeats, device=device).median_s
 
     results = interleaved({str(b): timed(b) for b in batch_sizes}, rounds=rounds)
     return fit_overhead(list(batch_sizes), [results[str(b)] for b in batch_sizes])

@@ -48,7 +48,7 @@ def test_fusion_on_a_small_tensor_counts_bytes_saved_and_predicts_the_gain():
 
 def test_cuda_graphs_refuse_a_cpu_tensor_with_one_clear_line():
     with pytest.raises(ValueError, match="CUDA graphs need a CUDA GPU"):
-        cuda_graph_fix(torch.nn.Linear(2, 2), torch.randn(1, 2))
+        cuda_graph_fix(torch.nn.Linear(2, 2), torch.randn(1, 2), torch.zeros(1, dtype=torch.long))
 
 
 def test_roof_raise():
