@@ -36,11 +36,11 @@ SCREENSHOTS = REPO / "runs" / "screenshots"
 BATCH_NOTEBOOK = "02_batch_size.ipynb"
 # Notebook 02 as a whole (sweeps, finder, LR scaling, Keras) runs under nbval; here only what the dashboard
 # needs runs in the browser: the mode cell, the cell that loads `data`, and the dashboard cell.
-BATCH_CELLS = ("labkit.get_mode()", "data = load_data(", "BatchSizeDashboard(")
+BATCH_CELLS = ("get_mode()", "data = load_data(", "BatchSizeDashboard(")
 RING_NOTEBOOK = "06_all_reduce.ipynb"
 # Likewise for 06: the mode cell, the imports, the cell that seeds `rng`, and the ring view (no process launches,
 # no timing claims, so nothing here can flake on a busy machine).
-RING_CELLS = ("labkit.get_mode()", "from labkit.ui.ring_view import", "rng = np.random.default_rng(0)", "ring_view(")
+RING_CELLS = ("get_mode()", "from labkit.ui.ring_view import", "rng = np.random.default_rng(0)", "ring_view(")
 NOTEBOOK_TIMEOUT_S = 240.0
 LIVE_TIMEOUT_S = 90.0
 

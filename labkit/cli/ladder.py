@@ -99,7 +99,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    "(default: runs/ladder at the repository root)")
     p.add_argument("--model", choices=MODELS, help="model (default: small_cnn in fast mode, resnet18 in full)")
     p.add_argument("--dataset", choices=("auto", "cifar10", "digits", "synthetic"),
-                   help="dataset for labkit.load_data (default: auto)")
+                   help="dataset for labkit.core.data.load_data (default: auto)")
     p.add_argument("--train-limit", type=positive_int, help="use at most this many training images")
     p.add_argument("--budget-epochs", type=int, help="fixed training budget per rung, in epochs")
     p.add_argument("--batch-sizes", type=int_list, help="rung 1's candidate batch sizes, comma-separated: 16,32,64")

@@ -185,8 +185,8 @@ def run_ladder(config: LadderConfig | None = None, model_fn: Callable | None = N
                trainer: Callable | None = None, ceiling_fn: Callable | None = None) -> LadderResult:
     """Climb the ladder on one job: measure every rung, carry forward the ones that help, return the table.
 
-    ``model_fn()`` builds a fresh model (default: ``config.model`` via labkit.build_model; must be picklable,
-    e.g. a module-level function, for the DDP rung); ``data`` is an ImageData (default: labkit.load_data);
+    ``model_fn()`` builds a fresh model (default: ``config.model`` via labkit.core.models.build_model; must be picklable,
+    e.g. a module-level function, for the DDP rung); ``data`` is an ImageData (default: labkit.core.data.load_data);
     ``trainer`` replaces labkit.training.loop.train and ``ceiling_fn`` labkit.training.ceiling.measure_ceiling
     (tests inject fakes).
     """

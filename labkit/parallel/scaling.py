@@ -14,7 +14,6 @@ from typing import Iterator, Sequence
 
 import torch
 import torch.distributed as dist
-from torch import nn
 
 from labkit.comm.backend import choose_backend
 from labkit.comm.collectives import allreduce_cost
@@ -23,6 +22,7 @@ from labkit.comm.worker import rank_device
 from labkit.core.clock import now_s, percentile, thread_time_s
 from labkit.core.device import device_label
 from labkit.core.machine import cpu_count
+from labkit.core.models import mlp
 from labkit.core.step import TrainStep
 from labkit.core.timing import Stopwatch, synchronize
 from labkit.core.validation import checked_int, positive_int, positive_ints
@@ -52,13 +52,6 @@ class StepTimes:
     device: str
     step_noise: float = 1.0  # p90/p10 of the step times: ~1.1 on a quiet machine, >1.5 when others compete
     cpu_share: float = 1.0   # min over ranks of CPU time / wall time while computing (cores/R when R > cores)
-
-
-def _mlp(in_features: int, hidden: int, depth: int) -> nn.Module:
-    layers: list[nn.Module] = [nn.Linear(in_features, hidden), nn.ReLU()]
-    for _ in range(depth - 1):
-        layers += [nn.Linear(hidden, hidden), nn.ReLU()]
-    return nn.Sequential(*layers, nn.Linear(hidden, 10))
 
 
 def _allreduce_probe(sizes_bytes: list[int], repeats: int, group) -> list[float]:
@@ -107,7 +100,7 @@ def _time_steps(world_size: int, group, cfg: dict) -> StepTimes:
     """Time ``cfg['steps']`` real sync-SGD steps of the MLP among the first ``world_size`` ranks."""
     torch.manual_seed(cfg["seed"] + dist.get_rank())
     device = rank_device()
-    model = _mlp(cfg["in_features"], cfg["hidden"], cfg["depth"]).to(device)
+    model = mlp((cfg["in_features"], *[cfg["hidden"]] * cfg["depth"], 10)).to(device)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     x = torch.randn(cfg["batch"], cfg["in_features"], device=device)
     y = torch.randint(0, 10, (cfg["batch"],), device=device)

@@ -23,6 +23,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from labkit.comm.launch import launch
 from labkit.comm.worker import rank_device
+from labkit.core.models import mlp
 from labkit.core.step import StepOptions, TrainStep
 from labkit.core.validation import checked_int, positive_int, positive_number
 from labkit.memory.device import peak_since
@@ -55,8 +56,7 @@ class ShardingConfig:
 def build_mlp(cfg: ShardingConfig) -> nn.Sequential:
     """The same float64 MLP on every rank (seeded)."""
     torch.manual_seed(cfg.seed)
-    return nn.Sequential(nn.Linear(cfg.in_features, cfg.hidden), nn.ReLU(), nn.Linear(cfg.hidden, cfg.hidden),
-                         nn.ReLU(), nn.Linear(cfg.hidden, cfg.classes)).double()
+    return mlp((cfg.in_features, cfg.hidden, cfg.hidden, cfg.classes)).double()
 
 
 def global_batch(cfg: ShardingConfig, step: int, world_size: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -12,6 +12,7 @@ from typing import Iterable
 import torch
 from torch import nn
 
+from labkit.core.models import mlp
 from labkit.core.step import TrainStep
 from labkit.core.validation import checked_int, positive_int, positive_number
 
@@ -38,8 +39,7 @@ def build_toy_model(problem: ToyProblem, init_seed: int) -> nn.Module:
     """The toy MLP, initialised from ``init_seed`` (replicas start *different* on purpose)."""
     gen_state = torch.random.get_rng_state()
     torch.manual_seed(init_seed)
-    model = nn.Sequential(nn.Linear(problem.in_features, problem.hidden), nn.Tanh(),
-                          nn.Linear(problem.hidden, problem.num_classes))
+    model = mlp((problem.in_features, problem.hidden, problem.num_classes), nn.Tanh)
     torch.random.set_rng_state(gen_state)
     return model
 

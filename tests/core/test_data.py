@@ -170,8 +170,8 @@ def test_missing_data_dir_from_the_environment_in_a_fresh_process(tmp_path):
     import subprocess
     import sys
 
-    code = ("import labkit\ntry:\n    labkit.load_data('digits')\nexcept labkit.DataUnavailableError as e:\n"
-            "    print('ERR', e)")
+    code = ("from labkit.core.data import DataUnavailableError, load_data\ntry:\n    load_data('digits')\n"
+            "except DataUnavailableError as e:\n    print('ERR', e)")
     env = {"LABKIT_DATA_DIR": str(tmp_path / "missing"), "LABKIT_OFFLINE": "1", "PATH": "/usr/bin:/bin"}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
     assert out.stdout.startswith(f"ERR data folder {tmp_path / 'missing'} (from LABKIT_DATA_DIR=")
