@@ -33,13 +33,14 @@ class OverheadFit:
     """Step time against batch size: every round, the median, and the line ``c + s x b`` through the medians."""
 
     batch_sizes: tuple[int, ...]
-    rounds_s: tuple[tuple[float, ...], ...]     # per batch size, the step time of each interleaved round
+    rounds_s: tuple[tuple[float, ...], ...]     # per batch size, the step time of each interleaved round (a median)
     intercept_s: float                          # c: the fixed cost per step
     per_sample_s: float                         # s: the cost of one more sample
 
     @property
     def step_time_s(self) -> list[float]:
-        return [statistics.median(r) for r in self.rounds_s]
+        """Per batch size, its fastest round: as a roof is its best repeat, load only ever adds time."""
+        return [min(r) for r in self.rounds_s]
 
     def predicted_knee(self) -> float:
         """Batch where b / (c + s b) reaches 90% of 1 / s: 9c / s (inf when s <= 0)."""
@@ -65,13 +66,12 @@ class OverheadFit:
 
 
 def fit_overhead(batch_sizes: Sequence[int], rounds_s: Sequence[Sequence[float]]) -> OverheadFit:
-    """The line ``c + s x b`` through the median step time of each batch size, fitted robustly: s is the median
-    of the slopes between every pair of points, c the median of t - s x b (Theil 1950, Sen 1968), so one batch
+    """The line ``c + s x b`` through the fastest round of each batch size, fitted robustly: s is the median of
+    the slopes between every pair of points, c the median of t - s x b (Theil 1950, Sen 1968), so one batch
     size that a load spike slowed cannot tilt the line, as it would a least-squares fit."""
     if len(batch_sizes) < 2 or len(batch_sizes) != len(rounds_s) or len(set(batch_sizes)) != len(batch_sizes):
         raise ValueError("fit_overhead needs step times for at least two different batch sizes, one list per size")
-    medians = [statistics.median(r) for r in rounds_s]
-    points = list(zip(batch_sizes, medians))
+    points = list(zip(batch_sizes, (min(r) for r in rounds_s)))
     slope = statistics.median((t2 - t1) / (b2 - b1) for i, (b1, t1) in enumerate(points) for b2, t2 in points[i + 1:])
     intercept = statistics.median(t - slope * b for b, t in points)
     return OverheadFit(tuple(batch_sizes), tuple(tuple(r) for r in rounds_s), float(intercept), float(slope))
