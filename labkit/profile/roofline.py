@@ -43,9 +43,9 @@ class RoofMeasurement:
 
     @property
     def roof(self) -> float:
-        """The best repeat, as STREAM reports its kernels: a roof is what the machine *can* sustain, and on a
-        shared machine the slower repeats measure the neighbours, not the hardware."""
-        return max(self.rounds)
+        """The best rate measured (a repeat, or a swept size's median), as STREAM reports its kernels: a roof is
+        what the machine *can* sustain, and on a shared machine the slower repeats measure the neighbours."""
+        return max(max(self.rounds), max((rate for _, rate in self.sweep), default=0.0))
 
     @property
     def median(self) -> float:

@@ -55,6 +55,7 @@ def test_measurement_statistics_and_fraction_of_datasheet():
     assert m.fraction_of_datasheet == pytest.approx(0.5)          # the best repeat: the strictest check
     assert m.sweep_gain == pytest.approx(4.0)
     assert RoofMeasurement("copy", "B/s", (1.0,), 64).fraction_of_datasheet is None
+    assert RoofMeasurement("m", "FLOP/s", (1.0, 2.0), 64, sweep=((64, 3.0),)).roof == 3.0   # the best rate seen
     row = m.row()
     assert row["unit"] == "GB/s" and row["fraction"] == pytest.approx(0.5)
 
