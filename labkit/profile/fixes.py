@@ -8,6 +8,7 @@ matmul, fusion has nothing to save. CUDA graphs replay a captured sequence of ke
 """
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 from typing import Callable
 
@@ -98,7 +99,8 @@ def cuda_graph_fix(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, rounds
     if x.device.type != "cuda" or not torch.cuda.is_available():
         raise ValueError("CUDA graphs need a CUDA GPU; on a CPU there are no kernel launches to batch up")
     model = model.to(x.device).train()
-    graphed = torch.cuda.make_graphed_callables(model, (x,))
+    # make_graphed_callables replaces a module's forward in place: graph a copy, so the eager side stays eager
+    graphed = torch.cuda.make_graphed_callables(copy.deepcopy(model), (x,))
     eager, replay = TrainStep(model, None, device=x.device), TrainStep(graphed, None, device=x.device)
     speedup, before, after = compare(lambda: eager(x, y), lambda: replay(x, y), rounds=rounds, repeats=repeats,
                                      device=x.device)

@@ -54,3 +54,18 @@ def test_cuda_graphs_refuse_a_cpu_tensor_with_one_clear_line():
 def test_roof_raise():
     assert roof_raise(ROOFS, "bf16") == pytest.approx(8.0)
     assert roof_raise(ROOFS, "tf32") is None
+
+
+def test_cuda_graphs_graph_a_copy_so_the_eager_side_stays_eager():
+    """make_graphed_callables (mocked: no GPU here) must not see the model the eager side runs."""
+    model = torch.nn.Linear(2, 2)
+    x, y = torch.randn(1, 2), torch.zeros(1, dtype=torch.long)
+    seen = []
+    with mock.patch("torch.cuda.is_available", return_value=True), \
+            mock.patch.object(torch.Tensor, "device", new_callable=mock.PropertyMock,
+                              return_value=torch.device("cuda", 0)), \
+            mock.patch("torch.cuda.make_graphed_callables", side_effect=lambda m, args: seen.append(m) or m), \
+            mock.patch.object(fixes, "compare", return_value=(1.5, [2.0], [1.0])), \
+            mock.patch.object(torch.nn.Module, "to", lambda self, *a, **k: self):
+        result = fixes.cuda_graph_fix(model, x, y)
+    assert seen and seen[0] is not model and result.speedup == 1.5 and result.wall == "overhead"
