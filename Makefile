@@ -32,13 +32,15 @@ browser-deps:
 pytest: install browser-deps
 	$(PY) -m pytest tests -q
 
-# Each notebook appends its lesson tally to runs/lessons.jsonl; the last line totals the run.
+# Each notebook appends its lesson tally (and its separate exercise tally) to runs/lessons.jsonl; the last lines
+# total the run.
 # The total prints whether nbval passed or failed; the target keeps nbval's exit status.
 LESSON_LOG := $(CURDIR)/runs/lessons.jsonl
 nbval: install
 	@mkdir -p runs && rm -f $(LESSON_LOG)
 	LABKIT_LESSON_LOG=$(LESSON_LOG) $(PY) -m pytest -q --nbval-lax --nbval-current-env --nbval-cell-timeout=900 \
-	  -p no:cacheprovider notebooks; rc=$$?; $(PY) -m labkit.core.lessons $(LESSON_LOG); exit $$rc
+	  -p no:cacheprovider notebooks; rc=$$?; $(PY) -m labkit.core.lessons $(LESSON_LOG); \
+	  $(PY) -m labkit.core.exercises $(LESSON_LOG); exit $$rc
 
 test: pytest nbval
 

@@ -85,7 +85,8 @@ def summarize_lesson_log(path: str | Path) -> str:
         for line in log.read_text(encoding="utf-8").splitlines():
             if line.strip():
                 record = json.loads(line)
-                by_notebook[record["notebook"]] = record
+                if record.get("kind") != "exercises":      # exercise tallies are totalled by core.exercises
+                    by_notebook[record["notebook"]] = record
     checked = sum(len(r["checked"]) for r in by_notebook.values())
     total = checked + sum(len(r["not_checked"]) for r in by_notebook.values())
     lines = [f"lessons: {checked} of {total} checked in {len(by_notebook)} notebooks"]

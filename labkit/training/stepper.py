@@ -24,6 +24,13 @@ from labkit.training.flops import count_training_flops
 NAN = math.nan
 
 
+def warmup_factor(step: int, warmup_steps: int) -> float:
+    """The share of the full LR at ``step``: linear from 1/10 to 1 over ``warmup_steps`` (Goyal et al. 2017, 2.2)."""
+    if warmup_steps <= 0 or step >= warmup_steps:
+        return 1.0
+    return 0.1 + 0.9 * max(0, step) / warmup_steps
+
+
 class _MarkAtEnd:
     """The step's ``phase``: a clock mark as each phase ends, after one at the start (five marks per step)."""
 
@@ -64,7 +71,7 @@ class Stepper:
         """Linear warm-up from lr/10 to lr over ``lr_warmup_steps`` (Goyal et al. 2017, gradual warm-up)."""
         n = self.config.lr_warmup_steps
         if n and i <= n:
-            frac = 0.1 + 0.9 * min(1.0, i / n)
+            frac = warmup_factor(i, n)
             for group, base in zip(self.optimizer.param_groups, self.base_lrs):
                 group["lr"] = base * frac
 
