@@ -14,16 +14,14 @@ Why not otter-grader or nbgrader: see the README's "Exercises" section. Torch-fr
 from __future__ import annotations
 
 import inspect
-import json
 import math
-import os
 import sys
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from labkit.core.lessons import LESSON_LOG_ENV_VAR
+from labkit.core.lessons import LessonLogError, append_to_lesson_log, last_record_per_notebook
 
 NOT_ATTEMPTED, CORRECT, WRONG = "not attempted yet", "correct", "wrong"
 _PACKAGE_DIR = str(Path(__file__).resolve().parents[1])
@@ -221,25 +219,14 @@ class ExerciseBook:
         total, attempted, correct = self.counts()
         line = f"{self.notebook}: exercises: {attempted} of {total} attempted, {correct} correct"
         print(line)
-        log_path = os.environ.get(LESSON_LOG_ENV_VAR)
-        if log_path:
-            record = {"kind": "exercises", "notebook": self.notebook, "total": total,
-                      "attempted": attempted, "correct": correct}
-            with open(log_path, "a", encoding="utf-8") as f:
-                f.write(json.dumps(record) + "\n")
+        append_to_lesson_log({"kind": "exercises", "notebook": self.notebook, "total": total,
+                              "attempted": attempted, "correct": correct})
         return line
 
 
 def summarize_exercise_log(path: str | Path) -> str:
     """Total the exercise records of one run (the last record of each notebook wins)."""
-    by_notebook: dict[str, dict] = {}
-    log = Path(path)
-    if log.exists():
-        for line in log.read_text(encoding="utf-8").splitlines():
-            if line.strip():
-                record = json.loads(line)
-                if record.get("kind") == "exercises":
-                    by_notebook[record["notebook"]] = record
+    by_notebook = last_record_per_notebook(path, "exercises")
     total = sum(r["total"] for r in by_notebook.values())
     attempted = sum(r["attempted"] for r in by_notebook.values())
     correct = sum(r["correct"] for r in by_notebook.values())
@@ -250,4 +237,7 @@ def summarize_exercise_log(path: str | Path) -> str:
 if __name__ == "__main__":
     if len(sys.argv) != 2:
         sys.exit("usage: python -m labkit.core.exercises LESSON_LOG_FILE")
-    print(summarize_exercise_log(sys.argv[1]))
+    try:
+        print(summarize_exercise_log(sys.argv[1]))
+    except LessonLogError as err:
+        sys.exit(f"error: {err}")

@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 from labkit.core.device import device_label, get_device
+from labkit.core.models import check_model_accepts
 from labkit.core.step import TrainStep
 from labkit.core.timing import synchronize, time_fn
 from labkit.core.validation import checked_int, positive_int
@@ -177,11 +178,14 @@ def find_max_batch(model: nn.Module, sample_shape: tuple[int, ...], *, num_class
     search: a batch larger than the data is never claimed. ``memory_model``: one already built for this
     model and optimizer (:func:`labkit.memory.model.build_memory_model`), instead of probing it again.
     """
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}; pass the model itself")
     dev = get_device(device) if device is not None else next(model.parameters()).device
     method, budget_bytes = _checked_method(method, dev, memory_budget_bytes, safety_margin)
     start, timing_steps = positive_int(start, "start"), checked_int(timing_steps, "timing_steps", minimum=0)
     cap = min(checked_int(limit, "limit", allow_none=True) or SEARCH_CAP,
               checked_int(dataset_size, "dataset_size", allow_none=True) or SEARCH_CAP)
+    _check_boundary(model, sample_shape, num_classes, start, cap)
     usable = None if budget_bytes is None else int(budget_bytes * (1 - safety_margin))
     model.to(dev)
     opt = optimizer or (torch.optim.Adam(model.parameters()) if optimizer_name == "adam"
@@ -204,6 +208,18 @@ def find_max_batch(model: nn.Module, sample_shape: tuple[int, ...], *, num_class
         opt.load_state_dict(saved_opt)
     return FinderResult(best, trials, "cuda-oom" if method == "oom" else "memory-model", usable, device_label(dev),
                         _stopped_by(trials, best, cap, dataset_size), dataset_size)
+
+
+def _check_boundary(model: nn.Module, sample_shape: tuple[int, ...], num_classes: int, start: int, cap: int) -> None:
+    """One ValueError before any trial: a sample shape the model cannot take, or a start above the search's cap."""
+    shape = tuple(sample_shape) if isinstance(sample_shape, (tuple, list, torch.Size)) else None
+    if not shape or not all(isinstance(d, int) and d > 0 for d in shape):
+        raise ValueError(f"sample_shape must be one sample's shape without the batch dimension, e.g. (3, 32, 32); "
+                         f"got {sample_shape!r}")
+    check_model_accepts(model, shape, positive_int(num_classes, "num_classes"))
+    if start > cap:
+        raise ValueError(f"start={start} is above the largest batch the search may try ({cap}: limit or "
+                         f"dataset_size); give a start <= {cap}, or raise limit")
 
 
 def _checked_method(method: str, dev: torch.device, budget_bytes: int | None,

@@ -74,6 +74,23 @@ def test_finder_bad_inputs():
         find_max_batch(model, SHAPE, memory_budget_bytes=10**9, safety_margin=1.5)
 
 
+@pytest.mark.parametrize("kwargs, error, words", [
+    ({"sample_shape": (1, 8, 8)}, ValueError, r"MLP does not accept inputs of shape \(1, 8, 8\)"),
+    ({"sample_shape": 192}, ValueError, "sample_shape must be one sample's shape"),
+    ({"sample_shape": (3, 8, 8), "start": 100, "limit": 64}, ValueError, "start=100 is above the largest batch"),
+    ({"sample_shape": (3, 8, 8), "num_classes": 7}, ValueError, "outputs 10 classes but the data has 7"),
+])
+def test_finder_misuse_is_one_line_before_any_trial(kwargs, error, words, monkeypatch):
+    import labkit.training.finder as finder
+
+    monkeypatch.setattr(finder, "_StepRunner", lambda *a, **k: pytest.fail("a trial ran before the check"))
+    with pytest.raises(error, match=words) as err:
+        find_max_batch(MLP(10, in_features=3 * 8 * 8, hidden=32), memory_budget_bytes=10**9, **kwargs)
+    assert "\n" not in str(err.value)
+    with pytest.raises(TypeError, match="must be a torch.nn.Module"):
+        find_max_batch("resnet18", SHAPE, memory_budget_bytes=10**9)
+
+
 # ---------------------------------------------------------------- issue 14: the finder on a big GPU
 @pytest.mark.parametrize("boundary, hint", [(23, 1), (23, 500), (300, 64), (1, 8), (0, 4)])
 def test_search_from_hint_lands_on_the_boundary(boundary, hint):
