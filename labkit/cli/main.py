@@ -20,11 +20,13 @@ from labkit.core.results import (StoppedEarly, Terminated, WriteError, describe_
 
 # Subcommands that live in their own modules; each has `add_parser(subparsers)`.
 SUBCOMMAND_MODULES = ("labkit.cli.doctor", "labkit.cli.sweep", "labkit.cli.profile", "labkit.cli.memory",
-                      "labkit.cli.bench", "labkit.cli.simulate", "labkit.cli.ladder", "labkit.cli.launch")
+                      "labkit.cli.bench", "labkit.cli.simulate", "labkit.cli.ladder", "labkit.cli.launch",
+                      "labkit.cli.roofline")
 EXAMPLES = """examples (`.venv/bin/labkit` without an activated venv; `python -m labkit` is the same program):
   labkit doctor
   labkit sweep --model small_cnn --batch-sizes 16,32,64
   labkit profile --batch-size 64 --active 3
+  labkit roofline --model transformer --top 15
   labkit allreduce-bench --world-size 2 --sizes 1K,64K,1M
   labkit simulate --algorithm ring --world-size 4 --size 1M
   labkit ladder --budget-epochs 1 --skip compile ddp

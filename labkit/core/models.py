@@ -80,6 +80,34 @@ class MLP(nn.Module):
         return self.net(x)
 
 
+class TransformerBlock(nn.Module):
+    """One pre-norm transformer block (Vaswani et al. 2017) over a sequence, mean-pooled to class logits.
+
+    Attention is written as two batched matmuls and a softmax (not fused SDPA), so every matmul is visible
+    to ``FlopCounterMode`` and to an operator-by-operator roofline.
+    """
+
+    def __init__(self, num_classes: int = 10, d_model: int = 128, n_heads: int = 4, mlp_ratio: int = 4):
+        super().__init__()
+        if d_model % n_heads:
+            raise ValueError(f"d_model ({d_model}) must be divisible by n_heads ({n_heads})")
+        self.n_heads = n_heads
+        self.norm1, self.norm2 = nn.LayerNorm(d_model), nn.LayerNorm(d_model)
+        self.qkv, self.proj = nn.Linear(d_model, 3 * d_model), nn.Linear(d_model, d_model)
+        self.mlp = nn.Sequential(nn.Linear(d_model, mlp_ratio * d_model), nn.GELU(),
+                                 nn.Linear(mlp_ratio * d_model, d_model))
+        self.head = nn.Linear(d_model, num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Class logits for a batch of sequences (B, T, d_model)."""
+        b, t, d = x.shape
+        q, k, v = self.qkv(self.norm1(x)).view(b, t, 3, self.n_heads, d // self.n_heads).permute(2, 0, 3, 1, 4)
+        att = torch.softmax(q @ k.transpose(-2, -1) / (d // self.n_heads) ** 0.5, dim=-1)   # (B, H, T, T)
+        x = x + self.proj((att @ v).transpose(1, 2).reshape(b, t, d))                       # (B, T, d)
+        x = x + self.mlp(self.norm2(x))
+        return self.head(x.mean(dim=1))
+
+
 def build_model(name: str, num_classes: int = 10, image_shape: tuple[int, int, int] = (3, 32, 32)) -> nn.Module:
     """A lab model by name: 'resnet18', 'small_cnn' or 'mlp'."""
     if name == "resnet18":

@@ -1,2 +1,3 @@
-"""Profiling: torch.profiler on a schedule, and reading its traces (notebook 03).
+"""Profiling: torch.profiler on a schedule, and reading its traces (notebook 03); the roofline lab: measured roofs,
+every operator of a step under them, overhead and the fixes matched to their wall (notebook 03b).
 """

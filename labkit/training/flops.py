@@ -34,6 +34,8 @@ class PeakSpec:
     exclude: tuple[str, ...]        # none of these may appear
     peak_flops_per_s: dict          # math mode ("fp32" | "tf32" | "bf16" | "fp16") -> dense FLOP/s
     source: str
+    memory_bytes_per_s: float | None = None   # datasheet memory bandwidth, only where traced to its primary source
+    memory_source: str = ""
 
 
 _T = 1e12
@@ -47,7 +49,9 @@ PEAK_TABLE: tuple[PeakSpec, ...] = (
     PeakSpec("NVIDIA H100 PCIe", ("H100", "PCIe"), (),
              {"fp32": 51 * _T, "tf32": 378 * _T, "bf16": 756.5 * _T, "fp16": 756.5 * _T},
              "NVIDIA H100 Tensor Core GPU datasheet, H100 PCIe column: FP32 51 TFLOPS; TF32 756, BF16/FP16 1,513 "
-             "TFLOPS with sparsity, halved"),
+             "TFLOPS with sparsity, halved",
+             2000e9, "NVIDIA H100 PCIe GPU Product Brief PB-11133-001_v02 (Nov 2022), Overview: memory bandwidth "
+                     "'greater than 2,000 gigabytes per second' (a lower bound)"),
     PeakSpec("NVIDIA H200 SXM", ("H200",), ("NVL",),
              {"fp32": 67 * _T, "tf32": 494.5 * _T, "bf16": 989.5 * _T, "fp16": 989.5 * _T},
              "NVIDIA H200 Tensor Core GPU datasheet, H200 SXM column: FP32 67 TFLOPS; TF32 989, BF16/FP16 1,979 "
@@ -83,6 +87,16 @@ def find_peak(device_name: str) -> PeakSpec | None:
         if all(m in device_name for m in spec.match) and not any(x in device_name for x in spec.exclude):
             return spec
     return None
+
+
+def peak_memory_bytes_per_s(device_name: str) -> tuple[float | None, str]:
+    """(datasheet memory bandwidth in bytes/s, its source) for a GPU name; (None, why) where none is traced."""
+    spec = find_peak(device_name)
+    if spec is None:
+        return None, f"{device_name!r} is not in labkit.training.flops.PEAK_TABLE"
+    if spec.memory_bytes_per_s is None:
+        return None, f"{spec.name}: no memory bandwidth traced to a primary datasheet yet"
+    return spec.memory_bytes_per_s, spec.memory_source
 
 
 def _tf32_enabled() -> bool:

@@ -52,3 +52,10 @@ def test_one_mlp_builder_for_every_mlp_in_the_kit():
     assert torch.equal(a[0].weight, b.net[1].weight)          # same seed, same draw order, same weights
     with pytest.raises(ValueError, match="at least two widths"):
         mlp((5,))
+
+
+def test_transformer_block_runs_and_refuses_bad_heads():
+    block = models.TransformerBlock(3, d_model=16, n_heads=2)
+    assert block(torch.randn(2, 5, 16)).shape == (2, 3)
+    with pytest.raises(ValueError, match="divisible"):
+        models.TransformerBlock(3, d_model=10, n_heads=4)

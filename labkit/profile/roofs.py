@@ -1,0 +1,152 @@
+"""The machine's two roofs, measured live: peak matmul FLOP/s per dtype, and sustained memory bandwidth.
+
+Compute roof: square matmuls of growing size (2n^3 FLOPs each) until the rate stops rising (a plateau: the
+next size gains under 10%), then repeats at the best size give the roof and its spread. Bandwidth roof: a
+large copy (reads and writes n elements: 2n x itemsize bytes) and a triad a = b + s*c (3n x itemsize),
+the two kernels of McCalpin's STREAM benchmark (McCalpin 1995, "Memory Bandwidth and Machine Balance in
+Current High Performance Computers", IEEE TCCA Newsletter), counted the same way. Both are printed beside the
+datasheet figure from :data:`labkit.training.flops.PEAK_TABLE` where one is known; a CPU has none.
+"""
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from typing import Iterator
+
+import torch
+
+from labkit.core.device import device_label, get_device
+from labkit.core.timing import time_fn
+from labkit.core.validation import positive_int
+from labkit.profile.roofline import CACHE_TAG, RoofMeasurement, Roofs
+from labkit.training.flops import peak_flops_per_s, peak_memory_bytes_per_s
+
+DTYPES = {"fp32": torch.float32, "tf32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+PLATEAU_GAIN = 1.10        # a size that raises the rate by less than 10% ends the sweep
+
+
+@dataclass(frozen=True)
+class RoofConfig:
+    """How hard to measure: matmul sizes swept, bandwidth array size, timed repeats per roof."""
+
+    min_matmul_n: int = 256
+    max_matmul_n: int = 1024
+    bandwidth_bytes: int = 64 * 2**20      # per array: far past the per-core caches, as STREAM asks (4x cache)
+    repeats: int = 5
+    cache_bytes: int = 4 * 2**20           # per array for the cache roof: a triad's 12 MiB stay in a server CPU's L3
+
+    def __post_init__(self) -> None:
+        for name in ("min_matmul_n", "max_matmul_n", "bandwidth_bytes", "repeats", "cache_bytes"):
+            positive_int(getattr(self, name), name)
+        if self.max_matmul_n < self.min_matmul_n:
+            raise ValueError(f"max_matmul_n ({self.max_matmul_n}) must be >= min_matmul_n ({self.min_matmul_n})")
+
+    @classmethod
+    def fast(cls) -> RoofConfig:
+        """CPU and tests: matmuls 64 to 1024, 64 MiB arrays (4 MiB for the cache roof), 5 repeats: seconds."""
+        return cls(min_matmul_n=64)
+
+    @classmethod
+    def full(cls) -> RoofConfig:
+        """GPU: matmuls 256 to 16384, 1 GiB arrays (8 MiB for the L2 roof), 10 repeats."""
+        return cls(min_matmul_n=256, max_matmul_n=16384, bandwidth_bytes=2**30, repeats=10, cache_bytes=8 * 2**20)
+
+
+def supported_matmul_dtypes(device: str | torch.device | None = None) -> list[str]:
+    """The math modes worth a roof here: fp32 everywhere; bf16 on a CPU with native bf16; tf32/bf16/fp16 on GPUs."""
+    dev = get_device(device)
+    if dev.type == "cuda":
+        major, _ = torch.cuda.get_device_capability(dev)
+        return ["fp32", "tf32", "bf16", "fp16"] if major >= 8 else ["fp32", "fp16"]
+    try:
+        native_bf16 = bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    except (AttributeError, RuntimeError):
+        native_bf16 = False
+    return ["fp32", "bf16"] if native_bf16 else ["fp32"]
+
+
+@contextlib.contextmanager
+def math_mode(mode: str) -> Iterator[None]:
+    """Let fp32 matmuls use TF32 tensor cores only for ``mode == 'tf32'``; restore the setting afterwards."""
+    before = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision("high" if mode == "tf32" else "highest")
+    try:
+        yield
+    finally:
+        torch.set_float32_matmul_precision(before)
+
+
+def matmul_rates(n: int, mode: str, device: torch.device, repeats: int) -> list[float]:
+    """FLOP/s of each of ``repeats`` n x n matmuls in math mode ``mode`` (2n^3 FLOPs each)."""
+    a = torch.randn(n, n, device=device, dtype=DTYPES[mode])
+    b = torch.randn(n, n, device=device, dtype=DTYPES[mode])
+    with math_mode(mode):
+        times = time_fn(lambda: torch.mm(a, b), warmup=1, repeats=repeats, device=device).times_s
+    return [2 * n**3 / t for t in times if t > 0]
+
+
+def sweep_matmul(mode: str, device: torch.device, config: RoofConfig) -> tuple[int, list[tuple[int, float]]]:
+    """Double n until two sizes in a row gain under 10% on the best so far (a plateau, not one noisy dip);
+    returns (best n, [(n, median FLOP/s), ...])."""
+    swept: list[tuple[int, float]] = []
+    n, flat = config.min_matmul_n, 0
+    while n <= config.max_matmul_n and flat < 2:
+        rates = sorted(matmul_rates(n, mode, device, repeats=3))
+        best_so_far = max((rate for _, rate in swept), default=0.0)
+        swept.append((n, rates[len(rates) // 2]))
+        flat = flat + 1 if swept[-1][1] < PLATEAU_GAIN * best_so_far else 0
+        n *= 2
+    best_n = max(swept, key=lambda pair: pair[1])[0]
+    return best_n, swept
+
+
+def measure_compute_roof(mode: str, device: str | torch.device | None = None,
+                         config: RoofConfig | None = None) -> RoofMeasurement:
+    """The matmul roof of one math mode: swept to its plateau, then timed ``repeats`` times at the best size."""
+    dev, config = get_device(device), config or RoofConfig.fast()
+    if mode not in DTYPES:
+        raise ValueError(f"mode must be one of {sorted(DTYPES)}, got {mode!r}")
+    best_n, swept = sweep_matmul(mode, dev, config)
+    datasheet, note = peak_flops_per_s(dev, mode)
+    if dev.type != "cuda":
+        note = "no datasheet figure for a CPU (it depends on the model, cores, clocks and vector units)"
+    return RoofMeasurement(f"matmul {mode}", "FLOP/s", tuple(matmul_rates(best_n, mode, dev, config.repeats)),
+                           best_n, datasheet, note, tuple(swept))
+
+
+def _bandwidth_datasheet(dev: torch.device) -> tuple[float | None, str]:
+    if dev.type != "cuda":
+        return None, "no datasheet figure for a CPU's memory (it depends on channels, DIMMs and clocks)"
+    return peak_memory_bytes_per_s(torch.cuda.get_device_name(dev))
+
+
+def stream_roofs(array_bytes: int, repeats: int, device: torch.device, tag: str = "") -> dict[str, RoofMeasurement]:
+    """Copy (2 arrays' bytes per call) and triad a = b + 3c (3 arrays'), STREAM-style, on float32 arrays."""
+    n = max(1, array_bytes // 4)
+    a, b, c = (torch.rand(n, device=device) for _ in range(3))      # touched, so no first-touch page faults
+    datasheet, note = _bandwidth_datasheet(device) if not tag else (None, "a cache has no datasheet roof here")
+    kernels = {"copy": (lambda: a.copy_(b), 2), "triad": (lambda: torch.add(b, c, alpha=3.0, out=a), 3)}
+    roofs = {}
+    for name, (kernel, arrays) in kernels.items():
+        times = time_fn(kernel, warmup=1, repeats=repeats, device=device).times_s
+        label = f"{name} {tag}".strip()
+        roofs[label] = RoofMeasurement(label, "B/s", tuple(arrays * n * 4 / t for t in times if t > 0), n * 4,
+                                       datasheet, note)
+    return roofs
+
+
+def measure_bandwidth_roofs(device: str | torch.device | None = None,
+                            config: RoofConfig | None = None) -> dict[str, RoofMeasurement]:
+    """The memory roof (arrays far larger than the caches) and the cache roof (arrays that fit in them)."""
+    dev, config = get_device(device), config or RoofConfig.fast()
+    return {**stream_roofs(config.bandwidth_bytes, config.repeats, dev),
+            **stream_roofs(config.cache_bytes, 4 * config.repeats, dev, tag=CACHE_TAG)}
+
+
+def measure_roofs(device: str | torch.device | None = None, config: RoofConfig | None = None,
+                  modes: list[str] | None = None) -> Roofs:
+    """Both roofs of this device: every supported matmul math mode, then copy and triad bandwidth."""
+    dev = get_device(device)
+    modes = modes or supported_matmul_dtypes(dev)
+    compute = {mode: measure_compute_roof(mode, dev, config) for mode in modes}
+    return Roofs(device_label(dev), compute, measure_bandwidth_roofs(dev, config))

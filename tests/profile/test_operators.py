@@ -1,0 +1,97 @@
+"""Tests for labkit.profile.operators: FLOPs agree with FlopCounterMode, bytes with hand-counted tensor sizes."""
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+from torch.utils.flop_counter import FlopCounterMode
+
+from labkit.profile.operators import (OpCall, OperatorRecorder, aggregate, as_table, bytes_moved, heaviest, kind_of,
+                                      record_training_steps, roof_ratio, share_of_time, step_roof_times)
+from labkit.profile.roofline import RoofMeasurement, Roofs
+
+CPU = torch.device("cpu")
+ROOFS = Roofs("test", {"fp32": RoofMeasurement("matmul fp32", "FLOP/s", (100e9,), 1)},
+              {"triad": RoofMeasurement("triad", "B/s", (10e9,), 1)})
+
+
+def test_matmul_flops_match_flop_counter_mode_and_bytes_match_the_tensors():
+    a, b = torch.randn(64, 32), torch.randn(32, 16)
+    with OperatorRecorder(CPU) as rec:
+        a @ b
+    with FlopCounterMode(display=False) as counter:
+        a @ b
+    (call,) = rec.calls
+    assert call.name == "mm" and call.flops_counted and call.flops == counter.get_total_flops() == 2 * 64 * 32 * 16
+    assert call.bytes_moved == 4 * (64 * 32 + 32 * 16 + 64 * 16) and call.time_s > 0
+
+
+def test_elementwise_counts_one_flop_per_output_and_views_move_nothing():
+    x = torch.randn(1000)
+    with OperatorRecorder(CPU) as rec:
+        y = x.view(10, 100).t()          # views: not recorded
+        torch.relu(y)
+        x.add_(1.0)                      # in place: reads x and writes x
+    assert [c.name for c in rec.calls] == ["relu", "add_"]
+    relu, add = rec.calls
+    assert relu.flops == 1000 and not relu.flops_counted and relu.bytes_moved == 8000
+    assert add.bytes_moved == 8000
+
+
+def test_bytes_count_a_repeated_input_once():
+    x = torch.randn(10)
+    assert bytes_moved((x, x), {}, x * x) == 80
+
+
+def test_kinds():
+    assert kind_of("convolution", True) == "matmul/conv"
+    assert kind_of("native_batch_norm_backward", False) == "normalisation"
+    assert kind_of("threshold_backward", False) == "elementwise/other"
+
+
+def test_aggregate_per_step_predicts_with_the_roofline():
+    calls = [OpCall("mm", "a", 2e9, 1e6, 0.04, True), OpCall("mm", "a", 2e9, 1e6, 0.02, True),
+             OpCall("relu", "b", 1e6, 1e8, 0.03, False), OpCall("relu", "b", 1e6, 1e8, 0.01, False)]
+    rows = aggregate(calls, steps=2, roofs=ROOFS)
+    mm = next(r for r in rows if r.name == "mm")
+    assert mm.calls_per_step == 1 and mm.flops == 2e9 and mm.time_s == pytest.approx(0.02)   # the fastest call
+    assert mm.predicted_s == pytest.approx(0.02) and mm.bound == "compute"
+    assert mm.measured_over_predicted == pytest.approx(1.0)
+    relu = next(r for r in rows if r.name == "relu")
+    assert relu.bound == "memory" and relu.predicted_s == pytest.approx(0.01)
+    assert roof_ratio([mm, relu]) == pytest.approx((0.02 + 0.01) / (0.02 + 0.01))
+    assert share_of_time(rows, "matmul/conv") == pytest.approx(2 / 3)
+    assert step_roof_times(calls, 2, ROOFS) == (pytest.approx((2e9 + 1e6) / 100e9), pytest.approx((1e6 + 1e8) / 10e9),
+                                                pytest.approx(0.02 + 0.01))
+    assert as_table(rows, top=1)[0]["operator"] == "mm"
+
+
+def test_heaviest_picks_the_rows_carrying_the_share():
+    calls = [OpCall("conv", str(i), f, 1.0, 1.0, True) for i, f in enumerate((70.0, 20.0, 10.0))]
+    rows = aggregate(calls, 1, ROOFS)
+    assert [r.flops for r in heaviest(rows, ["matmul/conv"], share=0.8)] == [70.0, 20.0]
+    assert heaviest(rows, ["normalisation"]) == []
+
+
+def test_a_real_training_step_accounts_forward_backward_and_optimizer():
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+    batch = torch.randn(5, 8), torch.randint(0, 4, (5,))
+    calls = record_training_steps(model, batch, steps=2, device=CPU)
+    names = {c.name for c in calls}
+    assert {"addmm", "mm", "relu", "threshold_backward"} <= names                 # forward and backward
+    assert any(n.startswith("_foreach") or n in ("add_", "mul_") for n in names)   # the SGD update
+    with FlopCounterMode(display=False) as counter:                                 # reference: fwd + bwd FLOPs
+        nn.CrossEntropyLoss()(model(batch[0]), batch[1]).backward()
+    counted = sum(c.flops for c in calls if c.flops_counted) / 2
+    assert counted == counter.get_total_flops()
+
+
+
+def test_operators_that_fit_the_cache_meet_the_cache_roof():
+    roofs = Roofs("test", ROOFS.compute, {"triad": RoofMeasurement("triad", "B/s", (10e9,), 2**30),
+                                          "triad in cache": RoofMeasurement("triad in cache", "B/s", (50e9,), 2**20)})
+    assert roofs.cache_limit_bytes == 3 * 2**20
+    small = [OpCall("relu", "s", 0.0, 2**20, 1.0, False)]
+    big = [OpCall("relu", "b", 0.0, 2**22, 1.0, False)]
+    assert step_roof_times(small, 1, roofs)[1] == pytest.approx(2**20 / 50e9)
+    assert step_roof_times(big, 1, roofs)[1] == pytest.approx(2**22 / 10e9)

@@ -1,0 +1,77 @@
+"""Tests for labkit.profile.roofs: the roofs measured on this CPU, the sweep's plateau rule, datasheet lookups."""
+from __future__ import annotations
+
+from unittest import mock
+
+import pytest
+import torch
+
+from labkit.profile import roofs as roofs_mod
+from labkit.profile.roofs import (RoofConfig, math_mode, measure_bandwidth_roofs, measure_compute_roof,
+                                  measure_roofs, supported_matmul_dtypes, sweep_matmul)
+from labkit.training.flops import peak_memory_bytes_per_s
+
+TINY = RoofConfig(min_matmul_n=64, max_matmul_n=256, bandwidth_bytes=4 * 2**20, repeats=3, cache_bytes=2**16)
+
+
+def test_measured_roofs_on_this_cpu_are_positive_and_say_there_is_no_datasheet():
+    roofs = measure_roofs("cpu", TINY, modes=["fp32"])
+    fp32 = roofs.compute["fp32"]
+    assert fp32.median > 1e8 and len(fp32.rounds) == 3 and fp32.datasheet is None and "CPU" in fp32.source
+    assert set(roofs.bandwidth) == {"copy", "triad", "copy in cache", "triad in cache"}
+    assert all(r.median > 1e8 for r in roofs.bandwidth.values())
+    assert roofs.bandwidth["triad"].size == 4 * 2**20 and roofs.bandwidth["triad in cache"].size == 2**16
+    assert 0 < roofs.ridge_flops_per_byte() < 1e4
+
+
+def test_bandwidth_counts_stream_bytes():
+    """copy moves 2 arrays, triad 3: with a fake clock of 1 s per call the rates are exactly that many bytes."""
+    fake = mock.Mock(times_s=[1.0, 1.0, 1.0])
+    with mock.patch.object(roofs_mod, "time_fn", return_value=fake):
+        bw = measure_bandwidth_roofs("cpu", TINY)
+    assert bw["copy"].median == 2 * TINY.bandwidth_bytes and bw["triad"].median == 3 * TINY.bandwidth_bytes
+    assert bw["triad in cache"].median == 3 * TINY.cache_bytes
+
+
+def test_sweep_stops_at_the_plateau_not_at_one_noisy_dip():
+    rates = {64: [1.0], 128: [4.0], 256: [2.0], 512: [9.0], 1024: [9.5], 2048: [9.6], 4096: [20.0]}
+    with mock.patch.object(roofs_mod, "matmul_rates", side_effect=lambda n, *a, **k: rates[n]):
+        best, swept = sweep_matmul("fp32", torch.device("cpu"), RoofConfig(64, 4096, 2**20, 3))
+    # 256 dipped (one flat size), 512 beat the best again, then 1024 and 2048 gained < 10%: stop before 4096
+    assert [n for n, _ in swept] == [64, 128, 256, 512, 1024, 2048] and best == 2048
+
+
+def test_compute_roof_rejects_an_unknown_mode():
+    with pytest.raises(ValueError, match="mode must be one of"):
+        measure_compute_roof("fp8", "cpu", TINY)
+
+
+def test_config_is_validated():
+    with pytest.raises(ValueError, match="max_matmul_n"):
+        RoofConfig(min_matmul_n=512, max_matmul_n=256)
+    assert RoofConfig.full().max_matmul_n > RoofConfig.fast().max_matmul_n
+
+
+def test_math_mode_restores_the_matmul_precision():
+    before = torch.get_float32_matmul_precision()
+    with math_mode("tf32"):
+        assert torch.get_float32_matmul_precision() == "high"
+    assert torch.get_float32_matmul_precision() == before
+
+
+def test_gpu_dtypes_by_compute_capability_with_mocks():
+    with mock.patch.object(roofs_mod, "get_device", return_value=torch.device("cuda", 0)), \
+            mock.patch("torch.cuda.get_device_capability", return_value=(9, 0)):
+        assert supported_matmul_dtypes("cuda") == ["fp32", "tf32", "bf16", "fp16"]
+    with mock.patch.object(roofs_mod, "get_device", return_value=torch.device("cuda", 0)), \
+            mock.patch("torch.cuda.get_device_capability", return_value=(7, 0)):
+        assert supported_matmul_dtypes("cuda") == ["fp32", "fp16"]
+    assert supported_matmul_dtypes("cpu")[0] == "fp32"
+
+
+def test_datasheet_bandwidth_only_where_traced():
+    bw, source = peak_memory_bytes_per_s("NVIDIA H100 PCIe")
+    assert bw == 2000e9 and "PB-11133-001" in source
+    bw, why = peak_memory_bytes_per_s("NVIDIA H100 80GB HBM3")
+    assert bw is None and "no memory bandwidth traced" in why
+    assert peak_memory_bytes_per_s("Some Unknown GPU")[0] is None
