@@ -57,7 +57,7 @@ class NodesConfig:
 
     nodes: int = 2
     rate_mbit_s: float | None = 200.0
-    burst_bytes: int = 256 * 1024      # >= one 64 KiB GSO packet, so tbf never has to drop a whole super-packet
+    burst_bytes: int = 64 * 1024       # one 64 KiB GSO packet; small, so the rate holds from the first message
     limit_bytes: int = 4 * 1024 * 1024
 
     def __post_init__(self) -> None:
