@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import argparse
 
+import contextlib
+import os
+import signal
 import subprocess
 
 from labkit.cli.common import nonnegative_int, positive_float, positive_int, subparser
@@ -48,12 +51,28 @@ def _run_node(args: argparse.Namespace) -> int:
                          "(node 0's HOST:PORT), e.g. --nnodes 2 --node-rank 0 --rdzv-endpoint 10.0.0.1:29400")
     node = NodeLaunch(args.nnodes, args.node_rank, args.nproc_per_node, args.rdzv_endpoint,
                       rdzv_id=args.rdzv_id, local_addr=args.local_addr, max_restarts=args.max_restarts)
-    argv = torchrun_nodes_command(args.target, node)
+    proc = subprocess.Popen(torchrun_nodes_command(args.target, node), start_new_session=True)
     try:
-        return subprocess.run(argv, timeout=args.timeout).returncode
+        return proc.wait(timeout=args.timeout)
     except subprocess.TimeoutExpired:
+        _stop_group(proc)
         raise TimeoutError(f"node {node.node_rank}'s torchrun did not finish within --timeout {args.timeout:g} s; "
                            "it was stopped (is every node started, and node 0's endpoint reachable?)") from None
+    except BaseException:
+        _stop_group(proc)                                   # Ctrl-C or SIGTERM: no worker outlives this node
+        raise
+
+
+def _stop_group(proc: subprocess.Popen) -> None:
+    """SIGTERM torchrun's process group (it stops its workers), then SIGKILL what is left after 10 s."""
+    for sig, wait_s in ((signal.SIGTERM, 10), (signal.SIGKILL, None)):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, sig)
+        try:
+            proc.wait(timeout=wait_s)
+            return
+        except subprocess.TimeoutExpired:
+            continue
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

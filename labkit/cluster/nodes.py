@@ -232,6 +232,13 @@ class EmulatedNodes:
         out = self.host_run(["ip", "netns", "pids", f"lkn{node}"], _holder=_holder)
         return [int(p) for p in out.split()]
 
+    def kill_all(self) -> None:
+        """SIGKILL every process still running on any node (the lab's last word after a job)."""
+        for node in range(self.config.nodes):
+            for pid in self.pids(node):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+
     def _check_node(self, node: int) -> None:
         if not (isinstance(node, int) and 0 <= node < self.config.nodes):
             raise ValueError(f"node must be an integer in 0..{self.config.nodes - 1}, got {node!r}")

@@ -79,15 +79,17 @@ def run_job(nodes: EmulatedNodes, target: str, nproc_per_node: int = 2, params: 
         try:
             for node in range(nnodes):
                 logs.append(open(run_dir / f"node{node}.log", "wb"))
-                argv = node_command(target, node, nnodes, nproc_per_node, timeout_s, max_restarts)
+                # each node's own timeout is longer than the job's, so the runner's timeout reports it
+                argv = node_command(target, node, nnodes, nproc_per_node, timeout_s + 20, max_restarts)
                 procs.append(nodes.popen(node, argv, stdout=logs[-1], stderr=subprocess.STDOUT,
                                          env=job_env(node, run_dir, params or {})))
             if while_running is not None:
                 while_running(procs, run_dir)
-            codes = wait_all(procs, timeout_s + 10)
+            codes = wait_all(procs, timeout_s)
         finally:
             for log in logs:
                 log.close()
+            nodes.kill_all()                    # a worker that outlived its launcher goes too
         wall_s = now_s() - start
         outputs = [(run_dir / f"node{k}.log").read_text(errors="replace") for k in range(nnodes)]
         _raise_for(codes, outputs, target, timeout_s)

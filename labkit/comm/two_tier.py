@@ -62,8 +62,7 @@ def hierarchical_allreduce(arrays: Sequence[np.ndarray], ranks_per_node: int, op
             _UFUNC[op](data[leader], data[leader + k], out=data[leader])
             steps.append(Step(k - 1, leader + k, leader, None, nbytes, "reduce"))
     first = ranks_per_node - 1
-    inter = allreduce([data[leader] for leader in leaders], "ring", "max" if op == "max" else
-                      "min" if op == "min" else "sum")
+    inter = allreduce([data[leader] for leader in leaders], "ring", "sum" if op == "mean" else op)
     for s in inter.steps:                                   # the leaders' ring, renumbered to global ranks
         steps.append(Step(first + s.step, leaders[s.sender], leaders[s.receiver], s.chunk, s.nbytes, s.phase,
                           s.num_chunks))

@@ -89,3 +89,18 @@ def test_every_copy_under_mpiexec_is_one_rank_of_one_group():
     for rank in range(2):
         assert f"[rank {rank}/2] {TARGET} -> {{'rank': {rank}," in proc.stdout
     assert proc.stdout.count("'after': [12.0, 14.0, 16.0, 18.0]") == 2
+
+
+def test_nodes_flags_are_in_the_help_and_incomplete_ones_are_one_line_exit_2(capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["launch", "--help"])
+    out = capsys.readouterr().out
+    for flag in ("--nnodes", "--node-rank", "--nproc-per-node", "--rdzv-endpoint", "--max-restarts"):
+        assert flag in out
+    for args, match in ((["--nnodes", "2"], "--nnodes needs --node-rank"),
+                        (["--nnodes", "2", "--node-rank", "2", "--rdzv-endpoint", "h:1"], "numbered 0..1"),
+                        (["--nnodes", "2", "--node-rank", "0", "--rdzv-endpoint", "nohost"], "HOST:PORT")):
+        assert cli.main(["launch", *args, TARGET]) == 2
+        err = capsys.readouterr().err.strip()
+        assert match in err and len(err.splitlines()) == 1, err
+
