@@ -28,15 +28,19 @@ def _join() -> Place:
     return place()
 
 
-def identity() -> dict:
-    """Report RANK, LOCAL_RANK, GROUP_RANK, WORLD_SIZE and the node's address, and check one all-reduce."""
-    me = _join()
+def _whoami(me: Place) -> dict:
+    """RANK, LOCAL_RANK, GROUP_RANK, WORLD_SIZE and the node's address (printed, and checked to be this stack's)."""
     total = torch.tensor([float(me.rank + 1)])
     dist.all_reduce(total)
-    out = {**me.as_dict(), "owns_node_addr": address_is_local(me.node_addr), "all_reduce_sum": float(total.item())}
     print(f"RANK={me.rank} LOCAL_RANK={me.local_rank} GROUP_RANK={me.group_rank} WORLD_SIZE={me.world_size} "
           f"node address {me.node_addr}", flush=True)
-    return report(out, me.rank)
+    return {**me.as_dict(), "owns_node_addr": address_is_local(me.node_addr), "all_reduce_sum": float(total.item())}
+
+
+def identity() -> dict:
+    """Report this rank's place and node address, and check one all-reduce across the nodes."""
+    me = _join()
+    return report(_whoami(me), me.rank)
 
 
 def tx_bytes() -> int:
@@ -60,13 +64,13 @@ def ping_pong_s(peer: int, nbytes: int, me: int, repeats: int) -> list[float]:
     return times[1:]
 
 
-def _ping_pong_sweep(me: Place, sizes: list[int], repeats: int) -> dict[str, dict[int, list[float]]]:
+def _ping_pong_sweep(me: Place, sizes: dict[str, list[int]], repeats: int) -> dict[str, dict[int, list[float]]]:
     """Ping-pong between rank 0 and its node peer (inside a node), then rank 0 and node 1's first rank (across)."""
     pairs = {"intra": (0, 1), "inter": (0, me.local_world_size)}
     out: dict[str, dict[int, list[float]]] = {}
     for link, pair in pairs.items():
         out[link] = {}
-        for nbytes in sizes:
+        for nbytes in sizes[link]:
             if me.rank in pair:
                 peer = pair[1] if me.rank == pair[0] else pair[0]
                 out[link][nbytes] = ping_pong_s(peer, nbytes, me.rank, repeats)
@@ -129,8 +133,11 @@ def flat_vs_hierarchical(me: Place, sizes: list[int], rounds: int) -> dict[int, 
 def link_lab() -> dict:
     """The whole link lesson in one job: ping-pong sweeps on both links, then flat vs two-level all-reduce."""
     me = _join()
+    who = _whoami(me)
     params = job_params()
     repeats, rounds = int(params.get("repeats", 3)), int(params.get("rounds", 3))
-    pings = _ping_pong_sweep(me, [int(s) for s in params.get("ping_sizes", [262144, 1048576, 2097152])], repeats)
+    sizes = {"intra": params.get("intra_sizes", [2**20, 2**22, 2**24]),      # loopback: GB/s, so larger
+             "inter": params.get("inter_sizes", [2**19, 2**20, 2**21])}      # well past tbf's burst
+    pings = _ping_pong_sweep(me, {k: [int(s) for s in v] for k, v in sizes.items()}, repeats)
     allreduce = flat_vs_hierarchical(me, [int(s) for s in params.get("allreduce_sizes", [4096, 1048576])], rounds)
-    return report({**me.as_dict(), "ping_pong_s": pings, "allreduce": allreduce}, me.rank)
+    return report({**who, "ping_pong_s": pings, "allreduce": allreduce}, me.rank)
