@@ -136,8 +136,8 @@ def link_lab() -> dict:
     who = _whoami(me)
     params = job_params()
     repeats, rounds = int(params.get("repeats", 3)), int(params.get("rounds", 3))
-    sizes = {"intra": params.get("intra_sizes", [2**20, 2**22, 2**24]),      # loopback: GB/s, so larger
-             "inter": params.get("inter_sizes", [2**19, 2**20, 2**21])}      # well past tbf's burst
+    sizes = {"intra": params.get("intra_sizes", [8, 2**20, 2**22, 2**24]),    # loopback: GB/s, so larger
+             "inter": params.get("inter_sizes", [8, 2**19, 2**20, 2**21])}    # 8 B for alpha; past tbf's burst
     pings = _ping_pong_sweep(me, {k: [int(s) for s in v] for k, v in sizes.items()}, repeats)
     allreduce = flat_vs_hierarchical(me, [int(s) for s in params.get("allreduce_sizes", [4096, 1048576])], rounds)
     return report({**who, "ping_pong_s": pings, "allreduce": allreduce}, me.rank)

@@ -1,9 +1,11 @@
 """From measurements to a model: fit alpha and beta per link, and read the node lab's results.
 
 A message of n bytes over one link takes alpha + n * beta (Hockney 1994; the model Thakur, Rabenseifner & Gropp
-2005 use for MPICH's collectives). The fit is least squares on the median one-way time at each size, so alpha and
-beta come from the measurements, not from the shaping setting; the lesson then compares 1/beta with the rate that
-``tc tbf`` was given. Torch-free.
+2005 use for MPICH's collectives). beta is the least-squares slope of the median one-way time over large messages;
+alpha is the measured one-way time of a tiny message. (The intercept of the large-message line is no latency on a
+shaped link: tbf lets its burst through at line rate, so the line starts *below* zero.) Both come from the
+measurements, not from the shaping setting; the lesson then compares 1/beta with the rate ``tc tbf`` was given.
+Torch-free.
 """
 from __future__ import annotations
 
@@ -52,11 +54,17 @@ def fit_alpha_beta(sizes_bytes: Sequence[int], times_s: Sequence[float]) -> Link
 
 
 def fit_links(ping_pong_s: Mapping[str, Mapping[Any, Sequence[float]]]) -> dict[str, LinkFit]:
-    """One fit per link ('intra', 'inter') from a rank's ping-pong sweep (size -> one-way seconds per repeat)."""
+    """One fit per link ('intra', 'inter') from a rank's ping-pong sweep (size -> one-way seconds per repeat):
+    alpha = the smallest message's median time, beta = the slope through the larger ones (at least two)."""
     out = {}
     for link, by_size in ping_pong_s.items():
         sizes = sorted(by_size, key=int)
-        out[link] = fit_alpha_beta([int(s) for s in sizes], [statistics.median(by_size[s]) for s in sizes])
+        if len(sizes) < 3:
+            raise ValueError(f"link {link!r}: need a tiny message for alpha and two larger sizes for beta, "
+                             f"got sizes {sizes}")
+        slope = fit_alpha_beta([int(s) for s in sizes[1:]], [statistics.median(by_size[s]) for s in sizes[1:]])
+        alpha = statistics.median(by_size[sizes[0]]) - int(sizes[0]) * slope.beta_s_per_byte
+        out[link] = LinkFit(max(0.0, alpha), slope.beta_s_per_byte, slope.r_squared)
     return out
 
 

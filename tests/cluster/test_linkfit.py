@@ -21,9 +21,15 @@ def test_fit_refuses_too_few_sizes_and_times_that_do_not_grow():
         fit_alpha_beta([10, 20], [2.0, 1.0])
 
 
-def test_fit_links_takes_the_median_of_repeats():
-    pings = {"inter": {"1000": [1.0, 1.001, 99.0], "2000": [2.0, 1.999, 0.0]}}
-    assert fit_links(pings)["inter"].beta_s_per_byte == pytest.approx(1e-3, rel=1e-2)
+def test_fit_links_takes_alpha_from_the_tiny_message_and_beta_from_the_slope():
+    # a shaped link: the first 500 B pass at once (tbf's burst), so the large-message line starts below zero
+    pings = {"inter": {"8": [2e-3, 2e-3, 9.0], "1000": [0.5, 0.501, 99.0], "2000": [1.5, 1.499, 0.0]}}
+    fit = fit_links(pings)["inter"]
+    assert fit.beta_s_per_byte == pytest.approx(1e-3, rel=1e-2)
+    assert fit.alpha_s == 0.0                     # 2 ms - 8 B x 1 ms/B < 0: clipped at zero
+    assert fit_links({"x": {"8": [1.0], "1000": [1.5], "2000": [2.5]}})["x"].alpha_s == pytest.approx(1.0 - 8e-3)
+    with pytest.raises(ValueError, match="need a tiny message"):
+        fit_links({"x": {"1000": [1.0], "2000": [2.0]}})
 
 
 def test_expected_payload_of_a_shaped_link():
