@@ -8,6 +8,8 @@ drawn only where the model's margin is clear (``MARGIN``); elsewhere the row say
 """
 from __future__ import annotations
 
+import os
+import subprocess
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
@@ -15,7 +17,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from labkit.cluster.linkfit import LinkFit, allreduce_summary, expected_payload_bytes_s, fit_links
-from labkit.cluster.nodes import EmulatedNodes
+from labkit.cluster.nodes import SUBNET, EmulatedNodes
 from labkit.cluster.run import JobResult, run_job
 from labkit.comm.collectives import allreduce
 from labkit.comm.two_tier import hierarchical_allreduce, inter_node_bytes, predicted_times_s
@@ -122,6 +124,41 @@ def allreduce_table(results: Sequence[dict], fits: dict[str, LinkFit], rate_mbit
                      "two-level simulated": simulated["hierarchical"], "exact": row["exact"],
                      **verdict(predicted, row["hier_over_flat"])})
     return rows
+
+
+def kernel_netns() -> str:
+    """This process's network namespace id ('net:[inode]'): the host's, which no node may share."""
+    return os.readlink("/proc/self/ns/net")
+
+
+def no_lab_address_on_host() -> bool:
+    """True when the host's own network has no address of the lab's private range (nothing leaked onto it)."""
+    out = subprocess.run(["ip", "-br", "addr"], capture_output=True, text=True, timeout=10).stdout
+    return f"{SUBNET}." not in out
+
+
+def places_are_node_by_node(results: Sequence[dict], nodes: int, per_node: int) -> bool:
+    """Every rank present once; RANK = GROUP_RANK x per_node + LOCAL_RANK; one address per node, all different."""
+    ranks = sorted(r["rank"] for r in results)
+    layout = all(r["rank"] == r["group_rank"] * per_node + r["local_rank"] and r["world_size"] == nodes * per_node
+                 and r["owns_node_addr"] for r in results)
+    addrs = {g: {r["node_addr"] for r in results if r["group_rank"] == g} for g in range(nodes)}
+    return (ranks == list(range(nodes * per_node)) and layout and all(len(a) == 1 for a in addrs.values())
+            and len(set().union(*addrs.values())) == nodes)
+
+
+def two_level_edge(table: Any, rate_mbit_s: float) -> dict[str, float]:
+    """At the largest size on this link speed: flat time / two-level time, measured (paired) and modelled."""
+    rows = table[table["link (Mbit/s)"] == rate_mbit_s]
+    row = rows.loc[rows["size (KiB)"].idxmax()]
+    return {"measured": 1.0 / row["two-level / flat (paired)"],
+            "model": row["model flat (ms)"] / row["model two-level (ms)"]}
+
+
+def edge_shrinks(edge: dict[float, dict[str, float]], rates_mbit_s: Sequence[float]) -> bool:
+    """True when, from the slowest link to the fastest, the two-level advantage falls in the model and the clock."""
+    slow, fast = edge[min(rates_mbit_s)], edge[max(rates_mbit_s)]
+    return fast["measured"] < slow["measured"] and fast["model"] < slow["model"]
 
 
 def plot_links(jobs: dict[float, JobResult], fits: dict[float, dict[str, LinkFit]]) -> Any:
