@@ -17,7 +17,8 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from labkit.cluster.linkfit import LinkFit, allreduce_summary, expected_payload_bytes_s, fit_links
-from labkit.cluster.nodes import SUBNET, EmulatedNodes
+from labkit.cluster.nodes import SUBNET, EmulatedNodes, NodesConfig
+from labkit.cluster.rankside import rate_key
 from labkit.cluster.run import JobResult, run_job
 from labkit.comm.collectives import allreduce
 from labkit.comm.two_tier import hierarchical_allreduce, inter_node_bytes, predicted_times_s
@@ -58,17 +59,22 @@ class LabConfig:
             return cls()
         return cls(procs_per_node=4, allreduce_sizes=(512 * 1024, 4 * 1024**2, 16 * 1024**2), repeats=9, rounds=5)
 
-    def params(self) -> dict[str, Any]:
-        """The job parameters ``link_lab`` reads."""
+    def params(self, nodes: NodesConfig) -> dict[str, Any]:
+        """The job parameters ``link_lab`` reads (the shaping's burst and queue from the nodes' config)."""
         return {"allreduce_sizes": list(self.allreduce_sizes), "repeats": self.repeats, "rounds": self.rounds,
-                **self.extra}
+                "rates_mbit_s": list(self.rates_mbit_s), "burst_bytes": nodes.burst_bytes,
+                "limit_bytes": nodes.limit_bytes, **self.extra}
 
 
-def run_link_lab(nodes: EmulatedNodes, config: LabConfig, rate_mbit_s: float) -> JobResult:
-    """Shape the link to ``rate_mbit_s`` and run the link lab on every rank of every node."""
-    nodes.set_rate(rate_mbit_s)
-    return run_job(nodes, "labkit.cluster.link_jobs:link_lab", config.procs_per_node, config.params(),
+def run_link_lab(nodes: EmulatedNodes, config: LabConfig) -> JobResult:
+    """Run the link lab on every rank of every node: one job, each link speed in turn (the nodes re-shape)."""
+    return run_job(nodes, "labkit.cluster.link_jobs:link_lab", config.procs_per_node, config.params(nodes.config),
                    timeout_s=config.timeout_s)
+
+
+def at_rate(results: Sequence[dict], rate_mbit_s: float) -> list[dict]:
+    """Each rank's results at one link speed, with its place (the per-speed tables read these)."""
+    return [{**r, **r["by_rate"][rate_key(rate_mbit_s)]} for r in results]
 
 
 def places_table(results: Sequence[dict]) -> list[dict[str, Any]]:
@@ -161,12 +167,12 @@ def edge_shrinks(edge: dict[float, dict[str, float]], rates_mbit_s: Sequence[flo
     return fast["measured"] < slow["measured"] and fast["model"] < slow["model"]
 
 
-def plot_links(jobs: dict[float, JobResult], fits: dict[float, dict[str, LinkFit]]) -> Any:
+def plot_links(results: Sequence[dict], fits: dict[float, dict[str, LinkFit]]) -> Any:
     """One-way time against message size for each link and link speed: the measured medians and the fitted lines."""
     fig, ax = plt.subplots(figsize=(7, 4))
-    for rate, job in jobs.items():
-        for link, by_size in job.results[0]["ping_pong_s"].items():
-            if link == "intra" and rate != min(jobs):
+    for rate in fits:
+        for link, by_size in at_rate(results, rate)[0]["ping_pong_s"].items():
+            if link == "intra" and rate != min(fits):
                 continue                         # the intra-node link does not depend on the shaping
             sizes = np.array(sorted(int(s) for s in by_size))
             medians = [float(np.median(by_size[str(s)])) for s in sizes]

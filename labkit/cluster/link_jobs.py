@@ -9,12 +9,14 @@ rank. Bytes over the slow link are read from the node's own ``eth0`` counters (`
 """
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
 
-from labkit.cluster.rankside import Place, address_is_local, job_params, place, report
+from labkit.cluster.nodes import tbf_argv
+from labkit.cluster.rankside import Place, address_is_local, job_params, place, rate_key, report
 from labkit.core.clock import interleaved, now_s
 
 ETH_STATS = Path("/sys/class/net/eth0/statistics")
@@ -111,9 +113,10 @@ def _timed(fn: object, tensor_fn: object) -> tuple[float, int, bool]:
     return elapsed, tx_bytes() - before, bool(torch.equal(tensor, expected))
 
 
-def flat_vs_hierarchical(me: Place, sizes: list[int], rounds: int) -> dict[int, dict[str, list]]:
+def flat_vs_hierarchical(me: Place, sizes: list[int], rounds: int, groups: tuple[object, object]
+                         ) -> dict[int, dict[str, list]]:
     """For each size: per-round (seconds, bytes this node sent, exact?) of the flat and the two-level all-reduce."""
-    local, leaders = make_groups(me)
+    local, leaders = groups
     out = {}
     for nbytes in sizes:
         n = max(1, nbytes // 4)
@@ -130,14 +133,32 @@ def flat_vs_hierarchical(me: Place, sizes: list[int], rounds: int) -> dict[int, 
     return out
 
 
+def shape_own_link(me: Place, rate_mbit_s: float, params: dict) -> None:
+    """Every node's first rank re-shapes its own uplink (it is root in its node's namespace); all wait for it."""
+    dist.barrier()
+    if me.local_rank == 0:
+        subprocess.run(tbf_argv(rate_mbit_s, int(params["burst_bytes"]), int(params["limit_bytes"])), check=True,
+                       capture_output=True, timeout=30)
+    dist.barrier()
+
+
 def link_lab() -> dict:
-    """The whole link lesson in one job: ping-pong sweeps on both links, then flat vs two-level all-reduce."""
+    """The whole link lesson in one job, at each link speed: ping-pong sweeps on both links, then flat vs two-level
+    all-reduce. Results per speed under ``by_rate['<Mbit/s>']``."""
     me = _join()
     who = _whoami(me)
     params = job_params()
     repeats, rounds = int(params.get("repeats", 3)), int(params.get("rounds", 3))
     sizes = {"intra": params.get("intra_sizes", [8, 2**20, 2**22, 2**24]),    # loopback: GB/s, so larger
              "inter": params.get("inter_sizes", [8, 2**19, 2**20, 2**21])}    # 8 B for alpha; past tbf's burst
-    pings = _ping_pong_sweep(me, {k: [int(s) for s in v] for k, v in sizes.items()}, repeats)
-    allreduce = flat_vs_hierarchical(me, [int(s) for s in params.get("allreduce_sizes", [4096, 1048576])], rounds)
-    return report({**who, "ping_pong_s": pings, "allreduce": allreduce}, me.rank)
+    groups = make_groups(me)
+    by_rate = {}
+    for rate in params.get("rates_mbit_s", [None]):
+        if rate is not None:
+            shape_own_link(me, float(rate), params)
+        pings = _ping_pong_sweep(me, {k: [int(s) for s in v] for k, v in sizes.items()}, repeats)
+        allreduce = flat_vs_hierarchical(me, [int(s) for s in params.get("allreduce_sizes", [4096, 1048576])],
+                                         rounds, groups)
+        by_rate[rate_key(rate)] = {"ping_pong_s": pings, "allreduce": allreduce}
+    return report({**who, "by_rate": by_rate}, me.rank)
+

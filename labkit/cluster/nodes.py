@@ -246,16 +246,10 @@ class EmulatedNodes:
     # ------------------------------------------------------------------ the link
     def set_rate(self, rate_mbit_s: float | None) -> None:
         """Shape every node's uplink (eth0 egress) to ``rate_mbit_s`` Mbit/s with tbf; None removes the shaping."""
-        if rate_mbit_s is not None:
-            positive_number(rate_mbit_s, "rate_mbit_s", hint="Mbit/s, or None for an unshaped link")
+        argv = tbf_argv(rate_mbit_s, self.config.burst_bytes, self.config.limit_bytes)
         for node in range(self.config.nodes):
-            ns = f"lkn{node}"
-            with contextlib.suppress(RuntimeError):
-                self.host_run(["ip", "netns", "exec", ns, "tc", "qdisc", "del", "dev", "eth0", "root"])
-            if rate_mbit_s is not None:
-                self.host_run(["ip", "netns", "exec", ns, "tc", "qdisc", "add", "dev", "eth0", "root", "tbf",
-                               "rate", f"{rate_mbit_s * 1000:.0f}kbit", "burst", str(self.config.burst_bytes),
-                               "limit", str(self.config.limit_bytes)])
+            with contextlib.suppress(RuntimeError):      # deleting a qdisc that is not there fails: fine
+                self.host_run(["ip", "netns", "exec", f"lkn{node}", *argv])
         self.rate_mbit_s = rate_mbit_s
 
     def link_bytes(self) -> dict[int, dict[str, int]]:
@@ -270,6 +264,15 @@ class EmulatedNodes:
     def namespace_ids(self) -> list[str]:
         """The kernel's id of each node's network namespace ('net:[inode]'), to prove later that they are gone."""
         return [self.run(node, ["readlink", "/proc/self/ns/net"]).strip() for node in range(self.config.nodes)]
+
+
+def tbf_argv(rate_mbit_s: float | None, burst_bytes: int, limit_bytes: int, dev: str = "eth0") -> list[str]:
+    """The ``tc`` command that shapes ``dev``'s egress to ``rate_mbit_s`` (None: remove the shaping)."""
+    if rate_mbit_s is None:
+        return ["tc", "qdisc", "del", "dev", dev, "root"]
+    positive_number(rate_mbit_s, "rate_mbit_s", hint="Mbit/s, or None for an unshaped link")
+    return ["tc", "qdisc", "replace", "dev", dev, "root", "tbf", "rate", f"{rate_mbit_s * 1000:.0f}kbit",
+            "burst", str(burst_bytes), "limit", str(limit_bytes)]
 
 
 def namespaces_alive(ids: Sequence[str]) -> list[str]:

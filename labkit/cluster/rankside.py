@@ -66,3 +66,8 @@ def report(result: dict[str, Any], rank: int | None = None) -> dict[str, Any]:
         tmp.write_text(json.dumps(result))
         os.replace(tmp, path)
     return result
+
+
+def rate_key(rate_mbit_s: float | None) -> str:
+    """How a link speed names its results in a report ('200', '2000'; 'as set' when the job did not re-shape)."""
+    return "as set" if rate_mbit_s is None else f"{float(rate_mbit_s):g}"
