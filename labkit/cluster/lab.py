@@ -25,7 +25,7 @@ from labkit.comm.two_tier import hierarchical_allreduce, inter_node_bytes, predi
 from labkit.core.env import Mode, get_mode
 from labkit.core.validation import positive_int, positive_ints
 
-MARGIN = 1.25       # the model must predict one algorithm this much faster before the clock is asked to agree
+MARGIN = 1.3       # the model must predict one algorithm this much faster before the clock is asked to agree
 
 
 @dataclass(frozen=True)
@@ -157,8 +157,8 @@ def two_level_edge(table: Any, rate_mbit_s: float) -> dict[str, float]:
     """At the largest size on this link speed: flat time / two-level time, measured (paired) and modelled."""
     rows = table[table["link (Mbit/s)"] == rate_mbit_s]
     row = rows.loc[rows["size (KiB)"].idxmax()]
-    return {"measured": 1.0 / row["two-level / flat (paired)"],
-            "model": row["model flat (ms)"] / row["model two-level (ms)"]}
+    return {"measured": round(float(1.0 / row["two-level / flat (paired)"]), 3),
+            "model": round(float(row["model flat (ms)"] / row["model two-level (ms)"]), 3)}
 
 
 def edge_shrinks(edge: dict[float, dict[str, float]], rates_mbit_s: Sequence[float]) -> bool:
