@@ -120,6 +120,15 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     "parallel.rank_pitfalls": ("rank0_extra_work", "save_wrapped_model"),
     "training.precision": ("AutocastResult", "autocast_step", "compare_autocast", "fp16_underflow"),
     "tf.precision": ("keras_mixed_precision",),
+    # many machines on one box (notebook 12)
+    "cluster.nodes": ("EmulatedNodes", "NodesConfig", "NodesUnavailable", "namespace_support"),
+    "cluster.run": ("JobFailed", "JobResult", "run_job"),
+    "cluster.lab": ("LabConfig", "run_link_lab"),
+    "cluster.linkfit": ("LinkFit", "fit_alpha_beta", "fit_links"),
+    "cluster.failover": ("FailureConfig", "recovery_summary", "run_with_failure"),
+    "cluster.slurm": ("ClusterJob", "slurm_script", "two_host_recipe"),
+    "comm.two_tier": ("Link", "hierarchical_allreduce", "inter_node_bytes", "predicted_times_s"),
+    "comm.launch_nodes": ("NodeLaunch", "torchrun_nodes_command"),
     # the capstone
     "ladder.config": ("LadderConfig",),
     "ladder.climb": ("run_ladder",),
