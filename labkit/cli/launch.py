@@ -23,11 +23,11 @@ DEFAULT_WORLD_SIZE = 2
 
 def run(args: argparse.Namespace) -> int:
     """Under torchrun/mpiexec: be one rank of the launcher's group; otherwise start the ranks here."""
+    if args.nnodes is not None:
+        return _run_node(args)          # before importing torch: this process only waits for torchrun
     from labkit.comm.launch import launch
     from labkit.comm.worker import run_in_launcher_group
 
-    if args.nnodes is not None:
-        return _run_node(args)
     place = detect_launcher_env()
     if place.launcher != "single":
         if args.world_size is not None and args.world_size != place.world_size:
