@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 from labkit.cluster.nodes import EmulatedNodes
 from labkit.cluster.run import JobResult, run_job
 from labkit.core.clock import Deadline, timestamp_s
@@ -48,16 +50,17 @@ class FailureConfig:
 
 
 def training_pids(nodes: EmulatedNodes, node: int) -> list[int]:
-    """The training processes on ``node``: torchrun's workers, not the agent nor the node's ``labkit launch``."""
-    pids = []
-    for pid in nodes.pids(node):
+    """The training processes on ``node``: every process there whose parent runs there too (torchrun's workers
+    and what they started), not the node's agent, whose parent is the lab outside the node."""
+    on_node = set(nodes.pids(node))
+    out = []
+    for pid in on_node:
         try:
-            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
-        except OSError:
+            if psutil.Process(pid).ppid() in on_node:
+                out.append(pid)
+        except psutil.NoSuchProcess:
             continue
-        if TARGET in cmd and "--nnodes" not in cmd and "torchrun" not in cmd:
-            pids.append(pid)
-    return pids
+    return sorted(out)
 
 
 def _last_step(log: Path) -> int:

@@ -40,12 +40,13 @@ class JobResult:
 
 
 def node_command(target: str, node: int, nnodes: int, nproc_per_node: int, timeout_s: float,
-                 max_restarts: int = 0, rdzv_id: str = "labkit") -> list[str]:
-    """The ``labkit launch`` command line node ``node`` runs to join the job."""
+                 max_restarts: int = 0, rdzv_id: str = "labkit", fork_workers: bool = True) -> list[str]:
+    """The ``labkit launch`` command line node ``node`` runs to join the job (ranks forked from torchrun's agent:
+    one torch import per node instead of one per rank)."""
     return [sys.executable, "-m", "labkit", "launch", "--nnodes", str(nnodes), "--node-rank", str(node),
             "--nproc-per-node", str(nproc_per_node), "--rdzv-endpoint", f"{node_address(0)}:{RDZV_PORT}",
             "--rdzv-id", rdzv_id, "--local-addr", node_address(node), "--max-restarts", str(max_restarts),
-            "--timeout", f"{timeout_s:g}", target]
+            "--timeout", f"{timeout_s:g}", *(["--fork-workers"] if fork_workers else []), target]
 
 
 def job_env(node: int, result_dir: Path, params: dict[str, Any], threads: int = 1) -> dict[str, str]:
