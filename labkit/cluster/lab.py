@@ -25,7 +25,8 @@ from labkit.comm.two_tier import hierarchical_allreduce, inter_node_bytes, predi
 from labkit.core.env import Mode, get_mode
 from labkit.core.validation import positive_int, positive_ints
 
-MARGIN = 1.3       # the model must predict one algorithm this much faster before the clock is asked to agree
+MARGIN = 1.3        # the model must predict one algorithm this much faster before the clock is asked to agree
+NOISY_SPREAD = 1.5  # paired ratios that move more than this between rounds: too busy a machine to compare links
 
 
 @dataclass(frozen=True)
@@ -34,7 +35,7 @@ class LabConfig:
 
     nodes: int = 2
     procs_per_node: int = 2
-    rates_mbit_s: tuple[float, ...] = (200.0, 2000.0)
+    rates_mbit_s: tuple[float, ...] = (200.0, 800.0)
     allreduce_sizes: tuple[int, ...] = (512 * 1024, 4 * 1024 * 1024)
     repeats: int = 5
     rounds: int = 3
@@ -123,7 +124,7 @@ def allreduce_table(results: Sequence[dict], fits: dict[str, LinkFit], rate_mbit
         simulated = simulated_link_bytes(nbytes, nodes, per_node)
         rows.append({"link (Mbit/s)": rate_mbit_s, "size (KiB)": nbytes / 1024,
                      "flat (ms)": row["flat_s"] * 1e3, "two-level (ms)": row["hierarchical_s"] * 1e3,
-                     "two-level / flat (paired)": row["hier_over_flat"],
+                     "two-level / flat (paired)": row["hier_over_flat"], "round spread": row["round_spread"],
                      "model flat (ms)": predicted["flat"] * 1e3, "model two-level (ms)": predicted["hierarchical"] * 1e3,
                      "flat bytes across": row["flat_node_tx_bytes"], "flat simulated": simulated["flat"],
                      "two-level bytes across": row["hierarchical_node_tx_bytes"],
@@ -154,11 +155,22 @@ def places_are_node_by_node(results: Sequence[dict], nodes: int, per_node: int) 
 
 
 def two_level_edge(table: Any, rate_mbit_s: float) -> dict[str, float]:
-    """At the largest size on this link speed: flat time / two-level time, measured (paired) and modelled."""
+    """At the largest size on this link speed: flat time / two-level time, measured (paired) and modelled, and
+    how far the paired ratio moved between rounds."""
     rows = table[table["link (Mbit/s)"] == rate_mbit_s]
     row = rows.loc[rows["size (KiB)"].idxmax()]
     return {"measured": round(float(1.0 / row["two-level / flat (paired)"]), 3),
-            "model": round(float(row["model flat (ms)"] / row["model two-level (ms)"]), 3)}
+            "model": round(float(row["model flat (ms)"] / row["model two-level (ms)"]), 3),
+            "round spread": round(float(row["round spread"]), 2)}
+
+
+def too_noisy(edge: dict[float, dict[str, float]]) -> str | None:
+    """None when every link speed's rounds agree well enough to compare; else the INCONCLUSIVE line to print."""
+    worst = max(e["round spread"] for e in edge.values())
+    if worst <= NOISY_SPREAD:
+        return None
+    return (f"INCONCLUSIVE: the paired two-level/flat ratio moved {worst:.2f}x between rounds (over "
+            f"{NOISY_SPREAD}x): this machine is too busy to compare the link speeds; rerun on a quieter one")
 
 
 def edge_shrinks(edge: dict[float, dict[str, float]], rates_mbit_s: Sequence[float]) -> bool:

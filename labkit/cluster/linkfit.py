@@ -75,7 +75,8 @@ def expected_payload_bytes_s(rate_mbit_s: float) -> float:
 
 def allreduce_summary(results: Sequence[Mapping[str, Any]]) -> dict[int, dict[str, float]]:
     """Per size: median seconds of each algorithm (slowest rank per round), the paired hierarchical/flat time
-    ratio, bytes node 0 sent over its link per all-reduce, and whether every rank got the exact sum every time."""
+    ratio and how far it moved between rounds (largest / smallest: the machine's noise), bytes node 0 sent over
+    its link per all-reduce, and whether every rank got the exact sum every time."""
     sizes = sorted(results[0]["allreduce"], key=int)
     per_node = int(results[0]["local_world_size"])
     out = {}
@@ -84,7 +85,9 @@ def allreduce_summary(results: Sequence[Mapping[str, Any]]) -> dict[int, dict[st
         slowest = {alg: [max(rank[i][0] for rank in rows[alg]) for i in range(len(rows[alg][0]))] for alg in rows}
         node_bytes = {alg: statistics.median(rnd[1] for rnd in rows[alg][0]) for alg in rows}
         exact = all(rnd[2] for alg in rows for rank in rows[alg] for rnd in rank)
+        ratios = [h / f for h, f in zip(slowest["hierarchical"], slowest["flat"]) if f > 0]
         out[int(size)] = {"flat_s": statistics.median(slowest["flat"]),
+                          "round_spread": max(ratios) / min(ratios) if ratios else float("inf"),
                           "hierarchical_s": statistics.median(slowest["hierarchical"]),
                           "hier_over_flat": paired_median(slowest["hierarchical"], slowest["flat"]),
                           "flat_node_tx_bytes": node_bytes["flat"],

@@ -5,7 +5,7 @@ import pandas as pd
 import pytest
 
 from labkit.cluster.lab import (LabConfig, at_rate, edge_shrinks, places_are_node_by_node, simulated_link_bytes,
-                                two_level_edge, verdict)
+                                too_noisy, two_level_edge, verdict)
 from labkit.core.env import Mode
 
 
@@ -41,11 +41,14 @@ def test_simulated_bytes_across_for_two_nodes_of_two():
 
 def test_edge_and_whether_it_shrinks():
     table = pd.DataFrame([{"link (Mbit/s)": r, "size (KiB)": s, "two-level / flat (paired)": p,
-                           "model flat (ms)": mf, "model two-level (ms)": mh}
+                           "model flat (ms)": mf, "model two-level (ms)": mh, "round spread": 1.1}
                           for r, s, p, mf, mh in ((200, 1, 0.9, 1, 1), (200, 8, 0.5, 3, 2), (2000, 8, 1.0, 1, 1))])
     edge = {200: two_level_edge(table, 200), 2000: two_level_edge(table, 2000)}
-    assert edge[200] == {"measured": 2.0, "model": 1.5} and edge[2000] == {"measured": 1.0, "model": 1.0}
+    assert edge[200] == {"measured": 2.0, "model": 1.5, "round spread": 1.1}
+    assert edge[2000] == {"measured": 1.0, "model": 1.0, "round spread": 1.1}
     assert edge_shrinks(edge, (200, 2000)) and not edge_shrinks({200: edge[2000], 2000: edge[200]}, (200, 2000))
+    assert too_noisy(edge) is None
+    assert "INCONCLUSIVE" in too_noisy({200: dict(edge[200], **{"round spread": 2.0})})
 
 
 def test_config_by_mode_and_validation():

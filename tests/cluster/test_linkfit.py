@@ -47,5 +47,5 @@ def test_allreduce_summary_uses_the_slowest_rank_and_drops_the_warm_up_round():
     assert summary["flat_s"] == pytest.approx(0.39) and summary["hierarchical_s"] == pytest.approx(0.2)
     assert summary["hier_over_flat"] == pytest.approx(0.2 / 0.39)
     assert summary["flat_node_tx_bytes"] == 1500 and summary["hierarchical_node_tx_bytes"] == 1000
-    assert summary["exact"]
+    assert summary["exact"] and summary["round_spread"] == pytest.approx(1.0)   # the same ratio every round
     assert not allreduce_summary([_rank(0, 0.3, 0.2, exact=False)])[4096]["exact"]
