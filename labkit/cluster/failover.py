@@ -21,6 +21,7 @@ import psutil
 from labkit.cluster.nodes import EmulatedNodes
 from labkit.cluster.run import JobResult, run_job
 from labkit.core.clock import Deadline, timestamp_s
+from labkit.core.env import Mode, get_mode
 from labkit.core.validation import checked_int, positive_int
 
 POLL_S = 0.02
@@ -39,6 +40,11 @@ class FailureConfig:
     procs_per_node: int = 2
     max_restarts: int = 3
     timeout_s: float = 180.0
+
+    @classmethod
+    def for_mode(cls, mode: Mode | None = None) -> "FailureConfig":
+        """Fast (2 cores, 2 GB): one rank per node, enough to lose a node; full: two per node."""
+        return cls(procs_per_node=1) if (mode or get_mode()).fast else cls(procs_per_node=2)
 
     def __post_init__(self) -> None:
         positive_int(self.steps, "steps")

@@ -10,6 +10,10 @@ variables, each worker a fork of this process running ``labkit launch``'s rank s
 """
 from __future__ import annotations
 
+import contextlib
+import gc
+import importlib
+
 import torch
 from torch.distributed.launcher.api import elastic_launch
 from torch.distributed.run import config_from_args, get_args_parser
@@ -32,4 +36,8 @@ def run_forked_agent(torchrun_argv: list[str]) -> None:
     args = get_args_parser().parse_args(torchrun_argv[1:])
     args.start_method = "fork"
     config, _, cmd_args = config_from_args(args)
-    elastic_launch(config, entrypoint=forked_rank)(cmd_args[-1])
+    target = cmd_args[-1]
+    with contextlib.suppress(Exception):    # a failing import is reported by each rank, with its traceback
+        importlib.import_module(target.partition(":")[0])   # imported once here, inherited by every fork
+    gc.freeze()                             # keep the collector from writing to (and so copying) inherited pages
+    elastic_launch(config, entrypoint=forked_rank)(target)

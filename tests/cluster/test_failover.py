@@ -39,3 +39,10 @@ def test_a_killed_node_restarts_resumes_and_ends_on_the_reference(namespaces_her
     assert summary["recovery (s)"] > 0
     assert all(r["max_diff_vs_reference"] < 1e-5 for r in job.results)
     assert {r["started_at_step"] for r in job.results} == {summary["resumed at step"]}
+
+
+def test_fast_mode_loses_a_node_of_one_rank():
+    from labkit.core.env import Mode
+
+    assert FailureConfig.for_mode(Mode("fast", "test")).procs_per_node == 1
+    assert FailureConfig.for_mode(Mode("full", "test")).procs_per_node == 2
