@@ -104,12 +104,13 @@ def simulated_link_bytes(nbytes: int, nodes: int, per_node: int) -> dict[str, in
             "hierarchical": int(inter_node_bytes(hierarchical_allreduce(arrays, per_node), per_node)[0])}
 
 
-def verdict(predicted: dict[str, float], measured_ratio: float | None) -> dict[str, Any]:
-    """Which algorithm the model says wins, whether its margin is clear, and whether the clock agrees."""
+def verdict(predicted: dict[str, float], measured_ratio: float | None, spread: float = 1.0) -> dict[str, Any]:
+    """Which algorithm the model says wins, whether its margin is clear and the rounds steady enough to judge
+    (``spread``: largest / smallest paired ratio over the rounds), and whether the clock agrees."""
     winner = min(predicted, key=predicted.get)
     margin = max(predicted.values()) / max(min(predicted.values()), 1e-12)
     measured = None if measured_ratio is None else ("hierarchical" if measured_ratio < 1 else "flat")
-    clear = margin >= MARGIN and measured_ratio is not None
+    clear = margin >= MARGIN and measured_ratio is not None and spread <= NOISY_SPREAD
     return {"model winner": winner, "model margin": margin, "clock winner": measured,
             "decided": clear, "agrees": (measured == winner) if clear else None}
 
@@ -129,7 +130,7 @@ def allreduce_table(results: Sequence[dict], fits: dict[str, LinkFit], rate_mbit
                      "flat bytes across": row["flat_node_tx_bytes"], "flat simulated": simulated["flat"],
                      "two-level bytes across": row["hierarchical_node_tx_bytes"],
                      "two-level simulated": simulated["hierarchical"], "exact": row["exact"],
-                     **verdict(predicted, row["hier_over_flat"])})
+                     **verdict(predicted, row["hier_over_flat"], row["round_spread"])})
     return rows
 
 

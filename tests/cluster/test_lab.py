@@ -33,6 +33,7 @@ def test_verdict_decides_only_on_a_clear_margin():
     assert verdict({"flat": 2.0, "hierarchical": 1.0}, 1.2)["agrees"] is False
     close = verdict({"flat": 1.1, "hierarchical": 1.0}, 1.2)
     assert not close["decided"] and close["agrees"] is None
+    assert not verdict({"flat": 2.0, "hierarchical": 1.0}, 0.6, spread=2.0)["decided"]     # rounds disagree
 
 
 def test_simulated_bytes_across_for_two_nodes_of_two():
