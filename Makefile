@@ -4,12 +4,16 @@ PYTHON  ?= python3
 PY      := $(VENV)/bin/python
 EXTRAS  ?= mpi
 STAMP   := $(VENV)/.installed-$(EXTRAS)
+HERE    := $(dir $(abspath $(lastword $(MAKEFILE_LIST))))
+# JupyterLab's settings overrides inside the venv (sys.prefix/share/jupyter/lab/settings): no "get Jupyter news?"
+# pop-up, no update check; the same file Binder's postBuild installs.
+LAB_OVERRIDES := $(VENV)/share/jupyter/lab/settings/overrides.json
 export TF_CPP_MIN_LOG_LEVEL ?= 2
 export PYTHONUNBUFFERED := 1
 
 .PHONY: lab test install pytest nbval browser-deps clean gpu-check
 
-install: $(STAMP)
+install: $(STAMP) $(LAB_OVERRIDES)
 
 # Re-runs only when requirements.txt or pyproject.toml changed (a stamp file records the last install).
 $(STAMP): requirements.txt pyproject.toml
@@ -17,6 +21,10 @@ $(STAMP): requirements.txt pyproject.toml
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -r requirements.txt -e ".[$(EXTRAS)]"
 	@touch $(STAMP)
+
+$(LAB_OVERRIDES): $(HERE)binder/overrides.json $(STAMP)
+	@mkdir -p $(dir $@)
+	cp $< $@
 
 ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root)
 
@@ -32,13 +40,15 @@ browser-deps:
 pytest: install browser-deps
 	$(PY) -m pytest tests -q
 
-# Each notebook appends its lesson tally to runs/lessons.jsonl; the last line totals the run.
+# Each notebook appends its lesson tally (and its separate exercise tally) to runs/lessons.jsonl; the last lines
+# total the run.
 # The total prints whether nbval passed or failed; the target keeps nbval's exit status.
 LESSON_LOG := $(CURDIR)/runs/lessons.jsonl
 nbval: install
 	@mkdir -p runs && rm -f $(LESSON_LOG)
 	LABKIT_LESSON_LOG=$(LESSON_LOG) $(PY) -m pytest -q --nbval-lax --nbval-current-env --nbval-cell-timeout=900 \
-	  -p no:cacheprovider notebooks; rc=$$?; $(PY) -m labkit.core.lessons $(LESSON_LOG); exit $$rc
+	  -p no:cacheprovider notebooks; rc=$$?; $(PY) -m labkit.core.lessons $(LESSON_LOG); \
+	  $(PY) -m labkit.core.exercises $(LESSON_LOG); exit $$rc
 
 test: pytest nbval
 

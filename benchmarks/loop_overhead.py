@@ -25,7 +25,8 @@ from labkit.core.env import pick
 from labkit.core.models import build_model
 from labkit.core.timing import synchronize
 from labkit.core.validation import positive_int
-from labkit.training.loop import TrainConfig, train
+from labkit.training.config import TrainConfig
+from labkit.training.loop import train
 
 
 def bare_loop(model: nn.Module, batches: list, device: torch.device, lr: float = 0.05) -> tuple[float, float]:

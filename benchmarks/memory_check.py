@@ -4,9 +4,9 @@
 
 On a GPU: ResNet-18 and the small CNN, batch 16-1024, fp32 and bf16 autocast, SGD (momentum) and Adam;
 each row's ``error_pct`` is (predicted - measured) / measured with measured = the second step's peak
-allocated minus what other code held (:func:`labkit.training.memory_check.measure_step_memory`) and
+allocated minus what other code held (:func:`labkit.memory.checks.measure_step_memory`) and
 predicted = the model plus each layer's cuDNN workspace, measured layer by layer at that batch
-(:func:`labkit.training.workspace.measure_workspaces`; ``workspace_bytes`` is what it adds to the peak,
+(:func:`labkit.memory.workspaces.measure_workspaces`; ``workspace_bytes`` is what it adds to the peak,
 ``predicted_without_workspace_bytes`` the model alone). On a CPU it
 checks activations and optimizer state against counts made without the model's hook, and the recorded
 H100 rows (tests/fixtures/gpu_reference_h100.json).
@@ -20,10 +20,11 @@ from pathlib import Path
 
 import torch
 
-from labkit.training.memory import build_memory_model, release_cpu_memory
-from labkit.training.memory_check import check_on_cpu, compare_with_reference, measure_step_memory, recorded_reference
 from labkit.core.models import build_model
-from labkit.training.workspace import measure_workspaces
+from labkit.memory.checks import check_on_cpu, compare_with_reference, measure_step_memory, recorded_reference
+from labkit.memory.host import release_cpu_memory
+from labkit.memory.model import build_memory_model
+from labkit.memory.workspaces import measure_workspaces
 
 MODELS, BATCHES, DTYPES, OPTIMIZERS = ("resnet18", "small_cnn"), (16, 64, 256, 1024), ("fp32", "bf16"), ("sgd", "adam")
 

@@ -210,3 +210,23 @@ def readout_numbers(container, selector: str = ".labkit-readout") -> tuple[str, 
     """The readout's visible text and the numbers in it."""
     text = container.locator(selector).first.inner_text()
     return text, parse_numbers(text)
+
+
+def move_slider(container, description: str, value: int | str, max_presses: int = 40) -> str:
+    """Move a slider with the keyboard, as a person would (focus its handle, arrow keys) until its readout
+    shows ``value`` (a readout may carry a note after the number, e.g. "512 (won't fit)"); returns the readout."""
+    control = labelled_control(container, description)
+    handle = control.locator("[role=slider]").first
+    readout = control.locator(".widget-readout")
+    target = re.compile(rf"^\s*{re.escape(str(value))}\b")
+    handle.focus()
+    for _ in range(max_presses):
+        text = readout.inner_text().strip()
+        if target.search(text):
+            container.page.wait_for_timeout(300)
+            return text
+        now = parse_numbers(text)
+        key = "ArrowRight" if not now or now[0] < float(value) else "ArrowLeft"
+        handle.press(key)
+        container.page.wait_for_timeout(150)
+    raise AssertionError(f"the slider {description!r} did not reach {value}: it shows {readout.inner_text()!r}")

@@ -46,3 +46,26 @@ def parent_of_sleeping_ranks(tmp_path: Path, start_method: str = "fresh",
         yield parent, kids
     finally:
         kill_tree(parent.pid)
+
+
+def rank_one_is_killed() -> int:
+    """Rank 1 dies by SIGKILL (as the OOM killer does); rank 0 returns its rank."""
+    import os
+    import signal
+
+    import torch.distributed as dist
+
+    rank = int(os.environ["RANK"])
+    dist.barrier()                       # the group is fully connected before the kill
+    if rank == 1:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return rank
+
+
+def returns_then_lingers() -> int:
+    """Return at once, then keep the process alive 60 s in a non-daemon thread (a slow teardown)."""
+    import os
+    import threading
+
+    threading.Thread(target=time.sleep, args=(60,)).start()
+    return int(os.environ["RANK"])

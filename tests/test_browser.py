@@ -3,8 +3,9 @@
 Starts JupyterLab (this environment, localhost, random token, free port) on copies of the notebooks,
 opens them in Debian's Chromium through Playwright (``executable_path``; nothing downloads a browser),
 runs the cells each dashboard needs (Shift+Enter; the whole notebooks run under nbval), then uses the
-dashboards: the batch-size dashboard (type a batch size, press Run, watch the live readout, press Stop,
-again at a second batch size, compare) and the all-reduce ring view (move the step slider, press Play,
+dashboards: the batch-size dashboard (move the batch slider past what fits and see it refused before running,
+then to a batch, press Run, watch the live readout and plots, see a second Run refused, press Stop, again at a
+second batch size, compare in the results table) and the all-reduce ring view (move the step slider, press Play,
 watch it advance, press Stop). Fails on any JavaScript error in the page console and on any widget shown
 as a text fallback; a probe notebook, run from the Run menu, proves that check can fail. Screenshots go
 to ``runs/screenshots/``. The server is shut down and its port freed even when a test fails.
@@ -12,7 +13,9 @@ Needs Debian's chromium (`make browser-deps` runs `apt-get install -y chromium`)
 """
 from __future__ import annotations
 
+import os
 import re
+import shutil
 import time
 from pathlib import Path
 
@@ -28,19 +31,19 @@ if CHROMIUM is None:
                 allow_module_level=True)
 sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed (pip install playwright)")
 
-from tests.browser_page import (ConsoleWatch, LabPage, click_button, control_value, launch_chromium,  # noqa: E402
-                          set_control)
+from tests.browser_page import (ConsoleWatch, LabPage, click_button, launch_chromium, move_slider,  # noqa: E402
+                                set_control)
 
 REPO = Path(__file__).resolve().parents[1]
 SCREENSHOTS = REPO / "runs" / "screenshots"
 BATCH_NOTEBOOK = "02_batch_size.ipynb"
 # Notebook 02 as a whole (sweeps, finder, LR scaling, Keras) runs under nbval; here only what the dashboard
 # needs runs in the browser: the mode cell, the cell that loads `data`, and the dashboard cell.
-BATCH_CELLS = ("labkit.get_mode()", "data = load_data(", "BatchSizeDashboard(")
+BATCH_CELLS = ("get_mode()", "data = load_data(", "BatchSizeDashboard(")
 RING_NOTEBOOK = "06_all_reduce.ipynb"
 # Likewise for 06: the mode cell, the imports, the cell that seeds `rng`, and the ring view (no process launches,
 # no timing claims, so nothing here can flake on a busy machine).
-RING_CELLS = ("labkit.get_mode()", "from labkit.ui.ring_view import", "rng = np.random.default_rng(0)", "ring_view(")
+RING_CELLS = ("get_mode()", "from labkit.ui.ring_view import", "rng = np.random.default_rng(0)", "ring_view(")
 NOTEBOOK_TIMEOUT_S = 240.0
 LIVE_TIMEOUT_S = 90.0
 
@@ -151,35 +154,52 @@ def wait_for_steps(lab_page: LabPage, dashboard, min_step: int, before: str) -> 
     raise AssertionError(f"the readout did not reach step {min_step} live within {LIVE_TIMEOUT_S:.0f} s: {seen}")
 
 
+def results_rows(dashboard) -> list[dict[str, str]]:
+    """The results table under the plots, as {column: text} per run."""
+    table = dashboard.locator(".labkit-results table").first
+    heads = [h.strip() for h in table.locator("thead th").all_inner_texts()]
+    return [dict(zip(heads, [c.strip() for c in row.locator("td").all_inner_texts()]))
+            for row in table.locator("tbody tr").all()]
+
+
 def run_once(lab_page: LabPage, dashboard, batch_size: int) -> dict[str, float]:
-    """Type a batch size, press Run, watch the live readout, screenshot, press Stop; return the last numbers."""
-    set_control(dashboard, "Batch size", batch_size)
-    assert control_value(dashboard, "Batch size") == str(batch_size)
+    """Move the slider to a batch size, press Run, watch the readout and the plots update, press Stop."""
+    shown = move_slider(dashboard, "Batch size", batch_size)
+    assert parse_numbers(shown)[0] == batch_size, shown
     before = dashboard.locator(".labkit-readout").first.inner_text()
     plot = dashboard.locator("img.widget-image").first
     plot_before = plot.get_attribute("src") if plot.count() else None
+    pressed = time.monotonic()
     click_button(dashboard, "Run")
-    live = wait_for_steps(lab_page, dashboard, min_step=8, before=before)
-    if plot_before is not None:   # the throughput/accuracy plot is a live view too
+    if plot_before is not None:   # the accuracy, loss and throughput plots are a live view too
         lab_page.page.wait_for_function("([img, old]) => img.src !== old", timeout=LIVE_TIMEOUT_S * 1000,
-                                        arg=[plot.element_handle(), plot_before])
+                                        arg=[plot.element_handle(), plot_before], polling=50)
+        print(f"batch {batch_size}: the plot changed in the browser {time.monotonic() - pressed:.2f} s after Run")
+    live = wait_for_steps(lab_page, dashboard, min_step=8, before=before)
+    click_button(dashboard, "Run")   # a second Run while one is going is refused, visibly
+    expect_text(lab_page, dashboard, "already going", "a second Run while one runs was not refused")
     shot(dashboard, f"batch_size_dashboard_running_b{batch_size}.png")
     click_button(dashboard, "Stop")
     final_text = wait_until_stopped(lab_page, dashboard)
     final = readout_fields(final_text)
     assert final["step"] >= live["step"]
-    assert re.search(rf"\b{batch_size}\b", final_text), f"the readout does not name batch {batch_size}: {final_text!r}"
-    stopped = re.compile(rf"stopped\b.*\b{batch_size}\b")   # the status line: "stopped <model> bs=<batch>: ..."
-    deadline = time.monotonic() + LIVE_TIMEOUT_S
-    while not stopped.search(dashboard.inner_text()) and time.monotonic() < deadline:
-        lab_page.page.wait_for_timeout(250)
-    assert stopped.search(dashboard.inner_text()), "Stop did not end the run early (no 'stopped' status shown)"
-    shot(dashboard, f"batch_size_dashboard_stopped_b{batch_size}.png")
+    assert re.search(rf"\bbs={batch_size}\b", final_text), f"the readout does not name batch {batch_size}: {final_text!r}"
+    expect_text(lab_page, dashboard, re.compile(rf"stopped\b.*\bbs={batch_size}\b"),
+                "Stop did not end the run early (no 'stopped' status shown)")
     return final
 
 
+def expect_text(lab_page: LabPage, container, pattern, message: str) -> None:
+    """Wait until the container's text contains ``pattern`` (a string or a compiled regex)."""
+    found = (lambda t: pattern.search(t)) if isinstance(pattern, re.Pattern) else (lambda t: pattern in t)
+    deadline = time.monotonic() + LIVE_TIMEOUT_S
+    while not found(container.inner_text()) and time.monotonic() < deadline:
+        lab_page.page.wait_for_timeout(250)
+    assert found(container.inner_text()), f"{message}: {container.inner_text()[:600]!r}"
+
+
 def test_batch_size_dashboard(lab_page: LabPage):
-    """Open notebook 02, run the dashboard's cells, use it at two batch sizes: live numbers that differ rightly."""
+    """Open notebook 02, run the dashboard's cells, use it as a learner would: slider, Run, Stop, the table."""
     if not (REPO / "notebooks" / BATCH_NOTEBOOK).exists():
         pytest.fail(f"notebooks/{BATCH_NOTEBOOK} is missing")
     lab_page.open_notebook(f"notebooks/{BATCH_NOTEBOOK}")
@@ -188,13 +208,30 @@ def test_batch_size_dashboard(lab_page: LabPage):
     lab_page.tidy_for_screenshots()
     dashboard = lab_page.page.locator(".labkit-dashboard").first
     assert dashboard.count(), "notebook 02 shows no .labkit-dashboard"
-    set_control(dashboard, "Steps", 500)      # long enough that Stop, not the end of the run, ends it
+    demo_rows = len(results_rows(dashboard))
+    set_control(dashboard, "Steps", 5000)     # long enough that Stop, not the end of the run, ends it
+    largest = int(re.search(r"fits up to batch (\d+)", dashboard.locator(".labkit-limit").first.inner_text())[1])
+    too_big = 1 << largest.bit_length()       # the slider's last stop: one power of two past what fits
+    assert "won't fit" in move_slider(dashboard, "Batch size", too_big)
+    expect_text(lab_page, dashboard, f"batch {too_big} would not fit", "no warning before running a batch too big")
+    click_button(dashboard, "Run")
+    lab_page.page.wait_for_timeout(1500)
+    assert len(results_rows(dashboard)) == demo_rows, "a batch that does not fit was run"
     small = run_once(lab_page, dashboard, 8)
     large = run_once(lab_page, dashboard, 64)
     assert small["samples_per_s"] > 0 and large["samples_per_s"] > 0
     assert large["peak_mem_mb"] > small["peak_mem_mb"], (
         f"peak memory should grow with the batch (activations): bs=8 {small}, bs=64 {large}")
-    assert (small["samples_per_s"], small["step_time_ms"]) != (large["samples_per_s"], large["step_time_ms"])
+    rows = results_rows(dashboard)
+    assert len(rows) == demo_rows + 2, rows
+    for row, batch in zip(rows[-2:], (8, 64)):
+        assert row["batch"] == str(batch) and row["state"] == "stopped", row
+        assert float(row["samples/s"].replace(",", "")) > 0 and float(row["measured_MB"]) > 0, row
+    bars = dashboard.locator(".labkit-memory-bar")
+    assert bars.count() >= 2 and dashboard.locator(".labkit-measured-tick").count() >= 2
+    path = shot(dashboard, "batch_size_dashboard.png")
+    if os.environ.get("LABKIT_README_SCREENSHOTS") == "1":   # refresh the README's picture on purpose only
+        shutil.copyfile(path, REPO / "docs" / "screenshots" / "batch_size_dashboard.png")
     lab_page.assert_widgets_rendered()
 
 

@@ -15,10 +15,11 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 PACKAGE = REPO / "labkit"
 # A module may import from its own layer and the layers below it, never above.
-LAYERS = {"core": 0, "training": 1, "comm": 1, "profile": 2, "input": 2, "parallel": 2, "sharding": 2,
-          "ladder": 2, "tf": 2, "cluster": 2, "ui": 3, "cli": 4}
+LAYERS = {"core": 0, "memory": 1, "comm": 1, "training": 2, "profile": 3, "input": 3, "parallel": 3, "sharding": 3,
+          "ladder": 3, "tf": 3, "cluster": 3, "ui": 4, "cli": 5}
 # Modules that run in TensorFlow-only children or set up a kernel before a framework loads.
 TORCH_FREE = ("core.clock", "core.validation", "core.machine", "core.procs", "core.rundirs", "core.progress",
+              "core.results", "core.envcheck", "core.manifest",
               "core.lessons", "training.batch_rules", "cluster.nodes", "cluster.rankside", "cluster.slurm",
               "comm.launch_nodes")
 MAX_MODULE_LINES = 320          # STYLE.md: "under ~300 lines"; a little slack for docstrings
@@ -196,3 +197,114 @@ def test_public_functions_have_a_docstring_and_type_hints(path):
     (a property needs its return hint; its docstring is optional)."""
     gaps = undocumented_or_unhinted(ast.parse(path.read_text()))
     assert not gaps, f"{path.relative_to(REPO)}: {gaps}"
+
+
+def import_graph() -> dict[str, set[str]]:
+    """module -> the labkit modules it imports, every import counted: top level, ``TYPE_CHECKING`` blocks and
+    imports inside functions alike (a loop through a type hint or a lazy import is still a loop in meaning)."""
+    names = {m for m, _ in modules()}
+    graph: dict[str, set[str]] = {}
+    for name, path in modules():
+        edges = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("labkit"):
+                targets = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+            elif isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            else:
+                continue
+            edges |= {t.removeprefix("labkit.") for t in targets if t.removeprefix("labkit.") in names}
+        graph[name] = edges - {name}
+    return graph
+
+
+def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Every strongly connected group of more than one module (Tarjan 1972): each is at least one import loop."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    cycles: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = []
+            while True:
+                w = stack.pop()
+                group.append(w)
+                if w == v:
+                    break
+            if len(group) > 1:
+                cycles.append(sorted(group))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return cycles
+
+
+def test_the_cycle_finder_finds_a_loop_through_a_type_hint():
+    assert import_cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert import_cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_import_cycles_between_labkit_modules():
+    """Issue 23: loop <-> stepper and memory -> memory_timeline -> workspace -> memory were loops; none may return,
+    through a ``TYPE_CHECKING`` import or a lazy one either."""
+    cycles = import_cycles(import_graph())
+    assert not cycles, f"import cycles between labkit modules: {cycles}"
+
+
+# Issue 23: one training step (labkit.core.step.TrainStep). These alone may call backward or an optimizer's step
+# themselves, each for a reason the lesson needs; anything else goes through the one step.
+OWN_STEP_ALLOWED = {
+    "core.step.TrainStep._one": "the one step's backward",
+    "core.step.TrainStep._update": "the one step's update",
+    "parallel.sync_sgd.micro_batch_gradients": "the derivation: each replica's gradient kept, no update, compared "
+                                               "with the combined batch's",
+    "parallel.pipeline._run_pipeline": "GPipe by hand: each stage's backward on the gradient its neighbour sent",
+    "sharding.strategies.Zero1Optimizer.step": "ZeRO-1 by hand is an optimizer: its step calls Adam on the shard",
+}
+_OPTIMIZER_NAMES = ("opt", "scaler", "adam")
+
+
+def own_step_calls(tree: ast.Module) -> list[tuple[str, int, str]]:
+    """(enclosing function's qualified name, line, call) for every ``.backward(`` and every optimizer ``.step(``."""
+    found = []
+
+    def walk(node: ast.AST, qual: list[str]) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                walk(child, qual + [child.name])
+                continue
+            if isinstance(child, ast.Call) and isinstance(child.func, ast.Attribute):
+                receiver = ast.unparse(child.func.value).lower()
+                if child.func.attr == "backward" or (child.func.attr == "step"
+                                                     and any(n in receiver for n in _OPTIMIZER_NAMES)):
+                    found.append((".".join(qual), child.lineno, ast.unparse(child.func)))
+            walk(child, qual)
+
+    walk(tree, [])
+    return found
+
+
+def test_the_step_finder_sees_backward_and_optimizer_steps_but_not_profiler_steps():
+    tree = ast.parse("def f(model, opt, prof):\n    loss.backward()\n    opt.step()\n    prof.step()\n")
+    assert [(q, c) for q, _, c in own_step_calls(tree)] == [("f", "loss.backward"), ("f", "opt.step")]
+
+
+def test_one_training_step_every_other_sequence_is_a_named_lesson():
+    """Every forward/backward/update in labkit runs through labkit.core.step.TrainStep, but the lessons above."""
+    own = []
+    for name, path in modules():
+        for qual, line, call in own_step_calls(ast.parse(path.read_text())):
+            if f"{name}.{qual}" not in OWN_STEP_ALLOWED:
+                own.append(f"{name}.{qual} line {line}: {call}()")
+    assert not own, f"a training step outside labkit.core.step (use TrainStep, or name the lesson here): {own}"

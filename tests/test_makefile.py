@@ -1,6 +1,7 @@
 """The Makefile's nbval target: the lesson total prints even when a notebook fails, and the failure still fails make."""
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 from pathlib import Path
@@ -31,3 +32,19 @@ def test_nbval_prints_the_lesson_total_and_keeps_nbvals_exit_status(tmp_path, nb
         assert done.returncode == 2 and "nbval] Error 3" in done.stderr  # make's own status for a failed recipe
     else:
         assert done.returncode == 0
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
+def test_install_puts_binders_jupyterlab_overrides_into_the_venv(tmp_path):
+    """`make lab` opens without the "get notified about Jupyter news?" pop-up: install copies the overrides."""
+    venv = tmp_path / "venv"
+    stamp = venv / ".installed-mpi"
+    stamp.parent.mkdir(parents=True)
+    stamp.touch()
+    done = subprocess.run(["make", "-s", "-C", str(tmp_path), "-f", str(REPO / "Makefile"), "-o", str(stamp),
+                           "install", f"VENV={venv}"], env={"PATH": "/usr/bin:/bin"}, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    installed = venv / "share" / "jupyter" / "lab" / "settings" / "overrides.json"
+    settings = json.loads(installed.read_text())
+    assert settings == json.loads((REPO / "binder" / "overrides.json").read_text())
+    assert settings["@jupyterlab/apputils-extension:notification"]["fetchNews"] == "false"

@@ -6,13 +6,17 @@ uses. Flags follow nccl-tests' all_reduce_perf: -b/-e/-f (sizes), -n (iterations
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import json
+import sys
 import threading
 
-from labkit.cli.common import (byte_list, nonnegative_int, parse_bytes, positive_float, positive_int, print_json,
-                               subparser)
+from labkit.cli.common import (add_results_flag, byte_list, nonnegative_int, parse_bytes, positive_float, positive_int,
+                               print_json, results_file, subparser)
 from labkit.core.choices import BACKENDS, COMM_DTYPES
 from labkit.core.clock import now_s
 from labkit.core.progress import progress_bar
+from labkit.core.results import ResultStream, atomic_write_text, keep_finished
 
 MAX_SIZES = 64
 
@@ -66,11 +70,19 @@ def run(args: argparse.Namespace) -> int:
     backend = choose_backend(args.world_size, args.backend).backend
     check_world_size(args.world_size, world_size_limit(backend))
     check_memory(args.world_size, max(sizes), backend)
+    stream = ResultStream(results_file(args.results, "allreduce-bench", "rows.jsonl"), len(sizes), "message sizes")
+    if stream.path.exists():
+        stream.path.unlink()      # rows of an earlier run must not pass for this one's
     desc = f"all_reduce on {args.world_size} ranks ({backend}), {len(sizes)} sizes"
     start_s = now_s()
-    with ElapsedBar(desc, enabled=not args.no_progress):
-        rows = allreduce_benchmark(args.world_size, sizes, backend=backend, iters=args.iters,
-                                   warmup=args.warmup, dtype=args.dtype, timeout_s=args.timeout_s)
+    with keep_finished(stream, lambda rows: show_rows(rows, args.json)), \
+            ElapsedBar(desc, enabled=not args.no_progress):
+        try:
+            rows = allreduce_benchmark(args.world_size, sizes, backend=backend, iters=args.iters, warmup=args.warmup,
+                                       dtype=args.dtype, timeout_s=args.timeout_s, rows_path=str(stream.path))
+        except BaseException:
+            stream.reload()       # the rows rank 0 saved before the timeout or interrupt
+            raise
     wall_s = now_s() - start_s
     wrong = sum(r.wrong for r in rows)
     if args.json:
@@ -78,7 +90,19 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(format_nccl_tests_table(rows))
         print(summary_lines(rows, wall_s))
+    sys.stdout.flush()
+    atomic_write_text(stream.path, "".join(json.dumps(dataclasses.asdict(r)) + "\n" for r in rows))  # all rows
     return 0 if wrong == 0 else 1
+
+
+def show_rows(rows: list[dict], as_json: bool) -> None:
+    """The rows that finished before a timeout or interrupt, in the same layout as a full run."""
+    from labkit.comm.bench import BenchRow, format_nccl_tests_table
+
+    if as_json:
+        print_json({"rows": rows, "complete": False})
+    else:
+        print(format_nccl_tests_table([BenchRow(**row) for row in rows]))
 
 
 def summary_lines(rows: list, wall_s: float) -> str:
@@ -115,6 +139,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--dtype", choices=tuple(COMM_DTYPES), default="float32", help="element type (default float32)")
     p.add_argument("--timeout-s", type=positive_float, default=300.0,
                    help="kill every rank after this many seconds (default 300)")
+    add_results_flag(p, "runs/allreduce-bench/rows.jsonl")
     p.add_argument("--json", action="store_true", help="print the rows as JSON on stdout")
     p.add_argument("--no-progress", action="store_true", help="hide the elapsed-time line (shown on stderr)")
     p.set_defaults(func=run)

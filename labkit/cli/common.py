@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 import numpy as np
 
 from labkit.core.choices import DATASETS, MODELS
+from labkit.core.envcheck import writable_place_problem
+from labkit.core.rundirs import RUN_DIR_ENV_VAR, run_path
 
 if TYPE_CHECKING:
     from torch import nn
@@ -181,6 +183,24 @@ def add_output_flags(parser: argparse.ArgumentParser) -> None:
     """--json and --no-progress, shared by every measuring subcommand."""
     parser.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar (shown on stderr)")
+
+
+def results_file(text: str | None, *default: str) -> Path:
+    """``--results`` (default: run_path(*default)) if it can be written, else one ValueError before any work."""
+    path = Path(text).expanduser() if text else run_path(*default)
+    where = "--results" if text else f"the default results file (under {RUN_DIR_ENV_VAR} or runs/)"
+    if path.is_dir():
+        raise ValueError(f"{where} {path} is a folder; give a file name, e.g. --results runs/rows.jsonl")
+    why = writable_place_problem(path.parent)
+    if why:
+        raise ValueError(f"{where} {path}: its folder {why}; give a --results file you can write")
+    return path
+
+
+def add_results_flag(parser: argparse.ArgumentParser, default: str) -> None:
+    """--results FILE: where each finished row is saved as it finishes (JSON lines)."""
+    parser.add_argument("--results", default=None, help="JSON-lines file each finished row is saved to at once "
+                        f"(default: {default} at the repository root, or under ${RUN_DIR_ENV_VAR})")
 
 
 def add_model_flags(parser: argparse.ArgumentParser, default_model: str = "small_cnn") -> None:

@@ -54,10 +54,11 @@ class Report:
     data_dir: str = ""
     data_problem: str = ""   # labkit.core.data's own message (what is wrong; what to do), "" when the data is usable
     extras: dict[str, str] = field(default_factory=dict)
+    env_problems: list[str] = field(default_factory=list)   # labkit.core.envcheck's findings, one line each
 
     @property
     def ok(self) -> bool:
-        return not self.missing_required and not self.data_problem
+        return not self.missing_required and not self.data_problem and not self.env_problems
 
 
 def _version(dist: str, module: str) -> str | None:
@@ -87,10 +88,15 @@ def collect(check_network: bool = True) -> Report:
     """Gather the report; ``check_network=False`` skips the dataset download probe."""
     from labkit.comm.mpi import mpi_info
     from labkit.core import data, device, env
+    from labkit.core.envcheck import environment_problems
 
+    env_problems = environment_problems()
     packages = {dist: _version(dist, mod) for dist, mod, _ in REQUIRED + OPTIONAL}
     missing = [f"{dist} (needed for {why})" for dist, _, why in REQUIRED if packages[dist] is None]
-    mode = env.get_mode()
+    try:
+        mode = env.get_mode()
+    except ValueError:      # listed in env_problems; the kit would refuse to run, so say which mode it falls back to
+        mode = env.get_mode({})
     if check_network:
         dataset, reason = data.resolve_dataset()
     else:
@@ -102,6 +108,7 @@ def collect(check_network: bool = True) -> Report:
         gpus=[asdict(g) for g in device.gpu_info()], nccl=device.nccl_available(),
         mode=mode.name, mode_reason=mode.reason, dataset=dataset, dataset_reason=reason,
         cifar10_cached=data.cifar10_cached(), data_dir=str(data.DATA_DIR), data_problem=data_problem(),
+        env_problems=env_problems,
     )
 
 
@@ -132,6 +139,7 @@ def format_report(report: Report) -> str:
     if report.missing_required:
         lines.append("MISSING: " + "; ".join(report.missing_required))
         lines.append(f"Fix: {FIX}")
+    lines += [f"ENVIRONMENT PROBLEM: {problem}" for problem in report.env_problems]
     if report.data_problem:  # data's messages read "what is wrong; what to do"
         problem, _, fix = report.data_problem.partition("; ")
         lines.append(f"DATA PROBLEM: {problem}")
@@ -140,13 +148,15 @@ def format_report(report: Report) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Print the doctor report (or JSON); exit 1 when a required package is missing or the data folder is unusable."""
+    """Print the doctor report (or JSON); exit 1 when a required package is missing or the data folder is unusable, 2 when a variable is wrong."""
     report = collect(check_network=not args.no_network)
     if args.json:
         print(json.dumps({**asdict(report), "ok": report.ok}, indent=2))
     else:
         print(format_report(report))
-    return 0 if report.ok else 1
+    for problem in report.env_problems:   # as every other subcommand refuses it: named on stderr, exit 2
+        print(f"error: {problem}", file=sys.stderr)
+    return 2 if report.env_problems else 0 if report.ok else 1
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

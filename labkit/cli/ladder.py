@@ -13,23 +13,30 @@ from typing import TYPE_CHECKING
 
 from labkit.cli.common import add_output_flags, device_name, int_list, positive_int, subparser
 from labkit.core.choices import MODELS
-from labkit.core.rundirs import check_writable_dir, run_path
+from labkit.core.envcheck import writable_place_problem
+from labkit.core.results import ResultStream, keep_finished
+from labkit.core.rundirs import RUN_DIR_ENV_VAR, run_path
 from labkit.ladder.rungs import RUNG_KEYS
 
 if TYPE_CHECKING:
     from labkit.ladder.config import LadderConfig
 
 
-def checked_out_dir(text: str) -> Path:
-    """``--out`` as a directory that exists (created if needed) and is writable, or one clear ValueError."""
+def checked_out_dir(text: str, typed: bool = True) -> Path:
+    """``--out`` as a directory that is, or can be created, writable; one clear ValueError otherwise.
+
+    Nothing is created here (a usage error found later must not leave an empty folder); ``typed`` False means
+    the default under $LABKIT_RUN_DIR (or runs/), and the message blames that, not --out.
+    """
     path = Path(text).expanduser()
+    where = f"--out {text}" if typed else f"the default output folder {text} (from {RUN_DIR_ENV_VAR} or runs/)"
     if path.exists() and not path.is_dir():
-        raise ValueError(f"--out {text} is a file, not a directory; give a directory for ladder.json and "
+        raise ValueError(f"{where} is a file, not a directory; give a directory for ladder.json and "
                          "ladder.md, e.g. --out runs/ladder")
-    try:
-        return check_writable_dir(path, name="--out", example="--out runs/ladder")
-    except PermissionError as err:          # a bad --out is a usage error (exit 2), found before any work
-        raise ValueError(str(err)) from None
+    why = writable_place_problem(path)
+    if why:                                 # a bad --out is a usage error (exit 2), found before any work
+        raise ValueError(f"{where} {why}; pass an --out you can write to, e.g. --out runs/ladder")
+    return path
 
 
 def max_ddp_world_size(device: str | None) -> tuple[int, str]:
@@ -61,12 +68,12 @@ def check_args(args: argparse.Namespace) -> tuple[Path, LadderConfig]:
     """Every check that can fail, before the first rung: returns (out dir, config) or raises one ValueError."""
     from labkit.core.validation import positive_int as checked_positive
 
-    out = checked_out_dir(args.out)
     if args.ddp_world_size is not None:
         limit, why = max_ddp_world_size(args.device)
         if args.ddp_world_size > limit:
             checked_positive(args.ddp_world_size, "--ddp-world-size", maximum=max(limit, 1), hint=why)
-    return out, config_from_args(args)
+    config = config_from_args(args)
+    return checked_out_dir(args.out or str(run_path("ladder")), typed=args.out is not None), config
 
 
 def run(args: argparse.Namespace) -> int:
@@ -74,7 +81,10 @@ def run(args: argparse.Namespace) -> int:
     from labkit.ladder.climb import run_ladder
 
     out, config = check_args(args)
-    result = run_ladder(config)
+    stream = ResultStream(out / "ladder.jsonl", len(RUNG_KEYS), "rungs")
+    with keep_finished(stream, lambda rows: print(partial_table(rows))):
+        result = run_ladder(config, on_rung=lambda row: stream.add(row, to_json=dataclasses.asdict))
+        stream.phase = "the hardware ceiling"
     json_path, md_path = result.save(out)
     if args.json:
         print(result.to_json())
@@ -82,6 +92,15 @@ def run(args: argparse.Namespace) -> int:
         print(result.to_markdown())
         print(f"\nwrote {json_path} and {md_path}")
     return 0
+
+
+def partial_table(rows: list) -> str:
+    """The rungs that finished before an interrupt, as a short table."""
+    from labkit.cli.common import fmt, format_table
+
+    return format_table([dataclasses.asdict(r) for r in rows], [
+        ("rung", "rung", str), ("title", "rung", str), ("samples_per_s", "samples/s", fmt(".1f")),
+        ("val_accuracy", "val acc", fmt(".1%")), ("status", "status", str)], title="rungs finished")
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -95,11 +114,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                             "labkit ladder --model small_cnn --budget-epochs 1 --skip compile ddp",
                             "labkit ladder --train-limit 256 --batch-sizes 16,32 --out runs/ladder-small",
                             "labkit ladder --device cuda --json"])
-    p.add_argument("--out", default=str(run_path("ladder")), help="directory for ladder.json and ladder.md "
-                   "(default: runs/ladder at the repository root)")
+    p.add_argument("--out", default=None, help="directory for ladder.json, ladder.md and ladder.jsonl (each rung "
+                   "as it finishes; default: runs/ladder at the repository root, or under $LABKIT_RUN_DIR)")
     p.add_argument("--model", choices=MODELS, help="model (default: small_cnn in fast mode, resnet18 in full)")
     p.add_argument("--dataset", choices=("auto", "cifar10", "digits", "synthetic"),
-                   help="dataset for labkit.load_data (default: auto)")
+                   help="dataset for labkit.core.data.load_data (default: auto)")
     p.add_argument("--train-limit", type=positive_int, help="use at most this many training images")
     p.add_argument("--budget-epochs", type=int, help="fixed training budget per rung, in epochs")
     p.add_argument("--batch-sizes", type=int_list, help="rung 1's candidate batch sizes, comma-separated: 16,32,64")

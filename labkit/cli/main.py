@@ -8,9 +8,15 @@ the install puts in the venv (`.venv/bin/labkit`, or plain `labkit` once the ven
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
+import os
+import re
 import sys
 from typing import Sequence
+
+from labkit.core.results import (StoppedEarly, Terminated, WriteError, describe_os_error, sigterm_as_interrupt,
+                                 signals_deferred)
 
 # Subcommands that live in their own modules; each has `add_parser(subparsers)`.
 SUBCOMMAND_MODULES = ("labkit.cli.doctor", "labkit.cli.sweep", "labkit.cli.profile", "labkit.cli.memory",
@@ -39,25 +45,108 @@ def _failure_types() -> tuple[type[BaseException], ...]:
     """Errors that mean 'the measurement could not run here' (exit 1, one line), not a bug in the kit."""
     from labkit.comm.launch import LaunchError
     from labkit.core.data import DataUnavailableError
+    from labkit.core.envcheck import EnvironmentProblem
 
-    return DataUnavailableError, LaunchError, PermissionError, TimeoutError
+    return DataUnavailableError, EnvironmentProblem, LaunchError, PermissionError, TimeoutError, WriteError
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null, so the interpreter's last flush cannot fail again on a closed or full stdout."""
+    with open(os.devnull, "wb") as null:
+        os.dup2(null.fileno(), sys.stdout.fileno())
+
+
+# Python parameter names in library messages that have no option of the same dest, per subcommand
+PARAMETER_OPTIONS = {"launch": {"timeout_s": "--timeout", "world_size": "--world-size"},
+                     "allreduce-bench": {"sizes_bytes": "--sizes"}}
+
+
+def in_option_words(message: str, parser: argparse.ArgumentParser, command: str | None) -> str:
+    """``message`` with the kit's parameter names (budget_epochs) replaced by the options a user typed."""
+    sub = parser._subparsers._group_actions[0].choices.get(command) if parser._subparsers else None
+    names = dict(PARAMETER_OPTIONS.get(command or "", {}))
+    for action in sub._actions if sub is not None else []:
+        if action.option_strings and "_" in action.dest:
+            names.setdefault(action.dest, max(action.option_strings, key=len))
+    for name, option in names.items():
+        message = re.sub(rf"(?<![\w-]){name}(?![\w])", option, message)
+    return message
+
+
+def _run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    """The subcommand, with expected failures turned into one line (in the options' words) and an exit status."""
+    def say(err: object) -> None:
+        print(in_option_words(str(err), parser, args.command), file=sys.stderr)
+
+    try:
+        if args.command != "simulate":   # every other subcommand imports torch: an interrupt meanwhile waits
+            with signals_deferred():
+                importlib.import_module("torch")
+        return args.func(args)
+    except ValueError as err:  # bad arguments that argparse could not see: one line, exit 2
+        say(f"error: {err}")
+        return 2
+    except _failure_types() as err:
+        say(f"error: {err}")
+        return 1
+    except StoppedEarly as err:     # the finished part is already printed and saved
+        say(err)
+        return err.code
+
+
+def _flush_or_report() -> None:
+    """Flush stdout; a full or closed one becomes one line on stderr and exit status 1."""
+    try:
+        sys.stdout.flush()
+    except OSError as err:
+        _silence_stdout()
+        if not isinstance(err, BrokenPipeError):
+            print(f"error: {describe_os_error('standard output', err)}", file=sys.stderr)
+        raise SystemExit(141 if isinstance(err, BrokenPipeError) else 1) from None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Parse, run the subcommand, and turn expected errors into one line and an exit status."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if not getattr(args, "func", None):
-        parser.print_help()
-        return 2
+    """Parse, check the environment, run the subcommand; a full or closed stdout is one line, never a traceback."""
     try:
-        return args.func(args)
-    except ValueError as err:  # bad arguments that argparse could not see: one line, exit 2
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    except _failure_types() as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 1
+        with sigterm_as_interrupt():         # also while the parser is built, before any subcommand runs
+            return _main(argv)
+    except Terminated:
+        print("terminated (SIGTERM)", file=sys.stderr)
+        return 143
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+
+
+def _main(argv: Sequence[str] | None) -> int:
+    """The body of :func:`main`, inside its interrupt handling."""
+    from labkit.core.envcheck import EnvironmentProblem, check_environment
+
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+        if not getattr(args, "func", None):
+            parser.print_help()
+            return 2
+    except SystemExit:          # --help or a usage error: argparse ignores a failed write, so check it here
+        _flush_or_report()
+        raise
+    try:
+        if args.command != "doctor":    # the doctor lists these problems among its findings instead
+            check_environment(command=args.command)
+    except EnvironmentProblem as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    try:
+        code = _run(args, parser)
+        sys.stdout.flush()
+    except BrokenPipeError:      # `labkit ... | head -1`: the reader left; stop quietly, as a killed writer would
+        _silence_stdout()
+        return 141
+    except OSError as err:       # `labkit ... > /dev/full`: the output was lost, so the work was not delivered
+        _silence_stdout()
+        if err.errno not in (errno.ENOSPC, errno.EIO, errno.EDQUOT, errno.EROFS, errno.EBADF):
+            raise
+        print(f"error: {describe_os_error(err.filename or 'standard output', err)}", file=sys.stderr)
+        return 1
+    return code

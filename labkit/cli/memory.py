@@ -1,6 +1,6 @@
 """`labkit memory`: one rank's training memory under DDP / ZeRO-1 / ZeRO-2 / ZeRO-3.
 
-Measures the model's activations (``labkit.training.memory.build_memory_model``), applies the strategy's sharding
+Measures the model's activations (``labkit.memory.model.build_memory_model``), applies the strategy's sharding
 factors (``labkit.sharding.memory.predict_per_rank``) and prints the per-rank breakdown, the ZeRO paper's
 mixed-precision figure for the same parameter count, and the bytes each rank sends per step.
 """
@@ -20,7 +20,7 @@ def per_rank_report(model_name: str, world_size: int, strategy: str, batch_size:
     from labkit.core.models import build_model, count_parameters
     from labkit.sharding.comm_volume import predicted_bytes_per_step
     from labkit.sharding.memory import STRATEGIES, predict_per_rank, zero_paper_bytes
-    from labkit.training.memory import build_memory_model
+    from labkit.memory.model import build_memory_model
 
     model = build_model(model_name)
     memory_model = build_memory_model(model, (3, 32, 32), optimizer="sgd" if optimizer == "sgd_momentum" else optimizer,

@@ -13,7 +13,9 @@ from labkit.cli.common import (add_model_flags, add_output_flags, fmt, format_by
                                nonnegative_int, positive_int, print_json, subparser)
 from labkit.core.clock import timestamp_s
 from labkit.core.progress import progress_bar
-from labkit.core.rundirs import check_writable_dir, run_path
+from labkit.core.envcheck import writable_place_problem
+from labkit.core.results import ResultStream, keep_finished
+from labkit.core.rundirs import RUN_DIR_ENV_VAR, run_path
 
 if TYPE_CHECKING:
     from labkit.profile.summary import ProfileSummary
@@ -42,11 +44,13 @@ def checked_run_dir(args: argparse.Namespace) -> Path:
     An unusable directory is a bad argument: one line and exit status 2, before any model is built.
     """
     stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(timestamp_s()))
-    default = run_path("profile", f"{args.model}-b{args.batch_size}-{stamp}")
-    try:
-        return check_writable_dir(args.run_dir or default)
-    except PermissionError as err:
-        raise ValueError(f"--run-dir: {err}") from None
+    path = Path(args.run_dir or run_path("profile", f"{args.model}-b{args.batch_size}-{stamp}")).expanduser()
+    why = writable_place_problem(path)       # checked, not created: a later usage error leaves no empty folder
+    if why:
+        where = f"--run-dir {args.run_dir}" if args.run_dir else f"the default trace folder {path} (under " \
+            f"{RUN_DIR_ENV_VAR} or runs/)"
+        raise ValueError(f"{where} {why}; pass a --run-dir you can write to, e.g. --run-dir runs/prof")
+    return path
 
 
 def run(args: argparse.Namespace) -> int:
@@ -63,10 +67,13 @@ def run(args: argparse.Namespace) -> int:
     run_dir = checked_run_dir(args)   # a bad --run-dir fails before any work
     data, model = load_workload(args)
     loader = make_loader(data.train, args.batch_size, shuffle=True, drop_last=True, seed=args.seed)
-    with progress_bar(total=steps, desc="profiling steps", unit="step", enabled=not args.no_progress) as bar:
+    stream = ResultStream(run_dir / "traces.jsonl", args.repeat, "profiled cycles (traces)")
+    with progress_bar(total=steps, desc="profiling steps", unit="step", enabled=not args.no_progress) as bar, \
+            keep_finished(stream, lambda paths: print("\n".join(f"trace: {p}" for p in paths))):
         summary = profile_training(model, CountedBatches(loader, bar), run_dir=run_dir, wait=args.wait,
                                    warmup=args.warmup, active=args.active, repeat=args.repeat, steps=steps,
-                                   device=args.device, sync_every_step=args.sync_every_step)
+                                   device=args.device, sync_every_step=args.sync_every_step,
+                                   on_trace=lambda path: stream.add(str(path)))
     if args.json:
         print_json({"model": args.model, "dataset": data.name, "batch_size": args.batch_size,
                     "device": summary.device, "run_dir": summary.run_dir, "trace_files": summary.trace_files,

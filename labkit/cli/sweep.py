@@ -13,8 +13,9 @@ from typing import TYPE_CHECKING
 import psutil
 
 from labkit.cli.common import (add_model_flags, add_output_flags, fmt, format_bytes, format_table, int_list,
-                               load_workload, nonnegative_int, parse_bytes, positive_float, positive_int, print_json,
-                               subparser)
+                               jsonable, load_workload, nonnegative_int, parse_bytes, positive_float, positive_int,
+                               print_json, results_file, subparser, add_results_flag)
+from labkit.core.results import ResultStream, keep_finished
 
 if TYPE_CHECKING:
     from torch import nn
@@ -88,35 +89,46 @@ def run(args: argparse.Namespace) -> int:
     if too_big:
         raise ValueError(f"--batch-sizes {too_big} exceed the {data.name} training set ({len(data.train)} samples); "
                          f"use batch sizes up to {len(data.train)}")
-    result = batch_size_sweep(lambda: build_model(args.model, data.num_classes, data.image_shape), data, sizes,
-                              steps=steps, time_budget_s=args.time_budget_s, base_lr=args.lr,
-                              base_batch=args.base_batch, lr_scaling=args.lr_scaling,
-                              memory_budget_bytes=args.memory_budget, device=args.device, seed=args.seed,
-                              progress=not args.no_progress, ceiling=not args.no_ceiling)
-    found = None if args.no_find_max else run_finder(args, data, model)
+    stream = ResultStream(results_file(args.results, "sweep", f"{args.model}.jsonl"), len(sizes), "batch sizes")
+    show = (lambda rows: print_json({"rows": rows, "complete": False})) if args.json else (
+        lambda rows: print(sweep_table(rows)))
+    with keep_finished(stream, show):
+        result = batch_size_sweep(lambda: build_model(args.model, data.num_classes, data.image_shape), data, sizes,
+                                  steps=steps, time_budget_s=args.time_budget_s, base_lr=args.lr,
+                                  base_batch=args.base_batch, lr_scaling=args.lr_scaling,
+                                  memory_budget_bytes=args.memory_budget, device=args.device, seed=args.seed,
+                                  progress=not args.no_progress, ceiling=not args.no_ceiling,
+                                  on_row=lambda row: stream.add(row, to_json=jsonable))
+        stream.phase = "the largest-batch search"
+        found = None if args.no_find_max else run_finder(args, data, model)
     if args.json:
         print_json({"model": args.model, "dataset": data.name, "device": result.device, "mode": get_mode().name,
                     "steps_per_size": steps, "ceiling": ceiling_note(not args.no_ceiling),
                     "rows": result.rows, "knee_batch": result.knee(),
                     "max_batch": None if found is None else found["finder"].max_batch,
-                    "finder": found})
+                    "finder": found, "results_file": stream.path})
         return 0
     print(f"Batch-size sweep: {args.model} on {data.name}, {steps} steps per size, device {result.device}, "
           f"{get_mode().name} mode\n")
-    print(format_table([vars(r) for r in result.rows], [
-        ("batch_size", "batch", str), ("lr", "lr", fmt(".4g")), ("samples_per_s", "samples/s", fmt(".1f")),
-        ("ceiling_samples_per_s", "ceiling samples/s", fmt(".1f")), ("fraction_of_ceiling", "of ceiling", fmt(".0%")),
-        ("step_time_s", "step ms", lambda s: fmt(".2f")(None if s is None else s * 1e3)),
-        ("peak_mem_bytes", "peak memory", format_bytes),
-        ("val_accuracy", "val acc %", lambda a: fmt(".1f")(None if a is None else 100 * a)),
-        ("steps", "steps", str), ("note", "note", str)]))
-    print(f"\nceiling: {ceiling_note(not args.no_ceiling)}")
+    print(sweep_table(result.rows))
+    print(f"\nceiling: {ceiling_note(not args.no_ceiling)}\nrows saved as they finished: {stream.path}")
     knee = result.knee()
     if knee is not None:
         print(f"knee: batch {knee} already reaches 90% of the best throughput")
     if found is not None:
         print("\n" + format_finder(found))
     return 0
+
+
+def sweep_table(rows: list) -> str:
+    """The sweep's rows as a table (also the finished rows after an interrupt)."""
+    return format_table([vars(r) for r in rows], [
+        ("batch_size", "batch", str), ("lr", "lr", fmt(".4g")), ("samples_per_s", "samples/s", fmt(".1f")),
+        ("ceiling_samples_per_s", "ceiling samples/s", fmt(".1f")), ("fraction_of_ceiling", "of ceiling", fmt(".0%")),
+        ("step_time_s", "step ms", lambda s: fmt(".2f")(None if s is None else s * 1e3)),
+        ("peak_mem_bytes", "peak memory", format_bytes),
+        ("val_accuracy", "val acc %", lambda a: fmt(".1f")(None if a is None else 100 * a)),
+        ("steps", "steps", str), ("note", "note", str)])
 
 
 def format_finder(found: dict) -> str:
@@ -170,5 +182,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-find-max", action="store_true", help="skip the search for the largest batch")
     p.add_argument("--no-ceiling", action="store_true",
                    help="skip the hardware ceiling (device-resident batches) measured beside every batch size")
+    add_results_flag(p, "runs/sweep/MODEL.jsonl")
     add_output_flags(p)
     p.set_defaults(func=run)

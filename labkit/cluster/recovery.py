@@ -1,6 +1,6 @@
 """A node fails, the job goes on: checkpointed synchronous SGD under torchrun's elastic agent (rank side).
 
-Every rank trains the kit's toy problem with synchronous SGD (:mod:`labkit.parallel.sync_sgd`: the same batches,
+Every rank trains the kit's toy problem with synchronous SGD (:mod:`labkit.training.reference`, :mod:`labkit.parallel.sync_sgd`: the same batches,
 gradients averaged by all-reduce); rank 0 saves model and optimizer state every ``every_k`` steps (written to a
 temporary file, then renamed, so a crash never leaves half a checkpoint). When a node's workers die, torchrun's
 agents (``--max-restarts``) stop the survivors, meet again at the rendezvous and start every worker anew; each
@@ -20,9 +20,9 @@ from torch import nn
 
 from labkit.cluster.rankside import job_params, place, report
 from labkit.core.clock import timestamp_s
-from labkit.parallel.sync_sgd import (ToyProblem, build_toy_model, max_weight_difference, shard, sync_gradients,
-                                      sync_initial_weights, toy_batch, torch_allreduce_sum, torch_broadcast,
-                                      train_single_process)
+from labkit.parallel.sync_sgd import sync_gradients, sync_initial_weights, torch_allreduce_sum, torch_broadcast
+from labkit.training.reference import (ToyProblem, build_toy_model, max_weight_difference, shard, toy_batch,
+                                       toy_optimizer, train_single_process)
 
 CHECKPOINT = "last.pt"
 STEP_LOG = "steps.log"
@@ -56,7 +56,7 @@ def elastic_training() -> dict:
     attempt = int(os.environ.get("LABKIT_START", "0"))   # set when the rank joined (labkit.comm.worker)
     model = build_toy_model(problem, init_seed=problem.seed + me.rank)
     sync_initial_weights(model, torch_broadcast, src=0)
-    opt = torch.optim.SGD(model.parameters(), lr=problem.lr, momentum=problem.momentum)
+    opt = toy_optimizer(model, problem)
     start = load_checkpoint(folder, model, opt)
     loss_fn = nn.CrossEntropyLoss()
     for step in range(start, steps):

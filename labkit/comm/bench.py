@@ -10,7 +10,7 @@ gloo over loopback TCP here; NCCL over NVLink/PCIe/InfiniBand when there is one 
 from __future__ import annotations
 
 import statistics
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Sequence
 
 import numpy as np
@@ -23,6 +23,7 @@ from labkit.comm.worker import rank_device
 from labkit.core.choices import COMM_DTYPES
 from labkit.core.device import device_label
 from labkit.core.machine import cpu_count
+from labkit.core.results import ResultStream, WriteError
 from labkit.core.timing import Stopwatch
 from labkit.core.validation import checked_int, positive_int, positive_ints
 
@@ -113,13 +114,16 @@ def _gib(n_bytes: int) -> str:
 
 def allreduce_benchmark(world_size: int, sizes_bytes: Sequence[int] = DEFAULT_SIZES_BYTES, backend: str = "auto",
                         iters: int = 20, warmup: int = 5, dtype: str = "float32", repeats: int = 3,
-                        timeout_s: float = 300.0) -> list[BenchRow]:
-    """Time a real in-place all_reduce(SUM) over ``world_size`` processes for each size; one BenchRow per size."""
+                        timeout_s: float = 300.0, rows_path: str | None = None) -> list[BenchRow]:
+    """Time a real in-place all_reduce(SUM) over ``world_size`` processes for each size; one BenchRow per size.
+
+    ``rows_path``: rank 0 saves every finished row there at once (JSON lines), so a timeout or Ctrl-C keeps them.
+    """
     sizes = check_sizes(sizes_bytes, dtype)
     iters, repeats = positive_int(iters, "iters"), positive_int(repeats, "repeats")
     warmup = checked_int(warmup, "warmup", minimum=0)
-    per_rank = launch(bench_worker, world_size, args=(sizes, iters, warmup, dtype, repeats), backend=backend,
-                      timeout_s=timeout_s, show_output=False)
+    per_rank = launch(bench_worker, world_size, args=(sizes, iters, warmup, dtype, repeats, rows_path),
+                      backend=backend, timeout_s=timeout_s, show_output=False)
     return per_rank[0]
 
 
@@ -132,9 +136,11 @@ def _check_sum(t: torch.Tensor, world_size: int) -> int:
     return int(((t.double() - expected).abs() > tolerance).sum().item())
 
 
-def bench_worker(sizes: list[int], iters: int, warmup: int, dtype: str, repeats: int = 1) -> list[BenchRow]:
+def bench_worker(sizes: list[int], iters: int, warmup: int, dtype: str, repeats: int = 1,
+                 rows_path: str | None = None) -> list[BenchRow]:
     """Runs on every rank under ``launch``: check, warm up, then time ``iters`` calls with honest synchronisation."""
     world, backend = dist.get_world_size(), dist.get_backend()
+    stream = ResultStream(rows_path if dist.get_rank() == 0 else None, len(sizes), "message sizes")
     device = rank_device()
     label = device_label(device) if device.type == "cuda" else f"CPU ({world} gloo processes on {cpu_count()} cores)"
     rows = []
@@ -149,6 +155,10 @@ def bench_worker(sizes: list[int], iters: int, warmup: int, dtype: str, repeats:
         algbw, busbw = bandwidths_gb_s(size, time_s, world)
         rows.append(BenchRow(size, t.numel(), dtype, world, backend, time_s, algbw, busbw, int(elapsed[1].item()),
                              label))
+        try:
+            stream.add(rows[-1], to_json=asdict)
+        except WriteError:       # keep measuring; the launcher saves (or names the failure) from the returned rows
+            stream.path = None
     return rows
 
 

@@ -15,28 +15,30 @@ same training entry point scales from one CPU process to several nodes; ``labkit
 """
 from __future__ import annotations
 
-import contextlib
 import importlib
 import os
 import pickle
+import shutil
 import signal
 import socket
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any, Callable, Mapping
 
 import psutil
 
 from labkit.comm.backend import check_world_size, choose_backend, world_size_limit
 from labkit.comm.forkserver import ForkedRank, RankForkServer, uses_forkserver
 from labkit.core.clock import Deadline
+from labkit.core.procs import parse_target
+from labkit.core.results import sigterm_as_interrupt
 from labkit.core.validation import checked_int, positive_int, positive_number
 
 FAILURE_GRACE_S = 1.0    # after one rank fails, how long the others get to finish or report their own error
+RUN_DIR_PREFIX = "labkit-launch-"   # + the launcher's pid: a later launch removes the folder if that pid is gone
 POLL_S = 0.02            # how often the launcher looks at its ranks
 _WORKER_CODE = "import sys; from labkit.comm.worker import run_rank; run_rank(sys.argv[1])"
 
@@ -55,16 +57,14 @@ class RankFailedError(LaunchError):
                          f"--- traceback from rank {rank} ---\n{remote_traceback.rstrip()}")
 
 
-class LaunchTimeout(LaunchError):
+class LaunchTimeout(LaunchError, TimeoutError):
     """The run outlived its timeout; every process was killed."""
 
 
 def target_name(fn: Callable | str) -> tuple[str, str]:
     """(module, qualified name) of an importable function; a clear error for lambdas and notebook functions."""
     if isinstance(fn, str):
-        module, sep, qualname = fn.partition(":")
-        if not sep or not module or not qualname:
-            raise ValueError(f"a function given by name must read 'package.module:function', got {fn!r}")
+        module, qualname = parse_target(fn)
     else:
         if not callable(fn):
             raise TypeError(f"fn must be a function, got {type(fn).__name__}")
@@ -127,7 +127,8 @@ def launch(fn: Callable | str, world_size: int, args: tuple = (), kwargs: dict |
     except Exception as err:  # noqa: BLE001 - any pickling failure gets the same advice
         raise ValueError(f"the args/kwargs for {module}:{qualname} cannot be pickled for the worker processes "
                          f"({type(err).__name__}: {err}); pass plain data (numbers, arrays, tensors, dicts)") from None
-    with _sigterm_as_exit(), tempfile.TemporaryDirectory(prefix="labkit-launch-") as tmp:
+    remove_orphaned_run_dirs()
+    with sigterm_as_interrupt(), tempfile.TemporaryDirectory(prefix=f"{RUN_DIR_PREFIX}{os.getpid()}-") as tmp:
         run_dir = Path(tmp)
         (run_dir / "payload.pkl").write_bytes(blob)
         child_env = _child_env(env, world_size, threads_per_rank)
@@ -135,22 +136,15 @@ def launch(fn: Callable | str, world_size: int, args: tuple = (), kwargs: dict |
                     preload=module if forked else None)
 
 
-@contextlib.contextmanager
-def _sigterm_as_exit() -> Iterator[None]:
-    """Treat SIGTERM like Ctrl-C while ranks run: unwind, kill every rank, delete the temp dir, exit 143."""
-    if threading.current_thread() is not threading.main_thread():
-        yield  # signal handlers can only be set from the main thread; parent-death signals still cover workers
-        return
-
-    def stop(signum: int, frame: Any) -> None:
-        raise SystemExit(128 + signum)
-
-    previous = signal.signal(signal.SIGTERM, stop)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
+def remove_orphaned_run_dirs(tmp_root: str | Path | None = None) -> list[Path]:
+    """Delete launch folders whose launcher died without cleaning up (killed with SIGKILL); returns them."""
+    removed = []
+    for path in Path(tmp_root or tempfile.gettempdir()).glob(f"{RUN_DIR_PREFIX}*-*"):
+        pid_text = path.name[len(RUN_DIR_PREFIX):].split("-", 1)[0]
+        if path.is_dir() and pid_text.isdigit() and not psutil.pid_exists(int(pid_text)):
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+    return removed
 
 
 def _child_env(extra: Mapping[str, str] | None, world_size: int, threads: int) -> dict[str, str]:
@@ -171,7 +165,7 @@ def _run(run_dir: Path, target: str, world_size: int, timeout_s: float, env: dic
          preload: str | None) -> list:
     """Start the ranks (forked from a server that imported ``preload``, or fresh when it is None) and collect them."""
     procs: list[subprocess.Popen | ForkedRank] = []
-    server = None
+    server, codes = None, []
     try:
         if preload is not None:
             server = RankForkServer(run_dir, world_size, preload, env)
@@ -179,19 +173,20 @@ def _run(run_dir: Path, target: str, world_size: int, timeout_s: float, env: dic
         else:
             for rank in range(world_size):
                 procs.append(_start_fresh(run_dir, rank, env))
-        still_running = _wait(procs, timeout_s)
+        still_running = _wait(procs, timeout_s, run_dir)
+        codes = [p.poll() for p in procs]       # before _stop kills the rest: who ended, and how
     finally:
         _stop(procs, server)
         if show_output and procs:
             print_outputs(run_dir, len(procs))
-    if server is not None and server.failed_to_fork:
-        raise LaunchError(f"{target}: the rank forkserver stopped before starting all {world_size} ranks "
-                          f"(start_method='fresh' starts them without it):\n{server.error_text()}")
-    if still_running:
+    if still_running and not _all_reported(run_dir, len(procs)):
         raise LaunchTimeout(f"{target} on {world_size} processes did not finish within timeout_s={timeout_s:g}; "
                             f"rank(s) {still_running} were still running (a hang, a deadlock in a collective, or "
                             "too little time for start-up). Every process was killed")
-    return _collect(run_dir, procs, target)
+    if server is not None and server.failed_to_fork:
+        raise LaunchError(f"{target}: the rank forkserver stopped before starting all {world_size} ranks "
+                          f"(start_method='fresh' starts them without it):\n{server.error_text()}")
+    return _collect(run_dir, codes, target)   # every rank reported: a timeout during teardown is no failure
 
 
 def _start_fresh(run_dir: Path, rank: int, env: dict) -> subprocess.Popen:
@@ -217,21 +212,27 @@ def _stop(procs: list[subprocess.Popen | ForkedRank], server: RankForkServer | N
         proc.wait()
 
 
-def _wait(procs: list[subprocess.Popen | ForkedRank], timeout_s: float) -> list[int]:
-    """Wait for all ranks, or a failure plus a short grace; the ranks still running at the timeout (else [])."""
+def _wait(procs: list[subprocess.Popen | ForkedRank], timeout_s: float, run_dir: Path) -> list[int]:
+    """Wait for all ranks, or a failure (or every result reported) plus a short grace; the ranks still running at
+    the timeout (else [])."""
     deadline, grace = Deadline(timeout_s), None
     while True:
         codes = [p.poll() for p in procs]
         running = [r for r, c in enumerate(codes) if c is None]
         if not running:
             return []
-        if grace is None and any(c not in (None, 0) for c in codes):
+        if grace is None and (any(c not in (None, 0) for c in codes) or _all_reported(run_dir, len(procs))):
             grace = Deadline(FAILURE_GRACE_S)
         if grace is not None and grace.expired:
             return []
         if deadline.expired:
             return running
         time.sleep(POLL_S)
+
+
+def _all_reported(run_dir: Path, world_size: int) -> bool:
+    """True once every rank has written its result file (renamed into place whole by the worker)."""
+    return all((run_dir / f"{rank}.result").exists() for rank in range(world_size))
 
 
 def kill_tree(pid: int) -> None:
@@ -268,25 +269,36 @@ def print_outputs(run_dir: Path, world_size: int) -> None:
         stream.flush()
 
 
-def _collect(run_dir: Path, procs: list[subprocess.Popen | ForkedRank], target: str) -> list:
+def _death(rank: int, code: int | None, run_dir: Path) -> tuple[str, str] | None:
+    """(traceback text, summary) for a rank that ended without reporting, or None if it was still running."""
+    if code is None or code == 0:
+        return None
+    err_path = run_dir / f"{rank}.err"
+    err = err_path.read_text(errors="replace")[-2000:] if err_path.exists() else ""
+    if code < 0:
+        name = signal.Signals(-code).name if -code in signal.valid_signals() else f"signal {-code}"
+        hint = " (out of memory? the kernel's OOM killer sends SIGKILL)" if -code == signal.SIGKILL else ""
+        return f"killed by {name}\n{err}", f"rank {rank} was killed by {name}{hint}"
+    return f"process exited with code {code}\n{err}", f"the process died (exit code {code})"
+
+
+def _collect(run_dir: Path, codes: list[int | None], target: str) -> list:
+    """Every rank's result in rank order, or the first failure (a raise, or a death with its signal)."""
     results, failures = [], []
-    for rank, proc in enumerate(procs):
+    for rank, code in enumerate(codes):
         path = run_dir / f"{rank}.result"
         status, value = pickle.loads(path.read_bytes()) if path.exists() else ("died", None)
         if status == "ok":
             results.append(value)
         elif status == "error":
             failures.append((value["time"], rank, value["traceback"], value["type"]))
-        elif proc.returncode not in (None, 0) and proc.returncode != -9:
-            err_path = run_dir / f"{rank}.err"
-            err = err_path.read_text(errors="replace")[-2000:] if err_path.exists() else ""
-            failures.append((float("inf"), rank, f"process exited with code {proc.returncode}\n{err}",
-                             f"the process died (exit code {proc.returncode})"))
+        elif (death := _death(rank, code, run_dir)) is not None:   # a signal death is the cause, not a knock-on
+            failures.append((float("-inf") if code is not None and code < 0 else float("inf"), rank, *death))
     if failures:
         _, rank, tb, summary = min(failures)  # the first rank to fail is the cause; the rest are knock-on
-        raise RankFailedError(rank, len(procs), target, tb, summary)
-    if len(results) != len(procs):
-        raise LaunchError(f"{target}: only {len(results)} of {len(procs)} ranks returned a result")
+        raise RankFailedError(rank, len(codes), target, tb, summary)
+    if len(results) != len(codes):
+        raise LaunchError(f"{target}: only {len(results)} of {len(codes)} ranks returned a result")
     return results
 
 

@@ -9,7 +9,6 @@ import concurrent.futures
 import dataclasses
 import gzip
 import hashlib
-import json
 import os
 import socket
 from dataclasses import dataclass
@@ -25,6 +24,7 @@ from torchvision.datasets import CIFAR10
 from labkit.core.device_loader import DeviceLoader
 from labkit.core.choices import DATASETS
 from labkit.core.machine import cpu_count
+from labkit.core.manifest import ManifestError, read_manifest
 from labkit.core.validation import checked_int, positive_int
 
 REPO_DATA_DIR = Path(__file__).resolve().parents[2] / "data"
@@ -85,7 +85,10 @@ def _restore_hint(filename: str, data_dir: Path) -> str:
 def verify_data_file(filename: str, data_dir: Path | None = None) -> Path:
     """Path of a file under ``data/`` after checking its SHA-256 against ``data/manifest.json``."""
     data_dir = check_data_dir(Path(data_dir or DATA_DIR))
-    manifest = json.loads((data_dir / "manifest.json").read_text())
+    try:
+        manifest = read_manifest(data_dir)
+    except ManifestError as err:
+        raise DataUnavailableError(str(err)) from None
     if filename not in manifest:
         raise DataUnavailableError(f"{filename} is not listed in {data_dir / 'manifest.json'}; "
                                    "list it there with source, licence and sha256")

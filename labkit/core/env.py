@@ -13,6 +13,8 @@ from typing import Mapping, TypeVar
 import numpy as np
 import torch
 
+from labkit.core.envcheck import checked_mode_name
+
 MODE_ENV_VAR = "LABKIT_MODE"
 MODES = ("fast", "full")
 T = TypeVar("T")
@@ -40,10 +42,8 @@ class Mode:
 def get_mode(environ: Mapping[str, str] | None = None, cuda_available: bool | None = None) -> Mode:
     """Fast on CPU, full on GPU, unless ``LABKIT_MODE=fast|full`` forces one."""
     environ = os.environ if environ is None else environ
-    forced = environ.get(MODE_ENV_VAR, "").strip().lower()
+    forced = checked_mode_name(environ)
     if forced:
-        if forced not in MODES:
-            raise ValueError(f"{MODE_ENV_VAR} must be one of {MODES} (or unset for automatic), got {forced!r}")
         return Mode(forced, f"forced by {MODE_ENV_VAR}={forced}")
     has_gpu = torch.cuda.is_available() if cuda_available is None else cuda_available
     if has_gpu:

@@ -69,23 +69,68 @@ class LessonLog:
         if self.not_checked_reasons:
             line += "; not checked: " + "; ".join(f"{c} ({r})" for c, r in self.not_checked_reasons.items())
         print(line)
-        log_path = os.environ.get(LESSON_LOG_ENV_VAR)
-        if log_path:
-            record = {"notebook": self.notebook, "checked": self.checked, "not_checked": self.not_checked_reasons}
-            with open(log_path, "a", encoding="utf-8") as f:
-                f.write(json.dumps(record) + "\n")
+        append_to_lesson_log({"notebook": self.notebook, "checked": self.checked,
+                              "not_checked": self.not_checked_reasons})
         return line
 
 
-def summarize_lesson_log(path: str | Path) -> str:
-    """Total the tallies one run wrote (the last tally of each notebook wins)."""
-    by_notebook: dict[str, dict] = {}
+def append_to_lesson_log(record: dict) -> None:
+    """One JSON line appended to ``$LABKIT_LESSON_LOG`` (nothing when it is unset): lesson and exercise tallies."""
+    log_path = os.environ.get(LESSON_LOG_ENV_VAR)
+    if log_path:
+        with open(log_path, "a", encoding="utf-8") as f:
+            f.write(json.dumps(record) + "\n")
+
+
+class LessonLogError(ValueError):
+    """The lesson log is missing, unreadable or not JSON lines; the message names the file and the line."""
+
+
+def _read_json_lines(log: Path) -> list[tuple[int, dict]]:
+    """(line number, record) for every line of ``log``; one LessonLogError naming the file otherwise."""
+    try:
+        text = log.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise LessonLogError(f"{log} does not exist; run the notebooks with {LESSON_LOG_ENV_VAR}={log} first") from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise LessonLogError(f"{log} cannot be read ({getattr(err, 'strerror', None) or err})") from None
+    records = []
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise LessonLogError(f"{log} line {number} is not a lesson tally ({type(err).__name__}: {err}); "
+                                 "it may be cut short: rerun the notebooks to write it again") from None
+        if not isinstance(record, dict):
+            raise LessonLogError(f"{log} line {number} is not a lesson tally (a JSON {type(record).__name__}); "
+                                 "rerun the notebooks to write it again")
+        records.append((number, record))
+    return records
+
+
+def last_record_per_notebook(path: str | Path, kind: str | None) -> dict[str, dict]:
+    """The last record of each notebook in a lesson log whose ``kind`` is ``kind`` (None: lesson tallies)."""
     log = Path(path)
-    if log.exists():
-        for line in log.read_text(encoding="utf-8").splitlines():
-            if line.strip():
-                record = json.loads(line)
-                by_notebook[record["notebook"]] = record
+    by_notebook: dict[str, dict] = {}
+    for number, record in _read_json_lines(log):
+        if record.get("kind") != kind:
+            continue
+        if kind is None:
+            try:
+                record = {"notebook": str(record["notebook"]), "checked": list(record["checked"]),
+                          "not_checked": dict(record["not_checked"])}
+            except (KeyError, TypeError, ValueError) as err:
+                raise LessonLogError(f"{log} line {number} is not a lesson tally ({type(err).__name__}: {err}); "
+                                     "it may be cut short: rerun the notebooks to write it again") from None
+        by_notebook[str(record.get("notebook"))] = record
+    return by_notebook
+
+
+def summarize_lesson_log(path: str | Path) -> str:
+    """Total the tallies one run wrote (the last tally of each notebook wins); LessonLogError if it cannot."""
+    by_notebook = last_record_per_notebook(path, None)      # exercise tallies are totalled by core.exercises
     checked = sum(len(r["checked"]) for r in by_notebook.values())
     total = checked + sum(len(r["not_checked"]) for r in by_notebook.values())
     lines = [f"lessons: {checked} of {total} checked in {len(by_notebook)} notebooks"]
@@ -95,7 +140,18 @@ def summarize_lesson_log(path: str | Path) -> str:
     return "\n".join(lines)
 
 
+def main(argv: list[str]) -> int:
+    """``python -m labkit.core.lessons FILE``: print the total; exit 1 with one line when the log is unusable."""
+    if len(argv) != 1:
+        print("usage: python -m labkit.core.lessons LESSON_LOG_FILE", file=sys.stderr)
+        return 2
+    try:
+        print(summarize_lesson_log(argv[0]))
+    except LessonLogError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    return 0
+
+
 if __name__ == "__main__":
-    if len(sys.argv) != 2:
-        sys.exit("usage: python -m labkit.core.lessons LESSON_LOG_FILE")
-    print(summarize_lesson_log(sys.argv[1]))
+    sys.exit(main(sys.argv[1:]))

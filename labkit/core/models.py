@@ -2,6 +2,8 @@
 The Keras twin of the small CNN, for the TensorFlow labs, is ``labkit.tf.keras.keras_small_cnn``."""
 from __future__ import annotations
 
+from typing import Callable, Sequence
+
 import torch
 from torch import nn
 from torchvision.models import ResNet18_Weights, resnet18
@@ -48,13 +50,30 @@ class SmallCNN(nn.Module):
         return self.head(self.features(x).flatten(1))        # (B, 2w, 4, 4) -> (B, 32w) -> (B, classes)
 
 
+def mlp_layers(widths: Sequence[int], activation: Callable[[], nn.Module] = nn.ReLU) -> list[nn.Module]:
+    """The kit's one MLP: a Linear between each pair of consecutive ``widths``, ``activation()`` after every Linear
+    but the last. Built in order, so one seed gives the same weights however the layers are later grouped."""
+    if len(widths) < 2:
+        raise ValueError(f"an MLP needs at least two widths (inputs, outputs), got {list(widths)}")
+    layers: list[nn.Module] = []
+    for i, (width_in, width_out) in enumerate(zip(widths, widths[1:])):
+        layers.append(nn.Linear(width_in, width_out))
+        if i < len(widths) - 2:
+            layers.append(activation())
+    return layers
+
+
+def mlp(widths: Sequence[int], activation: Callable[[], nn.Module] = nn.ReLU) -> nn.Sequential:
+    """:func:`mlp_layers` as one ``nn.Sequential``."""
+    return nn.Sequential(*mlp_layers(widths, activation))
+
+
 class MLP(nn.Module):
     """Flatten, two hidden layers: the smallest model that still learns the digits."""
 
     def __init__(self, num_classes: int = 10, in_features: int = 3 * 32 * 32, hidden: int = 256):
         super().__init__()
-        self.net = nn.Sequential(nn.Flatten(), nn.Linear(in_features, hidden), nn.ReLU(),
-                                 nn.Linear(hidden, hidden), nn.ReLU(), nn.Linear(hidden, num_classes))
+        self.net = nn.Sequential(nn.Flatten(), *mlp_layers((in_features, hidden, hidden, num_classes)))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Class logits for a batch of images, flattened first."""
@@ -90,7 +109,7 @@ def check_model_accepts(model: nn.Module, image_shape: tuple[int, ...], num_clas
     except RuntimeError as err:
         first = str(err).splitlines()[0]
         raise ValueError(f"{type(model).__name__} does not accept inputs of shape {tuple(image_shape)}: {first}. "
-                         "Build the model for this data's image shape (see labkit.build_model)") from None
+                         "Build the model for this data's image shape (see labkit.core.models.build_model)") from None
     finally:
         model.train(was_training)
     if num_classes is not None and out.shape[-1] != num_classes:

@@ -52,6 +52,15 @@ def tensorflow_lessons_can_run(log: Any, *claims: str) -> bool:
     return False
 
 
+def parse_target(target: str, what: str = "a function given by name", package: str = "") -> tuple[str, str]:
+    """('package.module', 'function') from a target written 'package.module:function' (inside ``package`` when
+    one is given); anything else is one clear error that shows the form."""
+    module, sep, func = target.partition(":")
+    if not sep or not module or not func or (package and not module.startswith(package + ".")):
+        raise ValueError(f"{what} must read '{package or 'package'}.module:function', got {target!r}")
+    return module, func
+
+
 def run_in_fresh_process(target: str, kwargs: dict | None = None, *, timeout_s: float = 300.0,
                          env: dict | None = None, errors: dict[str, type[Exception]] | None = None) -> Any:
     """Run ``labkit.module:function(**kwargs)`` in a new Python process and return its JSON result.
@@ -59,9 +68,7 @@ def run_in_fresh_process(target: str, kwargs: dict | None = None, *, timeout_s: 
     A ValueError or TypeError in the child (or an error type named in ``errors``) is raised here with the
     same type and message; a crash, a missing result or a timeout (the child is killed) raise clearly.
     """
-    module, sep, func = target.partition(":")
-    if not sep or not module.startswith("labkit.") or not func:
-        raise ValueError(f"target must read 'labkit.module:function', got {target!r}")
+    parse_target(target, "target", package="labkit")
     known = {"ValueError": ValueError, "TypeError": TypeError, **(errors or {})}
     child_env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONUNBUFFERED": "1", **(env or {})}
     start = now_s()

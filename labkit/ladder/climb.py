@@ -142,10 +142,17 @@ def _attempt(job: LadderJob, spec: RungSpec, recipe: Recipe) -> tuple[Measuremen
         return None, f"{type(err).__name__}: {text.splitlines()[0] if text else ''}"[:300]
 
 
-def climb(job: LadderJob) -> tuple[list[LadderRow], dict[int, float], list[str]]:
-    """Measure every rung in order; returns (rows, rung 1's batch probe, notes)."""
+def climb(job: LadderJob, on_rung: Callable[[LadderRow], None] | None = None
+          ) -> tuple[list[LadderRow], dict[int, float], list[str]]:
+    """Measure every rung in order; returns (rows, rung 1's batch probe, notes). ``on_rung`` sees each finished row."""
     cfg = job.config
     rows: list[LadderRow] = []
+
+    def keep(row: LadderRow) -> None:
+        rows.append(row)
+        if on_rung is not None:
+            on_rung(row)
+
     probe: dict[int, float] = {}
     notes: list[str] = []
     base, base_rung, base_sps, sps0, ref_acc, flops, batch = Recipe(), 0, 0.0, 0.0, None, None, 1
@@ -153,7 +160,7 @@ def climb(job: LadderJob) -> tuple[list[LadderRow], dict[int, float], list[str]]
     for spec in bar:
         bar.set_postfix_str(spec.title)
         if spec.key in cfg.skip:
-            rows.append(_row(spec, "skipped", "left out by LadderConfig.skip", False, None, ""))
+            keep(_row(spec, "skipped", "left out by LadderConfig.skip", False, None, ""))
             continue
         if spec.key == "batch_size":
             batch, probe, note = choose_batch_size(job)
@@ -162,11 +169,11 @@ def climb(job: LadderJob) -> tuple[list[LadderRow], dict[int, float], list[str]]
                          f"warm-up over the first {cfg.lr_warmup_fraction:.0%} of the steps (Goyal et al. 2017).")
         recipe, change = propose(spec.key, base, job.caps, batch)
         if recipe is None:
-            rows.append(_row(spec, "not applicable here", change, False, None, ""))
+            keep(_row(spec, "not applicable here", change, False, None, ""))
             continue
         m, why = _attempt(job, spec, recipe)
         if m is None:
-            rows.append(_row(spec, "unsupported here", why, False, None, change, recipe=asdict(recipe)))
+            keep(_row(spec, "unsupported here", why, False, None, change, recipe=asdict(recipe)))
             continue
         flops = m.flops_per_sample or flops
         if spec.key == "naive":
@@ -174,21 +181,22 @@ def climb(job: LadderJob) -> tuple[list[LadderRow], dict[int, float], list[str]]
             ref_acc = m.val_accuracy                                   # rung 0: the accuracy reference
         status, reason, kept = ("baseline", "the reference for every speedup and accuracy", True) \
             if spec.key == "naive" else verdict(job, m, base_sps, base_rung, ref_acc)
-        rows.append(_row(spec, status, reason, kept, None if spec.key == "naive" else base_rung, change,
-                         **_numbers(job, recipe, m, sps0, base_sps, flops, None if spec.key == "naive" else ref_acc)))
+        keep(_row(spec, status, reason, kept, None if spec.key == "naive" else base_rung, change,
+                  **_numbers(job, recipe, m, sps0, base_sps, flops, None if spec.key == "naive" else ref_acc)))
         if kept:
             base, base_rung, base_sps = recipe, spec.index, m.samples_per_s
     return rows, probe, notes
 
 
 def run_ladder(config: LadderConfig | None = None, model_fn: Callable | None = None, data: ImageData | None = None, *,
-               trainer: Callable | None = None, ceiling_fn: Callable | None = None) -> LadderResult:
+               trainer: Callable | None = None, ceiling_fn: Callable | None = None,
+               on_rung: Callable[[LadderRow], None] | None = None) -> LadderResult:
     """Climb the ladder on one job: measure every rung, carry forward the ones that help, return the table.
 
-    ``model_fn()`` builds a fresh model (default: ``config.model`` via labkit.build_model; must be picklable,
-    e.g. a module-level function, for the DDP rung); ``data`` is an ImageData (default: labkit.load_data);
+    ``model_fn()`` builds a fresh model (default: ``config.model`` via labkit.core.models.build_model; must be picklable,
+    e.g. a module-level function, for the DDP rung); ``data`` is an ImageData (default: labkit.core.data.load_data);
     ``trainer`` replaces labkit.training.loop.train and ``ceiling_fn`` labkit.training.ceiling.measure_ceiling
-    (tests inject fakes).
+    (tests inject fakes). ``on_rung`` receives each rung's row as it finishes (the CLI saves it at once).
     """
     config = config or LadderConfig.for_mode()
     name = config.model if model_fn is None else getattr(model_fn, "__name__", type(model_fn).__name__)
@@ -201,7 +209,7 @@ def run_ladder(config: LadderConfig | None = None, model_fn: Callable | None = N
     ddp_world = caps.ddp_world_size if "ddp" not in config.skip and caps.ddp_world_size >= 2 else 1
     job = LadderJob(config, model_fn, data, str(device), caps, make_loader(data.val, min(256, len(data.val))),
                     budget_samples(config, len(data.train), ddp_world), trainer)
-    rows, probe, notes = climb(job)
+    rows, probe, notes = climb(job, on_rung)
     result = LadderResult(rows, device_label(device), str(get_mode()), name, data.name, job.budget_samples,
                           probe, notes)
     return with_ceiling(result, job, ceiling_fn) if config.measure_ceiling else result

@@ -25,8 +25,8 @@ from labkit.ladder.rungs import RUNG_KEYS
 class LadderConfig:
     """What the ladder trains, for how long, and which rungs it may try."""
 
-    model: str = "resnet18"                       # labkit.build_model name (ignored when model_fn is given)
-    dataset: str | None = None                    # labkit.load_data name; None -> 'auto'
+    model: str = "resnet18"                       # labkit.core.models.build_model name (ignored when model_fn is given)
+    dataset: str | None = None                    # labkit.core.data.load_data name; None -> 'auto'
     train_limit: int | None = None
     val_limit: int | None = None
     budget_epochs: int = 2                        # fixed budget per rung: this many passes over the training set ...

@@ -17,9 +17,10 @@ from torch.utils.data import DataLoader, Dataset, RandomSampler
 
 from labkit.core.data import make_device_loader, validate_batch_size, validate_num_workers
 from labkit.ladder.rungs import Recipe
+from labkit.memory.model import build_memory_model
+from labkit.training.config import TrainConfig
 from labkit.training.flops import checked_mfu, peak_flops_per_s
-from labkit.training.loop import RunResult, TrainConfig, evaluate_accuracy, train
-from labkit.training.memory import build_memory_model
+from labkit.training.loop import RunResult, evaluate_accuracy, train
 
 if TYPE_CHECKING:
     from labkit.core.device_loader import BatchLoader, DeviceLoader

@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING
 import matplotlib.pyplot as plt
 import pandas as pd
 
+from labkit.core.results import atomic_write_text
+
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
@@ -134,8 +136,8 @@ class LadderResult:
         """Write ``ladder.json`` and ``ladder.md`` into ``out_dir``; returns both paths."""
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
-        (out / "ladder.json").write_text(self.to_json())
-        (out / "ladder.md").write_text(self.to_markdown(link_base="notebooks/"))
+        atomic_write_text(out / "ladder.json", self.to_json())       # a reader sees the old file or the new one
+        atomic_write_text(out / "ladder.md", self.to_markdown(link_base="notebooks/"))
         return out / "ladder.json", out / "ladder.md"
 
     def plot(self) -> Figure:

@@ -24,6 +24,7 @@ from labkit.comm.backend import check_data_size
 from labkit.comm.launch import launch
 from labkit.comm.worker import rank_device
 from labkit.core.models import MLP
+from labkit.core.step import TrainStep
 from labkit.core.timing import time_fn
 from labkit.core.validation import checked_int, positive_int, positive_ints, positive_number
 
@@ -103,16 +104,11 @@ def samples_per_s_by_batch(model: nn.Module, batch_sizes: tuple[int, ...] = (2, 
 
 def _throughputs(model, opt, batch_sizes, image_shape, repeats, device) -> dict[int, float]:
     out = {}
+    step = TrainStep(model, opt, device=device)
     for bs in batch_sizes:
         x = torch.randn(bs, *image_shape, device=device)
         y = torch.randint(0, 10, (bs,), device=device)
-
-        def step():
-            opt.zero_grad(set_to_none=True)
-            nn.functional.cross_entropy(model(x), y).backward()
-            opt.step()
-
-        out[bs] = bs / time_fn(step, warmup=2, repeats=repeats, device=device).median_s
+        out[bs] = bs / time_fn(lambda: step(x, y), warmup=2, repeats=repeats, device=device).median_s
     return out
 
 
@@ -179,18 +175,14 @@ def lr_scaling_run(x: torch.Tensor, y: torch.Tensor, xv: torch.Tensor, yv: torch
     positive_int(epochs, "epochs")
     torch.manual_seed(seed)
     model = MLP(int(max(y.max(), yv.max())) + 1, in_features=x[0].numel(), hidden=128)
-    opt = torch.optim.SGD(model.parameters(), lr=lr)
+    step = TrainStep(model, torch.optim.SGD(model.parameters(), lr=lr))
     g = torch.Generator().manual_seed(seed)
     for _ in range(epochs):
         perm = torch.randperm(len(x), generator=g)
         for i in range(0, len(x) - global_batch + 1, global_batch):
             idx = perm[i:i + global_batch]
-            opt.zero_grad(set_to_none=True)
-            loss = nn.functional.cross_entropy(model(x[idx]), y[idx])
-            if not torch.isfinite(loss):
-                return float("nan")
-            loss.backward()
-            opt.step()
+            if not torch.isfinite(step(x[idx], y[idx]).loss):
+                return float("nan")                     # diverged: the learning rate is too large for this batch
     with torch.no_grad():
         return float((model(xv).argmax(1) == yv).float().mean())
 

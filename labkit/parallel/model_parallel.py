@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from labkit.core.models import mlp_layers
 from labkit.core.validation import positive_int
 from labkit.parallel.costmodel import micro_batches_for_bubble, pays_off, predicted_speedup
 
@@ -36,17 +37,12 @@ class SplitConfig:
 def build_stages(cfg: SplitConfig) -> list[nn.Sequential]:
     """The model as a list of stages (same weights for the same seed, however it is split)."""
     torch.manual_seed(cfg.seed)
-    stages = []
-    width_in = cfg.in_features
-    for s in range(cfg.stages):
-        layers: list[nn.Module] = []
-        for _ in range(cfg.layers_per_stage):
-            layers += [nn.Linear(width_in, cfg.hidden), nn.ReLU()]
-            width_in = cfg.hidden
-        if s == cfg.stages - 1:
-            layers.append(nn.Linear(cfg.hidden, cfg.num_classes))
-        stages.append(nn.Sequential(*layers))
-    return stages
+    hidden_layers = cfg.stages * cfg.layers_per_stage
+    layers = mlp_layers((cfg.in_features, *[cfg.hidden] * hidden_layers, cfg.num_classes))   # [Linear, ReLU] * n, Linear
+    per_stage = 2 * cfg.layers_per_stage
+    stages = [layers[s * per_stage:(s + 1) * per_stage] for s in range(cfg.stages)]
+    stages[-1].append(layers[-1])                      # the classifier closes the last stage
+    return [nn.Sequential(*stage) for stage in stages]
 
 
 def stage_devices(stages: int = 2) -> tuple[list[torch.device], str]:

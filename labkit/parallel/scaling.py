@@ -7,13 +7,13 @@ core sharing and the fitted all-reduce cost (``labkit.parallel.costmodel``) and 
 """
 from __future__ import annotations
 
+import contextlib
 import statistics
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Iterator, Sequence
 
 import torch
 import torch.distributed as dist
-from torch import nn
 
 from labkit.comm.backend import choose_backend
 from labkit.comm.collectives import allreduce_cost
@@ -22,10 +22,12 @@ from labkit.comm.worker import rank_device
 from labkit.core.clock import now_s, percentile, thread_time_s
 from labkit.core.device import device_label
 from labkit.core.machine import cpu_count
+from labkit.core.models import mlp
+from labkit.core.step import TrainStep
 from labkit.core.timing import Stopwatch, synchronize
 from labkit.core.validation import checked_int, positive_int, positive_ints
 from labkit.parallel.costmodel import core_sharing_slowdown, fit_alpha_beta, predicted_speedup
-from labkit.parallel.sync_sgd import AllreduceSum, sync_gradients
+from labkit.parallel.sync_sgd import sync_gradients
 
 
 def timing_noise(times_s: Sequence[float]) -> float:
@@ -52,13 +54,6 @@ class StepTimes:
     cpu_share: float = 1.0   # min over ranks of CPU time / wall time while computing (cores/R when R > cores)
 
 
-def _mlp(in_features: int, hidden: int, depth: int) -> nn.Module:
-    layers: list[nn.Module] = [nn.Linear(in_features, hidden), nn.ReLU()]
-    for _ in range(depth - 1):
-        layers += [nn.Linear(hidden, hidden), nn.ReLU()]
-    return nn.Sequential(*layers, nn.Linear(hidden, 10))
-
-
 def _allreduce_probe(sizes_bytes: list[int], repeats: int, group) -> list[float]:
     """Median time of a float32 all-reduce for each size (barrier first, so skew is not timed)."""
     medians, device = [], rank_device()
@@ -74,37 +69,46 @@ def _allreduce_probe(sizes_bytes: list[int], repeats: int, group) -> list[float]
     return medians
 
 
-def _step_phases(model: nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor,
-                 all_reduce: AllreduceSum | None, world_size: int,
-                 device: torch.device) -> tuple[float, float, float, float]:
-    """One sync-SGD step, synchronised at each phase edge: (compute s, all-reduce s, step s, CPU s computing)."""
-    c0, t0 = thread_time_s(), now_s()
-    opt.zero_grad()
-    nn.functional.cross_entropy(model(x), y).backward()
-    synchronize(device)
-    c1, t1 = thread_time_s(), now_s()
-    if all_reduce is not None:
-        sync_gradients(model, all_reduce, world_size, bucket=True)
-        synchronize(device)
-    c2, t2 = thread_time_s(), now_s()
-    opt.step()
-    synchronize(device)
-    c3, t3 = thread_time_s(), now_s()
-    return (t1 - t0) + (t3 - t2), t2 - t1, t3 - t0, (c1 - c0) + (c3 - c2)
+class _PhaseTimes:
+    """The one step's ``phase``: wall and CPU seconds per phase, the device synchronised where a phase edge is timed
+    (after backward, the all-reduce and the update; forward and backward count together as compute)."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.device, self.wall_s, self.cpu_s = device, {"compute": 0.0, "grads": 0.0}, {"compute": 0.0, "grads": 0.0}
+
+    @contextlib.contextmanager
+    def __call__(self, phase: str) -> Iterator[None]:
+        c0, t0 = thread_time_s(), now_s()
+        yield
+        if phase in ("backward", "grads", "optimizer"):
+            synchronize(self.device)
+        key = "grads" if phase == "grads" else "compute"
+        self.wall_s[key] += now_s() - t0
+        self.cpu_s[key] += thread_time_s() - c0
+
+
+def _step_phases(step: TrainStep, x: torch.Tensor, y: torch.Tensor) -> tuple[float, float, float, float]:
+    """One sync-SGD step of the kit's one step, synchronised at each phase edge: (compute s, all-reduce s,
+    step s, CPU s computing)."""
+    times = _PhaseTimes(step.device)
+    step(x, y, phase=times)
+    compute_s, sync_s = times.wall_s["compute"], times.wall_s["grads"]
+    return compute_s, sync_s, compute_s + sync_s, times.cpu_s["compute"]
 
 
 def _time_steps(world_size: int, group, cfg: dict) -> StepTimes:
     """Time ``cfg['steps']`` real sync-SGD steps of the MLP among the first ``world_size`` ranks."""
     torch.manual_seed(cfg["seed"] + dist.get_rank())
     device = rank_device()
-    model = _mlp(cfg["in_features"], cfg["hidden"], cfg["depth"]).to(device)
+    model = mlp((cfg["in_features"], *[cfg["hidden"]] * cfg["depth"], 10)).to(device)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     x = torch.randn(cfg["batch"], cfg["in_features"], device=device)
     y = torch.randint(0, 10, (cfg["batch"],), device=device)
     grad_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
     all_reduce = (lambda t: dist.all_reduce(t, group=group)) if world_size > 1 else None
-    phases = [_step_phases(model, opt, x, y, all_reduce, world_size, device)
-              for _ in range(cfg["warmup"] + cfg["steps"])][cfg["warmup"]:]
+    hook = (lambda m: sync_gradients(m, all_reduce, world_size, bucket=True)) if all_reduce is not None else None
+    step = TrainStep(model, opt, device=device, grad_hook=hook)
+    phases = [_step_phases(step, x, y) for _ in range(cfg["warmup"] + cfg["steps"])][cfg["warmup"]:]
     comp, sync, step, cpu = ([p[k] for p in phases] for k in range(4))
     cpu_s = sum(cpu)
     alpha = beta = 0.0

@@ -11,13 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 import numpy as np
-import torch
 
-from labkit.core.device import device_label, get_device
-from labkit.core.models import build_model
-from labkit.core.timing import time_fn
-from labkit.core.validation import checked_int, positive_int, positive_number
-from labkit.training.flops import active_math_mode, checked_mfu, flops_per_sample, peak_flops_per_s
+from labkit.core.validation import positive_int, positive_number
 from labkit.parallel.costmodel import epoch_time_s, pays_off, predicted_speedup, sync_time_s
 from labkit.parallel.scaling import ScalingPoint
 
@@ -33,7 +28,7 @@ class ExplorerSettings:
     model_params_m: float = 25.0         # millions of parameters (ResNet-50 has about 25.6 M)
     latency_us: float = 10.0             # alpha: per-message latency
     bandwidth_gb_s: float = 100.0        # 1/beta: link bandwidth (NVLink-class; ~10 for 100 Gb/s Ethernet)
-    device_flops_per_s: float | None = None  # one replica's sustained FLOP/s: measured_training_flops_per_s()
+    device_flops_per_s: float | None = None  # one replica's sustained FLOP/s: flops.measured_training_flops_per_s()
     n_samples: int = 1_281_167           # samples per epoch (ImageNet-1k train)
     bytes_per_param: int = 4             # fp32 gradients
     algorithm: str = "ring"
@@ -66,54 +61,9 @@ def step_compute_s(settings: ExplorerSettings) -> float:
     """T_comp of one step: 6 * params * batch FLOPs at the device's sustained rate."""
     if settings.device_flops_per_s is None:
         raise ValueError("device_flops_per_s is unset: pass this device's sustained rate, "
-                         "measured_training_flops_per_s()[0] (peak x measured MFU), or a number of FLOP/s")
+                         "labkit.training.flops.measured_training_flops_per_s()[0] (peak x measured MFU), or a number of FLOP/s")
     flops = FLOPS_PER_PARAM_PER_SAMPLE * settings.model_params_m * 1e6 * settings.batch
     return flops / settings.device_flops_per_s
-
-
-def measured_matmul_flops_per_s(device: str | torch.device | None = None, size: int | None = None,
-                                repeats: int = 5) -> tuple[float, str]:
-    """(FLOP/s, where) a dense fp32 matmul really reaches on this device: the explorer's default T_comp rate.
-
-    Measured, not assumed: a hard-coded 20 TFLOP/s is 100x off on a laptop CPU and 3x off on an H100 (TF32).
-    A training step reaches less than a bare GEMM (see ``measured_training_flops_per_s``), so this is an
-    upper bound on the compute rate; the note says which device it came from.
-    """
-    dev = get_device(device)
-    n = checked_int(size, "size", allow_none=True) or (4096 if dev.type == "cuda" else 512)
-    a, b = torch.randn(n, n, device=dev), torch.randn(n, n, device=dev)
-    median_s = time_fn(lambda: a @ b, warmup=2, repeats=repeats, device=dev).median_s
-    flops = 2.0 * n ** 3 / median_s
-    return flops, f"{flops / 1e12:.3g} TFLOP/s measured: fp32 {n}x{n} matmul on {device_label(dev)}"
-
-
-def measured_training_flops_per_s(device: str | torch.device | None = None, model: str = "resnet18",
-                                  batch_size: int | None = None, repeats: int = 3) -> tuple[float, str]:
-    """(FLOP/s, note) one replica sustains in a real fp32 training step here: peak x measured MFU.
-
-    Counted FLOPs of a forward + backward + SGD step divided by its median time. On a GPU with a known peak the
-    note splits it into the datasheet peak of the math mode in use and the MFU; a CPU has no peak, so no MFU.
-    """
-    dev = get_device(device)
-    batch = checked_int(batch_size, "batch_size", allow_none=True) or (256 if dev.type == "cuda" else 32)
-    net = build_model(model).to(dev)
-    per_sample = flops_per_sample(net, (3, 32, 32), device=dev)
-    opt = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9)
-    x, y = torch.randn(batch, 3, 32, 32, device=dev), torch.randint(0, 10, (batch,), device=dev)
-
-    def step() -> None:
-        torch.nn.functional.cross_entropy(net(x), y).backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-
-    achieved = per_sample * batch / time_fn(step, warmup=2, repeats=positive_int(repeats, "repeats"), device=dev).median_s
-    where = f"{model} training step, batch {batch}, on {device_label(dev)}"
-    peak, peak_note = peak_flops_per_s(dev, active_math_mode(dev))
-    share = checked_mfu(achieved, peak, peak_note)
-    if share is None:
-        return achieved, f"{achieved / 1e12:.3g} TFLOP/s measured: {where} ({peak_note})"
-    return achieved, (f"{achieved / 1e12:.3g} TFLOP/s = {peak / 1e12:g} TFLOP/s peak x {100 * share:.0f}% "
-                      f"measured MFU: {where} ({peak_note})")
 
 
 def explore(settings: ExplorerSettings) -> ExplorerResult:

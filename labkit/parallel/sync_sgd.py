@@ -13,7 +13,6 @@ The ``*_worker`` functions are module-level so ``labkit.comm.launch.launch`` can
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Callable
 
 import torch
@@ -22,63 +21,13 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from labkit.comm.launch import launch
-from labkit.core.validation import checked_int, positive_int, positive_number
+from labkit.core.step import TrainStep
+from labkit.core.validation import checked_int, positive_int
+from labkit.training.reference import (ToyProblem, build_toy_model, copy_weights, shard, toy_batch, toy_optimizer,
+                                      train_single_process)
 
 Broadcast = Callable[[torch.Tensor, int], None]
 AllreduceSum = Callable[[torch.Tensor], None]
-
-
-# ---------------------------------------------------------------------------- the toy problem
-@dataclass(frozen=True)
-class ToyProblem:
-    """A small, deterministic classification task: data and weights follow from ``seed``."""
-
-    seed: int = 0
-    in_features: int = 8
-    hidden: int = 16
-    num_classes: int = 3
-    micro_batch: int = 8
-    lr: float = 0.1
-    momentum: float = 0.9
-
-    def __post_init__(self) -> None:
-        for name in ("in_features", "hidden", "num_classes", "micro_batch"):
-            positive_int(getattr(self, name), name)
-        positive_number(self.lr, "lr")
-
-
-def build_toy_model(problem: ToyProblem, init_seed: int) -> nn.Module:
-    """The toy MLP, initialised from ``init_seed`` (replicas start *different* on purpose)."""
-    gen_state = torch.random.get_rng_state()
-    torch.manual_seed(init_seed)
-    model = nn.Sequential(nn.Linear(problem.in_features, problem.hidden), nn.Tanh(),
-                          nn.Linear(problem.hidden, problem.num_classes))
-    torch.random.set_rng_state(gen_state)
-    return model
-
-
-def toy_batch(problem: ToyProblem, step: int, global_batch: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """The combined batch of ``global_batch`` samples for ``step``: same on every process."""
-    gen = torch.Generator().manual_seed(problem.seed * 1_000_003 + step)
-    x = torch.randn(global_batch, problem.in_features, generator=gen)           # (R*B, F)
-    y = torch.randint(0, problem.num_classes, (global_batch,), generator=gen)   # (R*B,)
-    return x, y
-
-
-def shard(x: torch.Tensor, rank: int, world_size: int) -> torch.Tensor:
-    """Rank ``rank``'s contiguous micro-batch of a combined batch (rows split evenly)."""
-    if x.shape[0] % world_size:
-        raise ValueError(f"batch of {x.shape[0]} rows does not split evenly over world_size={world_size}")
-    b = x.shape[0] // world_size
-    return x[rank * b:(rank + 1) * b]
-
-
-def _make_optimizer(model: nn.Module, problem: ToyProblem) -> torch.optim.Optimizer:
-    return torch.optim.SGD(model.parameters(), lr=problem.lr, momentum=problem.momentum)
-
-
-def _state(model: nn.Module) -> dict[str, torch.Tensor]:
-    return {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
 
 
 # ---------------------------------------------------------------------------- the derivation, checked
@@ -149,39 +98,12 @@ def train_replica(rank: int, world_size: int, broadcast: Broadcast, allreduce_su
     problem = ToyProblem(seed=seed, micro_batch=micro_batch, lr=lr)
     model = build_toy_model(problem, init_seed=seed + rank)           # deliberately different per rank
     sync_initial_weights(model, broadcast, src=0)                     # ... until rank 0's weights win
-    opt = _make_optimizer(model, problem)
-    loss_fn = nn.CrossEntropyLoss()
+    train_step = TrainStep(model, toy_optimizer(model, problem),           # the gradients averaged before the update
+                           grad_hook=lambda m: sync_gradients(m, allreduce_sum, world_size, bucket=bucket))
     for step in range(steps):
         x, y = toy_batch(problem, step, world_size * micro_batch)
-        opt.zero_grad()
-        loss_fn(model(shard(x, rank, world_size)), shard(y, rank, world_size)).backward()
-        sync_gradients(model, allreduce_sum, world_size, bucket=bucket)
-        opt.step()
-    return _state(model)
-
-
-def train_single_process(world_size: int, *, steps: int, seed: int = 0, micro_batch: int = 8,
-                         lr: float = 0.1) -> dict[str, torch.Tensor]:
-    """The reference: one process, the combined batch of ``world_size * micro_batch`` each step."""
-    world_size = positive_int(world_size, "world_size")
-    checked_int(steps, "steps", minimum=0)
-    problem = ToyProblem(seed=seed, micro_batch=micro_batch, lr=lr)
-    model = build_toy_model(problem, init_seed=seed)                  # rank 0's initial weights
-    opt = _make_optimizer(model, problem)
-    loss_fn = nn.CrossEntropyLoss()
-    for step in range(steps):
-        x, y = toy_batch(problem, step, world_size * micro_batch)
-        opt.zero_grad()
-        loss_fn(model(x), y).backward()
-        opt.step()
-    return _state(model)
-
-
-def max_weight_difference(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:
-    """Largest absolute difference between two state_dicts with the same keys."""
-    if a.keys() != b.keys():
-        raise ValueError(f"state_dicts have different keys: {sorted(a)} vs {sorted(b)}")
-    return max(float((a[k].float() - b[k].float()).abs().max()) for k in a)
+        train_step(shard(x, rank, world_size), shard(y, rank, world_size))
+    return copy_weights(model)
 
 
 # ---------------------------------------------------------------------------- torch.distributed workers
@@ -209,26 +131,11 @@ def ddp_worker(steps: int, seed: int = 0, micro_batch: int = 8, lr: float = 0.1)
     rank, world_size = dist.get_rank(), dist.get_world_size()
     problem = ToyProblem(seed=seed, micro_batch=micro_batch, lr=lr)
     model = DDP(build_toy_model(problem, init_seed=seed + rank))      # DDP broadcasts rank 0's weights
-    opt = _make_optimizer(model, problem)
-    loss_fn = nn.CrossEntropyLoss()
+    train_step = TrainStep(model, toy_optimizer(model, problem))     # DDP averages the gradients in backward
     for step in range(steps):
         x, y = toy_batch(problem, step, world_size * micro_batch)
-        opt.zero_grad()
-        loss_fn(model(shard(x, rank, world_size)), shard(y, rank, world_size)).backward()  # DDP averages grads
-        opt.step()
-    return _state(model.module)
-
-
-def gradient_check_worker(seed: int = 0, micro_batch: int = 8) -> list[torch.Tensor]:
-    """Run inside launch(): each rank's micro-batch gradient, all-reduced and averaged for real."""
-    torch.set_num_threads(1)
-    rank, world_size = dist.get_rank(), dist.get_world_size()
-    problem = ToyProblem(seed=seed, micro_batch=micro_batch)
-    model = build_toy_model(problem, problem.seed)
-    x, y = toy_batch(problem, 0, world_size * micro_batch)
-    nn.CrossEntropyLoss()(model(shard(x, rank, world_size)), shard(y, rank, world_size)).backward()
-    sync_gradients(model, torch_allreduce_sum, world_size)
-    return [p.grad.clone() for p in model.parameters()]
+        train_step(shard(x, rank, world_size), shard(y, rank, world_size))
+    return copy_weights(model.module)
 
 
 def sync_vs_ddp_worker(steps: int, seed: int = 0, micro_batch: int = 8, lr: float = 0.1) -> dict[str, dict]:

@@ -20,7 +20,9 @@ from torch import nn
 from torch.profiler import ProfilerActivity, profile, record_function
 
 from labkit.core.device import device_label, get_device
+from labkit.core.results import WriteError, atomic_path
 from labkit.core.rundirs import check_writable_dir
+from labkit.core.step import TrainStep
 from labkit.core.validation import checked_int
 from labkit.profile.schedule import ProfileSchedule
 from labkit.profile.summary import ProfileSummary
@@ -66,41 +68,46 @@ def _batches(loader: Iterable, steps: int):
             raise ValueError("the loader yielded no batches; give profile_training a non-empty loader")
 
 
-def train_step(model: nn.Module, batch: Sequence[torch.Tensor], optimizer: torch.optim.Optimizer,
-               loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], device: torch.device,
-               sync_every_step: bool) -> int:
-    """One labelled training step (h2d, forward, backward, optimizer, optional .item()); returns batch size."""
-    x, y = batch[0], batch[1]
-    with record_function(LABEL_PREFIX + "h2d"):
-        x = x.to(device, non_blocking=True)
-        y = y.to(device, non_blocking=True)
-    with record_function(LABEL_PREFIX + "forward"):
-        loss = loss_fn(model(x), y)
-    with record_function(LABEL_PREFIX + "backward"):
-        loss.backward()
-    with record_function(LABEL_PREFIX + "optimizer"):
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
+def _labelled(name: str) -> record_function:
+    """Each phase of the one step as a labelled region of the trace (labkit/h2d, labkit/forward, ...)."""
+    return record_function(LABEL_PREFIX + name)
+
+
+def labelled_step(step: TrainStep, batch: Sequence[torch.Tensor], sync_every_step: bool) -> int:
+    """One step of the kit's training step with every phase labelled (and an optional ``.item()`` sync, labelled
+    too); returns the batch size."""
+    loss, samples, _ = step(batch[0], batch[1], phase=_labelled)
     if sync_every_step:
         with record_function(LABEL_PREFIX + "sync"):
             loss.item()   # a host-device sync point: the CPU waits for the GPU every step
-    return int(x.shape[0])
+    return samples
 
 
 class CycleRecorder:
     """The profiler's ``on_trace_ready``: writes each finished cycle's trace and adds up its operators."""
 
-    def __init__(self, run_dir: Path, row_limit: int) -> None:
-        self.run_dir, self.row_limit = run_dir, row_limit
+    def __init__(self, run_dir: Path, row_limit: int, on_trace: Callable[[Path], None] | None = None) -> None:
+        self.run_dir, self.row_limit, self.on_trace = run_dir, row_limit, on_trace
         self.trace_files: list[Path] = []
+        self.error: WriteError | None = None   # a failed export, raised by the training loop (not inside torch)
         self.ops: dict[str, dict] = {}   # name -> self_cpu_s, self_device_s, calls (totals across cycles)
         self.op_table = ""               # the last cycle's key_averages grouped by input shape, as text
 
     def __call__(self, prof) -> None:
         path = self.run_dir / f"trace_cycle{len(self.trace_files)}.pt.trace.json"
-        prof.export_chrome_trace(str(path))
+        try:
+            with atomic_path(path) as tmp:      # a reader never sees half a trace; a full disk leaves no temp file
+                try:
+                    prof.export_chrome_trace(str(tmp))
+                finally:
+                    Path(f"{tmp}.tmp").unlink(missing_ok=True)  # torch's own temp file, left when its write fails
+        except WriteError as err:
+            self.error = err
+            return
         self.trace_files.append(path)
         self._add_ops(prof)
+        if self.on_trace is not None:
+            self.on_trace(path)
 
     def _add_ops(self, prof) -> None:
         """Add one finished cycle's operator self-times to the per-op totals."""
@@ -142,8 +149,12 @@ def profile_training(model: nn.Module, loader: Iterable, *, run_dir: str | Path,
                      optimizer: torch.optim.Optimizer | None = None, loss_fn: Callable | None = None,
                      lr: float = 0.01, device: str | torch.device | None = None, sync_every_step: bool = False,
                      record_shapes: bool = True, profile_memory: bool = True, with_stack: bool = False,
-                     memory_snapshot: bool = False, hta: bool = False, row_limit: int = 12) -> ProfileSummary:
-    """Train ``steps`` labelled steps under ``torch.profiler`` and summarise the kept ones.
+                     memory_snapshot: bool = False, hta: bool = False, row_limit: int = 12,
+                     on_trace: Callable[[Path], None] | None = None) -> ProfileSummary:
+    """Train labelled steps under ``torch.profiler`` until every cycle's trace is written; summarise the kept ones.
+
+    Training stops once the last cycle's trace is written, even if ``steps`` allows more; ``on_trace`` receives
+    each trace file as it is written. A trace that cannot be written raises one WriteError naming it.
 
     Categories are measured on the host (CPU) timeline. On a GPU the host only *launches* work, so time the
     GPU spends computing shows up where the CPU next waits for it (``sync``, or a later copy); the trace's GPU
@@ -158,13 +169,14 @@ def profile_training(model: nn.Module, loader: Iterable, *, run_dir: str | Path,
     dev = get_device(device)
     model = model.to(dev).train()
     optimizer = optimizer or torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
-    loss_fn = loss_fn or nn.CrossEntropyLoss()
-    recorder = CycleRecorder(run_dir, row_limit)
+    step = TrainStep(model, optimizer, loss_fn=loss_fn or nn.functional.cross_entropy, device=dev)
+    recorder = CycleRecorder(run_dir, row_limit, on_trace)
     snapshot = memory_snapshot and dev.type == "cuda"
     quiet_gpu_probe_without_gpu()
     with _cuda_memory_recording(dev, snapshot):
-        samples = _profiled_steps(lambda batch: train_step(model, batch, optimizer, loss_fn, dev, sync_every_step),
-                                  loader, steps, activities=_activities(dev), schedule=sched.to_torch(),
+        samples = _profiled_steps(lambda batch: labelled_step(step, batch, sync_every_step),
+                                  loader, steps, recorder, sched.repeat, activities=_activities(dev),
+                                  schedule=sched.to_torch(),
                                   on_trace_ready=recorder, record_shapes=record_shapes,
                                   profile_memory=profile_memory, with_stack=with_stack)
         extras = _gpu_extras(dev, run_dir, snapshot, hta)
@@ -193,15 +205,26 @@ def _cuda_memory_recording(dev: torch.device, snapshot: bool) -> Iterator[None]:
             torch.cuda.memory._record_memory_history(enabled=None)
 
 
-def _profiled_steps(step: Callable[[object], int], loader: Iterable, steps: int, **profile_kwargs) -> list[int]:
-    """Run ``steps`` training steps under ``torch.profiler``; returns the samples in each step."""
+def _profiled_steps(step: Callable[[object], int], loader: Iterable, steps: int, recorder: CycleRecorder,
+                    cycles: int, **profile_kwargs) -> list[int]:
+    """Train under ``torch.profiler`` until ``cycles`` traces are written (at most ``steps``); samples per step."""
     samples = []
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*clears events at the end of each cycle.*")
-        with profile(**profile_kwargs) as prof:   # leaving the block stops the profiler, even on an exception
-            for batch in _labelled_batches(loader, steps):
-                samples.append(step(batch))
-                prof.step()
+        try:
+            with profile(**profile_kwargs) as prof:   # leaving the block stops the profiler, even on an exception
+                for batch in _labelled_batches(loader, steps):
+                    samples.append(step(batch))
+                    prof.step()
+                    if recorder.error is not None or (cycles and len(recorder.trace_files) >= cycles):
+                        break                          # every trace is written (or one cannot be): stop training
+        except AssertionError as err:     # torch's record_function, unwound by Ctrl-C/SIGTERM, asserts on exit
+            interrupt = err.__context__
+            if isinstance(interrupt, (KeyboardInterrupt, SystemExit)):
+                raise interrupt from None
+            raise
+    if recorder.error is not None:
+        raise recorder.error
     return samples
 
 

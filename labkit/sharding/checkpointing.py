@@ -21,9 +21,10 @@ from torch import nn
 from torch.profiler import ProfilerActivity, profile
 from torch.utils.checkpoint import checkpoint
 
+from labkit.core.step import TrainStep
 from labkit.core.timing import Stopwatch, synchronize
 from labkit.core.validation import positive_int
-from labkit.training.memory import preserved_state, probe_forward
+from labkit.memory.probe import preserved_state, probe_forward
 
 
 class Checkpointed(nn.Module):
@@ -120,10 +121,17 @@ def measure_forward_retained_bytes(model: nn.Module, inputs: torch.Tensor) -> in
     return int(retained)
 
 
+def square_mean_loss(out: torch.Tensor, _targets: object = None) -> torch.Tensor:
+    """A loss for any output shape (no labels): what the memory and timing probes backpropagate."""
+    return out.float().square().mean()
+
+
 def _train_step_time_s(model: nn.Module, inputs: torch.Tensor) -> float:
-    """One forward+backward: process CPU time on CPU (robust to other processes), synchronised wall on GPU."""
+    """One forward+backward of the one step (no update): process CPU time on CPU (robust to other processes),
+    synchronised wall on GPU."""
+    step = TrainStep(model, None, loss_fn=square_mean_loss, device=inputs.device)
     with Stopwatch(inputs.device, cpu_time=True) as watch:
-        model(inputs).float().square().mean().backward()
+        step(inputs, None)
     return watch.elapsed_s
 
 

@@ -21,7 +21,7 @@ from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
 from labkit.core.validation import positive_int, positive_number
-from labkit.training.dtypes import precision_of
+from labkit.core.dtypes import precision_of
 from labkit.training.flops import find_peak
 
 

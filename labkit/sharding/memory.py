@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from labkit.core.validation import positive_int
-from labkit.training.memory import MemoryBreakdown, MemoryModel
+from labkit.memory.model import MemoryBreakdown, MemoryModel
 
 STRATEGIES = ("ddp", "zero1", "zero2", "zero3")
 ZERO_PAPER_K_MIXED_ADAM = 12   # ZeRO Section 3.1: fp32 params + momentum + variance = 12 bytes per parameter

@@ -4,7 +4,7 @@ What must fit in memory is the step's peak, not the activations a forward keeps:
 checkpointed segment is recomputed (its activations come back, one segment at a time) while the gradients
 are being built. So checkpointing cuts the step peak by less than it cuts the kept activations, and the
 largest batch that fits is fitted on measured step peaks. CUDA: peak allocated minus allocated before.
-CPU: the process's resident high-water mark (:mod:`labkit.training.host_memory`), in a fresh process whose
+CPU: the process's resident high-water mark (:mod:`labkit.memory.host`), in a fresh process whose
 glibc returns every large block at free, so neither earlier cells' heap nor a grown malloc threshold blurs it.
 """
 from __future__ import annotations
@@ -14,12 +14,14 @@ from torch import nn
 
 from labkit.core.models import resnet18_cifar
 from labkit.core.procs import run_in_fresh_process
+from labkit.core.step import TrainStep
 from labkit.core.timing import synchronize
 from labkit.core.validation import positive_int
-from labkit.sharding.checkpointing import bytes_line, largest_batch_within, transformer_stack, with_checkpointing
-from labkit.training.device_memory import peak_since
-from labkit.training.host_memory import MEASURE_MMAP_THRESHOLD, measure_host_peak_bytes
-from labkit.training.memory import preserved_state
+from labkit.memory.device import peak_since
+from labkit.memory.host import MEASURE_MMAP_THRESHOLD, measure_host_peak_bytes
+from labkit.memory.probe import preserved_state
+from labkit.sharding.checkpointing import (bytes_line, largest_batch_within, square_mean_loss, transformer_stack,
+                                           with_checkpointing)
 
 # glibc reads these at start-up: every block from 64 KiB up gets its own mapping, unmapped at free
 HOST_PEAK_ENV = {"MALLOC_MMAP_THRESHOLD_": str(MEASURE_MMAP_THRESHOLD), "MALLOC_TRIM_THRESHOLD_":
@@ -30,16 +32,17 @@ WORKLOADS = ("resnet18", "transformer")
 def measure_step_peak_bytes(model: nn.Module, inputs: torch.Tensor) -> int:
     """Peak bytes one forward+backward adds above what existed before it: activations, recomputes, gradients.
 
-    One unmeasured step runs first (thread pools, lazy buffers); gradients are freed before each step.
+    One unmeasured step runs first (thread pools, lazy buffers); the one step (no update) frees the gradients
+    after each step, once its peak is past.
     """
+    train_step = TrainStep(model, None, loss_fn=square_mean_loss, device=inputs.device)
+
     def step() -> None:
-        model.zero_grad(set_to_none=True)
-        model(inputs).float().square().mean().backward()
+        train_step(inputs, None)
 
     with preserved_state(model):
         model.train()
         step()
-        model.zero_grad(set_to_none=True)
         if inputs.device.type != "cuda":
             peak = measure_host_peak_bytes(step)
         else:
@@ -49,7 +52,6 @@ def measure_step_peak_bytes(model: nn.Module, inputs: torch.Tensor) -> int:
             step()
             synchronize(inputs.device)
             peak = peak_since(inputs.device, before)[0]
-        model.zero_grad(set_to_none=True)
     return int(peak)
 
 

@@ -10,7 +10,9 @@ them after each layer's forward and gathers again in backward (ZeRO-3).
 """
 from __future__ import annotations
 
+import contextlib
 from dataclasses import asdict, dataclass, replace
+from typing import Iterator
 
 import torch
 import torch.distributed as dist
@@ -21,12 +23,15 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from labkit.comm.launch import launch
 from labkit.comm.worker import rank_device
+from labkit.core.models import mlp
+from labkit.core.step import StepOptions, TrainStep
 from labkit.core.validation import checked_int, positive_int, positive_number
+from labkit.memory.device import peak_since
+from labkit.memory.model import build_memory_model
 from labkit.sharding.comm_volume import (CommCounter, bytes_written_by_process, counting_collectives,
                                          predicted_bytes_per_step, simulated_bytes_per_step)
 from labkit.sharding.memory import STRATEGIES, check_strategy, count_rank_state_bytes, predict_per_rank
-from labkit.training.device_memory import peak_since
-from labkit.training.memory import build_memory_model
+from labkit.training.reference import max_weight_difference, single_process_weights
 
 
 @dataclass(frozen=True)
@@ -51,8 +56,7 @@ class ShardingConfig:
 def build_mlp(cfg: ShardingConfig) -> nn.Sequential:
     """The same float64 MLP on every rank (seeded)."""
     torch.manual_seed(cfg.seed)
-    return nn.Sequential(nn.Linear(cfg.in_features, cfg.hidden), nn.ReLU(), nn.Linear(cfg.hidden, cfg.hidden),
-                         nn.ReLU(), nn.Linear(cfg.hidden, cfg.classes)).double()
+    return mlp((cfg.in_features, cfg.hidden, cfg.hidden, cfg.classes)).double()
 
 
 def global_batch(cfg: ShardingConfig, step: int, world_size: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -63,16 +67,11 @@ def global_batch(cfg: ShardingConfig, step: int, world_size: int) -> tuple[torch
             torch.randint(0, cfg.classes, (n,), generator=g))
 
 
-def train_single_process(cfg: ShardingConfig, world_size: int) -> dict[str, torch.Tensor]:
-    """The reference: one process, the whole global batch, plain Adam."""
+def reference_weights(cfg: ShardingConfig, world_size: int) -> dict[str, torch.Tensor]:
+    """The reference: one process, the whole global batch, plain Adam (the reference kit's single-process run)."""
     model = build_mlp(cfg)
-    opt = torch.optim.Adam(model.parameters(), lr=cfg.lr)
-    for step in range(cfg.steps):
-        x, y = global_batch(cfg, step, world_size)
-        opt.zero_grad(set_to_none=True)
-        nn.functional.cross_entropy(model(x), y).backward()
-        opt.step()
-    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+    batches = (global_batch(cfg, step, world_size) for step in range(cfg.steps))
+    return single_process_weights(model, torch.optim.Adam(model.parameters(), lr=cfg.lr), batches)
 
 
 class Zero1Optimizer:
@@ -102,8 +101,9 @@ class Zero1Optimizer:
         self.shard.grad = self.flat_grad[lo:lo + self.shard_numel]
         self.adam = torch.optim.Adam([self.shard], lr=lr)
 
-    def zero_grad(self) -> None:
-        """Zero the flat gradient buffer (every parameter's .grad is a view into it)."""
+    def zero_grad(self, set_to_none: bool = False) -> None:
+        """Zero the flat gradient buffer in place (every parameter's .grad is a view into it, so ``set_to_none``,
+        taken for the optimizer interface the one step calls, cannot free them)."""
         self.flat_grad.zero_()
 
     def step(self) -> None:
@@ -152,6 +152,14 @@ def strategy_worker(cfg_dict: dict, strategy: str) -> dict:
     model, opt = _wrap(cfg, strategy)
     device = rank_device()
     held: dict[str, int] = {}
+    # grads zeroed in place, not freed: after the forward pass a rank holds the gathered params and last step's grads
+    train_step = TrainStep(model, opt, device=device, options=StepOptions(set_to_none=False))
+
+    @contextlib.contextmanager
+    def count_after_forward(phase: str) -> Iterator[None]:
+        yield
+        if phase == "forward":                 # the peak of model state: gathered params + last step's grads
+            held.update(_count(model, opt))
     on_sockets, on_gpu = dist.get_backend() == "gloo", device.type == "cuda"
     wire = step_peak = None
     with counting_collectives(counter):
@@ -164,11 +172,7 @@ def strategy_worker(cfg_dict: dict, strategy: str) -> dict:
                 torch.cuda.reset_peak_memory_stats(device)
             x, y = (t.to(device) for t in global_batch(cfg, step, world_size))
             lo = rank * cfg.micro_batch
-            loss = nn.functional.cross_entropy(model(x[lo:lo + cfg.micro_batch]), y[lo:lo + cfg.micro_batch])
-            held = _count(model, opt)          # the peak of model state: gathered params + last step's grads
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
+            train_step(x[lo:lo + cfg.micro_batch], y[lo:lo + cfg.micro_batch], phase=count_after_forward)
             written_after = bytes_written_by_process() if on_sockets else None
             if on_gpu:
                 torch.cuda.synchronize(device)
@@ -197,13 +201,6 @@ def run_strategies(cfg: ShardingConfig, world_size: int, strategies: tuple[str, 
     return {s: [rank_results[i] for rank_results in per_rank] for i, s in enumerate(strategies)}
 
 
-def max_weight_difference(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:
-    """Largest absolute difference between two state_dicts with the same keys."""
-    if a.keys() != b.keys():
-        raise ValueError(f"state_dicts have different keys: {sorted(a)} vs {sorted(b)}")
-    return max(float((a[k] - b[k]).abs().max()) for k in a)
-
-
 def summarize_runs(cfg: ShardingConfig, runs: dict[int, dict[str, list[dict]]]) -> list[dict]:
     """One row per (world_size, strategy): counted vs predicted bytes per rank, comm three ways (plus the bytes gloo's
     sockets carried), and the answer's gap to one process and to the hand-written ZeRO-1, rank by rank."""
@@ -212,7 +209,7 @@ def summarize_runs(cfg: ShardingConfig, runs: dict[int, dict[str, list[dict]]]) 
     memory_model = replace(memory_model, param_bytes=memory_model.param_elements * 8)       # the runs are float64
     rows = []
     for world_size, by_strategy in sorted(runs.items()):
-        reference = train_single_process(cfg, world_size)
+        reference = reference_weights(cfg, world_size)
         zero1 = by_strategy.get("zero1")       # the hand-written shard: FSDP2 is checked against it directly
         for strategy, ranks in by_strategy.items():
             predicted = predict_per_rank(memory_model, cfg.micro_batch, strategy, world_size)

@@ -71,7 +71,7 @@ def _check_images(images: np.ndarray) -> np.ndarray:
 
 
 def images_from(data: ImageData, limit: int | None = None) -> np.ndarray:
-    """uint8 (N, H, W, C) images from a ``labkit.load_data`` result, for tf.data experiments."""
+    """uint8 (N, H, W, C) images from a ``labkit.core.data.load_data`` result, for tf.data experiments."""
     images = data.train.images[:limit].permute(0, 2, 3, 1).contiguous().numpy()   # (N, C, H, W) -> (N, H, W, C)
     return _check_images(images)
 

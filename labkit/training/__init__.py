@@ -1,3 +1,4 @@
-"""The instrumented training loop and what it measures: step phases, utilisation, FLOPs and MFU, the memory model
-and its checks, the hardware ceiling, batch-size finder and sweep, mixed precision (notebooks 01 and 02).
+"""The instrumented training loop and what it measures: step phases, utilisation, FLOPs and MFU, a run's memory
+(the model itself is labkit.memory), the hardware ceiling, batch-size finder and sweep, mixed precision (notebooks
+01 and 02), and the reference kit the parallel labs hold their runs against.
 """

@@ -47,7 +47,3 @@ def per_replica_batch(global_batch: int, world_size: int, *, on_gpu: bool = Fals
                       f"{min_per_replica}); raise global_batch to at least {min_per_replica * world_size} "
                       "or use a smaller world_size", stacklevel=2)
     return share
-
-
-# The name TensorFlow lessons (notebooks 08, 09) knew it by; public in labkit.__all__, so it stays as an alias.
-per_replica_batch_size = per_replica_batch

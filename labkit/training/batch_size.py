@@ -33,10 +33,12 @@ from labkit.core.clock import Deadline, interleaved, paired_median
 from labkit.core.data import ImageData, make_loader, validate_batch_size
 from labkit.core.device import device_label, get_device
 from labkit.core.validation import positive_int
+from labkit.memory.host import release_cpu_memory
+from labkit.memory.model import MemoryModel, build_memory_model
 from labkit.training.batch_rules import scaled_lr
 from labkit.training.ceiling import CEILING_REPEATS, measure_ceiling
-from labkit.training.loop import RunResult, TrainConfig, train
-from labkit.training.memory import MemoryModel, build_memory_model, release_cpu_memory
+from labkit.training.config import TrainConfig
+from labkit.training.loop import RunResult, train
 
 if TYPE_CHECKING:
     import numpy as np
@@ -136,7 +138,8 @@ def batch_size_sweep(model_fn: Callable[[], nn.Module], data: ImageData, batch_s
                      memory_budget_bytes: int | None = None, device: str | None = None, seed: int = 0,
                      progress: bool = True, rounds: int = 1, ceiling: bool = False,
                      ceiling_repeats: int | None = None,
-                     ceiling_fn: Callable[..., RunResult] | None = None) -> SweepResult:
+                     ceiling_fn: Callable[..., RunResult] | None = None,
+                     on_row: Callable[[SweepRow], None] | None = None) -> SweepResult:
     """Train a fresh model per batch size; throughput, step time, peak memory, val accuracy (and ceiling) per row.
 
     ``rounds`` > 1 times every size that ran ``rounds`` times, the sizes taking turns round by round, and keeps
@@ -148,7 +151,8 @@ def batch_size_sweep(model_fn: Callable[[], nn.Module], data: ImageData, batch_s
     (default: CEILING_REPEATS with one round, 1 where rounds repeat it); the row keeps the fastest, and its
     ``fraction_of_ceiling`` is the median round's samples/s over it.
     A row's peak memory is measured on a GPU; on a CPU it is the memory model's prediction (one memory model per
-    sweep, :mod:`labkit.training.memory`, also used for ``memory_budget_bytes``).
+    sweep, :mod:`labkit.memory.model`, also used for ``memory_budget_bytes``).
+    ``on_row`` receives each row when round 1 finishes it (the CLI saves it at once, so an interrupt loses none).
     """
     if not batch_sizes:
         raise ValueError("batch_sizes is empty; give e.g. [1, 8, 32, 128]")
@@ -167,6 +171,8 @@ def batch_size_sweep(model_fn: Callable[[], nn.Module], data: ImageData, batch_s
         rows.append(sweep.train_row(bs, configs[bs]))
         if rows[-1].fits:
             timed[str(bs)] = [(rows[-1].samples_per_s, rows[-1].step_time_s, sweep.ceiling(rows[-1], configs[bs]))]
+        if on_row is not None:
+            on_row(_fastest(rows[-1], timed.get(str(bs), []), ceiling))
     if rounds > 1 and timed:                # rounds 2..: the sizes take turns, so a slow spell hits them alike
         later = interleaved({str(r.batch_size): (lambda r=r: sweep.again(r, configs[r.batch_size]))
                              for r in rows if r.fits}, rounds - 1)

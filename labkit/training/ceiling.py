@@ -23,7 +23,8 @@ from torch.utils.data import Dataset
 from labkit.core.device import get_device
 from labkit.core.device_loader import DeviceLoader
 from labkit.core.validation import positive_int
-from labkit.training.loop import RunResult, TrainConfig, train
+from labkit.training.config import TrainConfig
+from labkit.training.loop import RunResult, train
 
 POOL_BATCHES = 4        # distinct resident batches cycled (a few, so no kernel sees a constant input)
 CEILING_REPEATS = 3     # runs of which the fastest is the ceiling

@@ -1,7 +1,7 @@
 """The largest batch that fits: doubling, then binary search, with every trial reported.
 
 On a GPU the finder tries real training steps and catches ``torch.cuda.OutOfMemoryError``; on a CPU it
-asks the memory model (:mod:`labkit.training.memory`) against a budget you give. Either way it reports every
+asks the memory model (:mod:`labkit.memory.model`) against a budget you give. Either way it reports every
 trial with its throughput, so you can see that the largest batch is not always the fastest, and it
 restores the model's and optimizer's state afterwards.
 """
@@ -16,11 +16,13 @@ import torch
 from torch import nn
 
 from labkit.core.device import device_label, get_device
+from labkit.core.models import check_model_accepts
+from labkit.core.step import TrainStep
 from labkit.core.timing import synchronize, time_fn
 from labkit.core.validation import checked_int, positive_int
-from labkit.training.device_memory import baseline_bytes, peak_since
-from labkit.training.memory import (MemoryModel, build_memory_model, optimizer_kind, optimizer_settings,
-                                    release_cpu_memory)
+from labkit.memory.device import baseline_bytes, peak_since
+from labkit.memory.host import release_cpu_memory
+from labkit.memory.model import MemoryModel, build_memory_model, optimizer_kind, optimizer_settings
 
 
 @dataclass(frozen=True)
@@ -121,14 +123,12 @@ class _StepRunner:
     def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer, sample_shape, num_classes, device):
         self.model, self.optimizer, self.shape = model, optimizer, tuple(sample_shape)
         self.num_classes, self.device = num_classes, device
-        self.loss_fn = nn.CrossEntropyLoss()
+        self.train_step = TrainStep(model, optimizer, device=device)
 
     def step(self, batch_size: int) -> None:
         x = torch.randn(batch_size, *self.shape, device=self.device)
         y = torch.randint(0, self.num_classes, (batch_size,), device=self.device)
-        self.loss_fn(self.model(x), y).backward()
-        self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
+        self.train_step(x, y)
 
     def try_step(self, batch_size: int) -> tuple[bool, int | None]:
         """(ran without OOM, the step's peak allocated bytes on CUDA, other code's tensors subtracted)."""
@@ -176,13 +176,16 @@ def find_max_batch(model: nn.Module, sample_shape: tuple[int, ...], *, num_class
     ``limit`` the search runs until a size fails, so on an 80 GB GPU it still ends at a real boundary;
     on CUDA it starts from the memory model's prediction and confirms it. ``dataset_size`` caps the
     search: a batch larger than the data is never claimed. ``memory_model``: one already built for this
-    model and optimizer (:func:`labkit.training.memory.build_memory_model`), instead of probing it again.
+    model and optimizer (:func:`labkit.memory.model.build_memory_model`), instead of probing it again.
     """
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}; pass the model itself")
     dev = get_device(device) if device is not None else next(model.parameters()).device
     method, budget_bytes = _checked_method(method, dev, memory_budget_bytes, safety_margin)
     start, timing_steps = positive_int(start, "start"), checked_int(timing_steps, "timing_steps", minimum=0)
     cap = min(checked_int(limit, "limit", allow_none=True) or SEARCH_CAP,
               checked_int(dataset_size, "dataset_size", allow_none=True) or SEARCH_CAP)
+    _check_boundary(model, sample_shape, num_classes, start, cap)
     usable = None if budget_bytes is None else int(budget_bytes * (1 - safety_margin))
     model.to(dev)
     opt = optimizer or (torch.optim.Adam(model.parameters()) if optimizer_name == "adam"
@@ -205,6 +208,18 @@ def find_max_batch(model: nn.Module, sample_shape: tuple[int, ...], *, num_class
         opt.load_state_dict(saved_opt)
     return FinderResult(best, trials, "cuda-oom" if method == "oom" else "memory-model", usable, device_label(dev),
                         _stopped_by(trials, best, cap, dataset_size), dataset_size)
+
+
+def _check_boundary(model: nn.Module, sample_shape: tuple[int, ...], num_classes: int, start: int, cap: int) -> None:
+    """One ValueError before any trial: a sample shape the model cannot take, or a start above the search's cap."""
+    shape = tuple(sample_shape) if isinstance(sample_shape, (tuple, list, torch.Size)) else None
+    if not shape or not all(isinstance(d, int) and d > 0 for d in shape):
+        raise ValueError(f"sample_shape must be one sample's shape without the batch dimension, e.g. (3, 32, 32); "
+                         f"got {sample_shape!r}")
+    check_model_accepts(model, shape, positive_int(num_classes, "num_classes"))
+    if start > cap:
+        raise ValueError(f"start={start} is above the largest batch the search may try ({cap}: limit or "
+                         f"dataset_size); give a start <= {cap}, or raise limit")
 
 
 def _checked_method(method: str, dev: torch.device, budget_bytes: int | None,

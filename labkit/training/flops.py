@@ -16,8 +16,13 @@ import torch
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
-from labkit.training.dtypes import math_mode_name
-from labkit.training.memory import preserved_state
+from labkit.core.device import device_label, get_device
+from labkit.core.dtypes import math_mode_name
+from labkit.core.models import build_model
+from labkit.core.step import LossFn, TrainStep
+from labkit.core.timing import time_fn
+from labkit.core.validation import checked_int, positive_int
+from labkit.memory.probe import preserved_state
 
 
 @dataclass(frozen=True)
@@ -131,15 +136,13 @@ def peak_flops_per_s(device: str | torch.device | None = None,
 
 
 def count_training_flops(model: nn.Module, inputs: torch.Tensor, targets: torch.Tensor | None = None,
-                         loss_fn: nn.Module | None = None) -> int:
+                         loss_fn: LossFn | None = None) -> int:
     """FLOPs of one forward + backward pass of ``model`` on ``inputs`` (the whole batch), counted exactly."""
-    loss_fn = loss_fn or nn.CrossEntropyLoss()
+    if targets is None:
+        targets = torch.zeros(inputs.shape[0], dtype=torch.long, device=inputs.device)
+    step = TrainStep(model, None, loss_fn=loss_fn or nn.functional.cross_entropy, device=inputs.device)
     with FlopCounterMode(display=False) as counter:
-        out = model(inputs)
-        if targets is None:
-            targets = torch.zeros(out.shape[0], dtype=torch.long, device=out.device)
-        loss_fn(out, targets).backward()
-    model.zero_grad(set_to_none=True)
+        step(inputs, targets)                          # no optimizer: forward, backward, gradients cleared
     return int(counter.get_total_flops())
 
 
@@ -170,3 +173,42 @@ def checked_mfu(achieved_flops_per_s: float | None, peak: float | None, peak_not
                       "(TF32 or autocast not detected?); MFU clamped to 100%", RuntimeWarning, stacklevel=2)
         return 1.0
     return value
+
+
+def measured_matmul_flops_per_s(device: str | torch.device | None = None, size: int | None = None,
+                                repeats: int = 5) -> tuple[float, str]:
+    """(FLOP/s, where) a dense fp32 matmul really reaches on this device: the explorer's default T_comp rate.
+
+    Measured, not assumed: a hard-coded 20 TFLOP/s is 100x off on a laptop CPU and 3x off on an H100 (TF32).
+    A training step reaches less than a bare GEMM (see ``measured_training_flops_per_s``), so this is an
+    upper bound on the compute rate; the note says which device it came from.
+    """
+    dev = get_device(device)
+    n = checked_int(size, "size", allow_none=True) or (4096 if dev.type == "cuda" else 512)
+    a, b = torch.randn(n, n, device=dev), torch.randn(n, n, device=dev)
+    median_s = time_fn(lambda: a @ b, warmup=2, repeats=repeats, device=dev).median_s
+    flops = 2.0 * n ** 3 / median_s
+    return flops, f"{flops / 1e12:.3g} TFLOP/s measured: fp32 {n}x{n} matmul on {device_label(dev)}"
+
+
+def measured_training_flops_per_s(device: str | torch.device | None = None, model: str = "resnet18",
+                                  batch_size: int | None = None, repeats: int = 3) -> tuple[float, str]:
+    """(FLOP/s, note) one replica sustains in a real fp32 training step here: peak x measured MFU.
+
+    Counted FLOPs of a forward + backward + SGD step divided by its median time. On a GPU with a known peak the
+    note splits it into the datasheet peak of the math mode in use and the MFU; a CPU has no peak, so no MFU.
+    """
+    dev = get_device(device)
+    batch = checked_int(batch_size, "batch_size", allow_none=True) or (256 if dev.type == "cuda" else 32)
+    net = build_model(model).to(dev)
+    per_sample = flops_per_sample(net, (3, 32, 32), device=dev)
+    step = TrainStep(net, torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9), device=dev)
+    x, y = torch.randn(batch, 3, 32, 32, device=dev), torch.randint(0, 10, (batch,), device=dev)
+    achieved = per_sample * batch / time_fn(lambda: step(x, y), warmup=2, repeats=positive_int(repeats, "repeats"), device=dev).median_s
+    where = f"{model} training step, batch {batch}, on {device_label(dev)}"
+    peak, peak_note = peak_flops_per_s(dev, active_math_mode(dev))
+    share = checked_mfu(achieved, peak, peak_note)
+    if share is None:
+        return achieved, f"{achieved / 1e12:.3g} TFLOP/s measured: {where} ({peak_note})"
+    return achieved, (f"{achieved / 1e12:.3g} TFLOP/s = {peak / 1e12:g} TFLOP/s peak x {100 * share:.0f}% "
+                      f"measured MFU: {where} ({peak_note})")

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import statistics
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator
 
 import pandas as pd
 import torch
@@ -21,10 +21,10 @@ from labkit.core.clock import percentile
 from labkit.core.device import device_label, get_device
 from labkit.core.env import seed_everything
 from labkit.core.progress import progress_bar
+from labkit.core.step import prepare_model
 from labkit.core.timing import PhaseClock, Stopwatch
-from labkit.core.validation import checked_int, positive_int, positive_number
-from labkit.training.device_memory import baseline_bytes, peak_since
-from labkit.training.dtypes import AMP_DTYPES
+from labkit.memory.device import baseline_bytes, peak_since
+from labkit.training.config import TrainConfig
 from labkit.training.flops import active_math_mode, checked_mfu, peak_flops_per_s
 from labkit.training.sampling import UtilizationSampler
 from labkit.training.stepper import Stepper
@@ -32,51 +32,6 @@ from labkit.training.window import PendingStep, TrainProgress, settle
 
 if TYPE_CHECKING:
     from labkit.core.device_loader import BatchLoader
-
-
-@dataclass(frozen=True)
-class TrainConfig:
-    """How to train: length (steps or epochs), optimizer, precision, and what to measure."""
-
-    steps: int | None = None
-    epochs: int | None = None
-    lr: float = 0.05
-    momentum: float = 0.9
-    weight_decay: float = 0.0
-    optimizer: str = "sgd"
-    warmup_steps: int = 2
-    device: str | None = None
-    amp_dtype: str | None = None
-    channels_last: bool = False
-    compile: bool = False
-    sync_every_step: bool = False   # True: a device sync at every phase boundary (the costly classic timer)
-    read_every: int = 25            # read timing marks and losses back once per this many steps
-    evaluate: bool = True
-    seed: int = 0
-    progress: bool = True
-    log_every: int = 1
-    profile_model: bool = True      # count FLOPs and fit the memory model on a 2- and 4-sample probe
-    lr_warmup_steps: int = 0        # linear LR warm-up from lr/10 (Goyal et al. 2017, section 2.2)
-
-    def __post_init__(self) -> None:
-        if (self.steps is None) == (self.epochs is None):
-            raise ValueError("give exactly one of steps= or epochs= (e.g. TrainConfig(steps=50))")
-        for name in ("steps", "epochs"):
-            checked_int(getattr(self, name), name, allow_none=True)
-        positive_number(self.lr, "lr")
-        if self.optimizer not in ("sgd", "adam"):
-            raise ValueError(f"optimizer must be 'sgd' or 'adam', got {self.optimizer!r}")
-        if self.amp_dtype not in (None, *AMP_DTYPES):
-            raise ValueError(f"amp_dtype must be None or one of {AMP_DTYPES}, got {self.amp_dtype!r}")
-        for name in ("warmup_steps", "lr_warmup_steps"):
-            checked_int(getattr(self, name), name, minimum=0)
-        for name in ("log_every", "read_every"):
-            positive_int(getattr(self, name), name)
-
-    @classmethod
-    def fast(cls, **overrides: Any) -> TrainConfig:
-        """A CPU-sized preset for tests and fast mode: 10 steps, no progress bar."""
-        return cls(**{"steps": 10, "progress": False, **overrides})
 
 
 @dataclass(frozen=True)
@@ -123,7 +78,7 @@ class RunResult:
     peak_rss_bytes: int | None = None            # process resident memory (CPU only)
     utilization_percent: float | None = None     # NVML kernel-busy % on GPU; process CPU % on CPU
     utilization_note: str = ""
-    memory: object | None = None                 # labkit.training.memory.MemoryBreakdown at the run's batch size
+    memory: object | None = None                 # labkit.memory.model.MemoryBreakdown at the run's batch size
     final_loss: float = math.nan
     math_mode: str = "fp32"                      # labkit.training.flops.active_math_mode: what the MFU peak is for
     peak_flops_per_s: float | None = None        # the peak MFU was computed against (None: no MFU)
@@ -178,21 +133,6 @@ def _total_steps(loader, config: TrainConfig) -> int:
     return config.steps if config.steps is not None else config.epochs * len(loader)
 
 
-def _prepare(model: nn.Module, config: TrainConfig, device: torch.device) -> nn.Module:
-    model.to(device)
-    if config.channels_last:
-        model.to(memory_format=torch.channels_last)
-    if config.amp_dtype == "fp16" and device.type != "cuda":
-        raise ValueError("amp_dtype='fp16' needs a CUDA GPU (it uses a GradScaler); use amp_dtype='bf16' on CPU")
-    if config.compile:
-        try:
-            return torch.compile(model)
-        except Exception as err:  # noqa: BLE001
-            raise RuntimeError(f"torch.compile is not usable here ({type(err).__name__}: {err}); "
-                               "set compile=False") from None
-    return model
-
-
 def _summarise(records: list[StepRecord], config: TrainConfig) -> dict:
     """Throughput statistics over steady-state steps (warm-up excluded when enough steps remain)."""
     steady = records[config.warmup_steps:] or records
@@ -218,7 +158,7 @@ def train(model: nn.Module, train_loader: BatchLoader, config: TrainConfig,
     seed_everything(config.seed)
     device = get_device(config.device)
     baseline = baseline_bytes(device, model)          # other cells' tensors on the GPU: not this run's peak
-    model = _prepare(model, config, device)
+    model = prepare_model(model, config.step_options(), device)
     clock = PhaseClock(device, config.sync_every_step)
     stepper = Stepper(model, make_optimizer(model, config), config, device, clock)
     if device.type == "cuda":

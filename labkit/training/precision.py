@@ -16,11 +16,12 @@ import torch
 from torch import nn
 
 from labkit.core.device import device_label
+from labkit.core.dtypes import AMP_DTYPES
+from labkit.core.step import StepOptions, TrainStep
 from labkit.core.timing import time_fn
 from labkit.core.validation import checked_int, positive_int
-from labkit.training.device_memory import baseline_bytes, peak_since
-from labkit.training.dtypes import AMP_DTYPES, autocast
-from labkit.training.memory import saved_activation_bytes
+from labkit.memory.device import baseline_bytes, peak_since
+from labkit.memory.model import saved_activation_bytes
 
 DTYPES = ("fp32", *AMP_DTYPES)           # what autocast_step runs: full precision or one autocast dtype
 FP16_SMALLEST_SUBNORMAL = 2.0 ** -24     # ~5.96e-8: anything smaller becomes 0 in float16
@@ -84,15 +85,11 @@ def autocast_step(model: nn.Module, batch_size: int, dtype: str = "bf16", *,
     x = torch.randn(batch_size, *image_shape, generator=g).to(device)
     y = torch.randint(0, num_classes, (batch_size,), generator=g).to(device)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    scaler = torch.amp.GradScaler(device.type, enabled=dtype == "fp16")
+    # fp16 runs with a GradScaler (in the step): the loss is scaled so small fp16 gradients do not underflow
+    train_step = TrainStep(model, opt, options=StepOptions(amp_dtype=None if dtype == "fp32" else dtype), device=device)
 
     def step():
-        opt.zero_grad(set_to_none=True)
-        with autocast(device.type, dtype):
-            loss = torch.nn.functional.cross_entropy(model(x), y)
-        scaler.scale(loss).backward()      # scale x loss so small fp16 gradients do not underflow
-        scaler.step(opt)                   # unscales in fp32; skips the step if it finds inf/NaN
-        scaler.update()
+        train_step(x, y)
 
     baseline = baseline_bytes(device, model, opt, (x, y))      # earlier cells' GPU tensors are not this step's
     if device.type == "cuda":

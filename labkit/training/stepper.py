@@ -1,4 +1,4 @@
-"""One timed training step (the inside of :func:`labkit.training.loop.train`): copy, forward, backward, update.
+"""One timed training step (the inside of :func:`labkit.training.loop.train`): the kit's one step, marked.
 
 Phase boundaries are marks of a :class:`labkit.core.timing.PhaseClock`: CUDA events by default (nothing
 here waits for the GPU; the loop reads the marks once per window), a device sync per mark with
@@ -8,31 +8,57 @@ the loop reads it.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 from torch import nn
 
+from labkit.core.dtypes import autocast
+from labkit.core.step import TrainStep
 from labkit.core.timing import PhaseClock
-from labkit.training.dtypes import autocast
+from labkit.memory.model import MemoryBreakdown, build_memory_model
+from labkit.memory.probe import preserved_state
+from labkit.training.config import TrainConfig
 from labkit.training.flops import count_training_flops
-from labkit.training.memory import MemoryBreakdown, build_memory_model, preserved_state
-
-if TYPE_CHECKING:
-    from labkit.training.loop import TrainConfig
 
 NAN = math.nan
 
 
+def warmup_factor(step: int, warmup_steps: int) -> float:
+    """The share of the full LR at ``step``: linear from 1/10 to 1 over ``warmup_steps`` (Goyal et al. 2017, 2.2)."""
+    if warmup_steps <= 0 or step >= warmup_steps:
+        return 1.0
+    return 0.1 + 0.9 * max(0, step) / warmup_steps
+
+
+class _MarkAtEnd:
+    """The step's ``phase``: a clock mark as each phase ends, after one at the start (five marks per step)."""
+
+    __slots__ = ("mark", "marks")
+
+    def __init__(self, mark) -> None:
+        self.mark, self.marks = mark, [mark()]
+
+    def __call__(self, name: str) -> _MarkAtEnd:
+        return self
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> bool:
+        self.marks.append(self.mark())
+        return False
+
+
 class Stepper:
-    """Holds model, optimizer, loss, AMP state; ``step(i, batch)`` returns the phase times of one step."""
+    """The loop's side of the one step (:class:`labkit.core.step.TrainStep`): learning-rate warm-up, a clock
+    mark at each phase boundary, the last loss and inputs; ``step(i, batch)`` returns the phase marks."""
 
     def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer, config: TrainConfig, device: torch.device,
                  clock: PhaseClock | None = None) -> None:
         self.model, self.optimizer, self.config, self.device = model, optimizer, config, device
-        self.loss_fn = nn.CrossEntropyLoss()
+        self.train_step = TrainStep(model, optimizer, options=config.step_options(), device=device)
         self.clock = clock or PhaseClock(device, config.sync_every_step)
-        self.scaler = torch.amp.GradScaler("cuda") if config.amp_dtype == "fp16" else None
         self.base_lrs = [g["lr"] for g in optimizer.param_groups]
         self.last_loss: torch.Tensor | None = None
         self.last_inputs: torch.Tensor | None = None
@@ -45,51 +71,17 @@ class Stepper:
         """Linear warm-up from lr/10 to lr over ``lr_warmup_steps`` (Goyal et al. 2017, gradual warm-up)."""
         n = self.config.lr_warmup_steps
         if n and i <= n:
-            frac = 0.1 + 0.9 * min(1.0, i / n)
+            frac = warmup_factor(i, n)
             for group, base in zip(self.optimizer.param_groups, self.base_lrs):
                 group["lr"] = base * frac
 
-    def _forward(self, i: int, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        with self._autocast():
-            if i > 0:
-                return self.loss_fn(self.model(x), y)
-            try:
-                out = self.model(x)
-            except RuntimeError as err:
-                raise ValueError(f"{type(self.model).__name__} does not accept batches of shape {tuple(x.shape)}: "
-                                 f"{str(err).splitlines()[0]}. Build the model for this data's image shape "
-                                 "(see labkit.build_model)") from None
-            if out.ndim != 2 or out.shape[0] != x.shape[0]:
-                raise ValueError(f"model output has shape {tuple(out.shape)}; expected (batch, classes)")
-            return self.loss_fn(out, y)
-
     def step(self, i: int, batch: tuple[torch.Tensor, torch.Tensor]) -> dict[str, Any]:
         """Run one step on ``batch`` = (inputs, targets); returns its phase marks, loss tensor and samples."""
-        x, y = batch
-        mark = self.clock.mark
-        t0 = mark()
-        x = x.to(self.device, non_blocking=True)
-        y = y.to(self.device, non_blocking=True)
-        if self.config.channels_last and x.ndim == 4:
-            x = x.contiguous(memory_format=torch.channels_last)
-        t1 = mark()
         self._set_lr(i)
-        loss = self._forward(i, x, y)
-        t2 = mark()
-        if self.scaler is not None:
-            self.scaler.scale(loss).backward()
-        else:
-            loss.backward()
-        t3 = mark()
-        if self.scaler is not None:
-            self.scaler.step(self.optimizer)
-            self.scaler.update()
-        else:
-            self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
-        t4 = mark()
-        self.last_loss, self.last_inputs = loss.detach(), x
-        return dict(marks=(t0, t1, t2, t3, t4), loss=self.last_loss, samples=int(x.shape[0]))
+        marks = _MarkAtEnd(self.clock.mark)
+        loss, samples, self.last_inputs = self.train_step(batch[0], batch[1], phase=marks)
+        self.last_loss = loss
+        return dict(marks=tuple(marks.marks), loss=loss, samples=samples)
 
     def probe(self) -> tuple[float, MemoryBreakdown] | tuple[None, None]:
         """(training FLOPs per sample, MemoryBreakdown at the run's batch size) from 2- and 4-sample probes."""

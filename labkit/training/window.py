@@ -60,7 +60,7 @@ class TrainProgress:
                   what an activation-memory measurement needs
     optimizer, lr, momentum, weight_decay, amp_dtype
                   the optimizer settings of the run (``lr`` is the current one, after LR warm-up):
-                  what the memory model (``labkit.training.memory.build_memory_model``) needs
+                  what the memory model (``labkit.memory.model.build_memory_model``) needs
     device        the torch device string, e.g. 'cuda:0' or 'cpu'
     """
 

@@ -1,2 +1,4 @@
-"""ipywidgets dashboards over functions that also run without them.
+"""ipywidgets dashboards over functions that also run without them: the batch-size dashboard (dashboard, over
+batch_runs: runs as data and their fair comparisons; batch_limits: the largest batch the memory model and the
+finder allow; batch_views: bars, curves and the results table), ring_view and explorer.
 """

@@ -17,9 +17,9 @@ from IPython.display import clear_output, display
 from matplotlib.figure import Figure
 
 from labkit.parallel.scaling import ScalingPoint
-from labkit.parallel.speedup import (ExplorerResult, ExplorerSettings, explore, measured_overlay_text,
-                                    measured_training_flops_per_s, readout_text,
-                                     speedup_curve)
+from labkit.parallel.speedup import (ExplorerResult, ExplorerSettings, explore, measured_overlay_text, readout_text,
+                                    speedup_curve)
+from labkit.training.flops import measured_training_flops_per_s
 
 SLIDER_DESCRIPTIONS = {"world_size": "Replicas", "batch": "Batch", "model_params_m": "Params (M)",
                        "latency_us": "Latency (us)", "bandwidth_gb_s": "Bandwidth (GB/s)"}

@@ -45,3 +45,16 @@ def test_allreduce_bench_usage_errors_exit_2(capsys):
     assert "at most" in usage_error(["allreduce-bench", "--world-size", "999", "--backend", "gloo"], capsys)
     if not __import__("torch").cuda.is_available():
         assert "nccl" in usage_error(["allreduce-bench", "--backend", "nccl"], capsys)
+
+
+def test_its_own_timeout_keeps_and_prints_the_sizes_that_finished(tmp_path):
+    """--timeout-s fires part-way: the finished sizes are printed and on disk; exit 1; 'after N of 3'."""
+    results = tmp_path / "rows.jsonl"
+    proc = labkit("allreduce-bench", "--sizes", "1K,2K,64M", "-n", "5000", "-w", "0", "--timeout-s", "20",
+                  "--results", str(results), "--no-progress")
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    rows = [json.loads(line) for line in results.read_text().splitlines()]
+    assert 1 <= len(rows) < 3 and f"timed out after {len(rows)} of 3 message sizes; results so far in {results}" \
+        in proc.stderr
+    assert "--timeout-s=20" in proc.stderr and "timeout_s" not in proc.stderr
+    assert proc.stdout.splitlines()[3].split()[0] == "1024"

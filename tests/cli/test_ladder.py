@@ -31,8 +31,8 @@ def test_cli_out_is_checked_before_the_run(tmp_path, capsys, monkeypatch):
            "e.g. --out runs/ladder\n")
     bad = a_file / "sub"
     assert cli_error(["ladder", "--out", str(bad)], capsys, monkeypatch) == (
-        2, f"error: --out={str(bad)!r} is not a writable directory (Not a directory); pass a --out you can write "
-           "to, e.g. --out runs/ladder\n")
+        2, f"error: --out {bad} cannot be created ({a_file} is a file); pass an --out you can write to, e.g. "
+           "--out runs/ladder\n")
 
 
 def test_cli_ddp_world_size_is_checked_before_the_run(capsys, monkeypatch, tmp_path):
@@ -99,4 +99,65 @@ def test_ladder_runs_headless_and_writes_its_table(tmp_path):
 def test_ladder_usage_errors_exit_2(tmp_path, capsys):
     proc = labkit("ladder", "--skip", "warp_drive")
     assert proc.returncode == 2 and "--skip" in proc.stderr
-    assert "budget_epochs" in usage_error(["ladder", "--budget-epochs", "0", "--out", str(tmp_path)], capsys)
+    err = usage_error(["ladder", "--budget-epochs", "0", "--out", str(tmp_path)], capsys)
+    assert "--budget-epochs must be" in err and "budget_epochs" not in err   # the option typed, not the parameter
+
+
+def test_a_usage_error_leaves_no_empty_out_folder(tmp_path, capsys, monkeypatch):
+    out = tmp_path / "new" / "ladder"
+    assert cli_error(["ladder", "--out", str(out), "--budget-epochs", "0"], capsys, monkeypatch)[0] == 2
+    assert not (tmp_path / "new").exists()
+
+
+def test_a_bad_run_dir_is_blamed_on_the_variable_not_on_out(tmp_path, capsys, monkeypatch):
+    a_file = tmp_path / "f"
+    a_file.write_text("")
+    monkeypatch.setenv("LABKIT_RUN_DIR", str(a_file))
+    code, err = cli_error(["ladder"], capsys, monkeypatch)
+    assert code == 2 and err.startswith(f"error: LABKIT_RUN_DIR={a_file} is a file") and "--out" not in err
+
+
+def test_sigterm_mid_ladder_keeps_and_prints_the_finished_rungs(tmp_path, capsys, monkeypatch):
+    """A real SIGTERM after two rungs: both are on disk and printed; exit 143; the message says 2 of N."""
+    import os
+    import signal
+
+    import labkit.ladder.climb
+    from labkit.ladder.report import LadderRow
+    from labkit.ladder.rungs import RUNG_KEYS
+
+    def two_rungs_then_sigterm(config, on_rung=None, **kwargs):
+        for rung in range(2):
+            on_rung(LadderRow(rung, RUNG_KEYS[rung], f"rung {rung}", "", "", "", "faster", "", True, None,
+                              samples_per_s=100.0 * (rung + 1)))
+        os.kill(os.getpid(), signal.SIGTERM)
+        for _ in range(10_000_000):
+            pass
+        pytest.fail("SIGTERM did not stop the ladder")
+
+    monkeypatch.setattr(labkit.ladder.climb, "run_ladder", two_rungs_then_sigterm)
+    assert cli.main(["ladder", "--out", str(tmp_path), "--no-progress"]) == 143
+    captured = capsys.readouterr()
+    assert "rung 1" in captured.out and "200.0" in captured.out
+    assert f"terminated (SIGTERM) after 2 of {len(RUNG_KEYS)} rungs; results so far in {tmp_path / 'ladder.jsonl'}" \
+        in captured.err
+    rows = [json.loads(line) for line in (tmp_path / "ladder.jsonl").read_text().splitlines()]
+    assert [r["rung"] for r in rows] == [0, 1] and not (tmp_path / "ladder.json").exists()
+
+
+def test_a_full_disk_at_save_is_one_line_and_leaves_no_half_file(tmp_path, monkeypatch):
+    from labkit.core import results
+    from labkit.ladder.report import LadderResult
+    from tests.fault_support import fill, raise_enospc, tiny_tmpfs
+
+    result = LadderResult([], "cpu", "fast", "mlp", "digits", 32, {}, [])
+    with tiny_tmpfs(tmp_path) as mount:
+        out = (mount or tmp_path) / "ladder"
+        out.mkdir()
+        if mount is None:                       # no mount allowed: the same errno from a stand-in write
+            monkeypatch.setattr(results.os, "fsync", raise_enospc)
+        else:
+            fill(mount)
+        with pytest.raises(results.WriteError, match=r"ladder.json: the disk is full \(ENOSPC\)"):
+            result.save(out)
+        assert not list(out.iterdir())

@@ -47,7 +47,7 @@ def test_two_gloo_ranks_run_the_target_and_print_rank_by_rank():
 
 def test_bad_world_size_is_a_usage_error_in_a_real_run():
     proc = labkit_launch("--world-size", "0", TARGET)
-    assert proc.returncode == 2 and "error: world_size must be an integer >= 1, got 0" in proc.stderr
+    assert proc.returncode == 2 and "error: --world-size must be an integer >= 1, got 0" in proc.stderr
     assert "Traceback" not in proc.stderr
 
 
@@ -55,7 +55,7 @@ def test_script_entry_gives_one_line_errors(capsys, no_launcher):
     assert cli.main(["launch", "labkit.comm.demos.no_colon"]) == 2
     assert cli.main(["launch", "--world-size", "0", "labkit.comm.demos:send_recv"]) == 2
     err = capsys.readouterr().err
-    assert "error: a function given by name" in err and "error: world_size must be" in err
+    assert "error: a function given by name" in err and "error: --world-size must be" in err
 
 
 def test_unimportable_target_and_bad_flags_exit_2(capsys, no_launcher):
@@ -71,6 +71,7 @@ def test_unimportable_target_and_bad_flags_exit_2(capsys, no_launcher):
 def test_under_a_launcher_a_different_world_size_is_refused(capsys, no_launcher, monkeypatch):
     monkeypatch.setenv("RANK", "0")
     monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("TORCHELASTIC_RUN_ID", "test")
     assert cli.main(["launch", "--world-size", "3", TARGET]) == 2
     assert "--world-size 3 disagrees with the 2 ranks" in capsys.readouterr().err
 
@@ -91,6 +92,23 @@ def test_every_copy_under_mpiexec_is_one_rank_of_one_group():
     assert proc.stdout.count("'after': [12.0, 14.0, 16.0, 18.0]") == 2
 
 
+def test_stale_launcher_variables_are_explained_before_any_process_starts():
+    """RANK/WORLD_SIZE/MASTER_* left in a shell: one line naming them, exit 2, at once (not a store traceback)."""
+    stale = {"RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29511"}
+    proc = subprocess.run([sys.executable, "-m", "labkit", "launch", TARGET], capture_output=True, text=True,
+                          env={**ENV, **stale}, timeout=60)
+    assert proc.returncode == 2 and proc.stdout == "" and len(proc.stderr.strip().splitlines()) == 1
+    assert "RANK=1 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=29511 are set, but no launcher started" in proc.stderr
+
+
+def test_a_rank_killed_by_a_signal_is_named_and_a_late_timeout_is_no_failure():
+    killed = labkit_launch("tests.launch_support:rank_one_is_killed")
+    assert killed.returncode == 1 and "rank 1 was killed by SIGKILL" in killed.stderr
+    lingering = labkit_launch("--timeout", "50", "tests.launch_support:returns_then_lingers")
+    assert lingering.returncode == 0, lingering.stderr
+    assert "rank 0: 0" in lingering.stdout and "rank 1: 1" in lingering.stdout
+
+
 def test_nodes_flags_are_in_the_help_and_incomplete_ones_are_one_line_exit_2(capsys):
     with pytest.raises(SystemExit):
         cli.main(["launch", "--help"])
@@ -103,4 +121,3 @@ def test_nodes_flags_are_in_the_help_and_incomplete_ones_are_one_line_exit_2(cap
         assert cli.main(["launch", *args, TARGET]) == 2
         err = capsys.readouterr().err.strip()
         assert match in err and len(err.splitlines()) == 1, err
-

@@ -100,3 +100,29 @@ def test_building_the_parser_loads_neither_torch_nor_tensorflow():
             "heavy = [m for m in ('torch', 'tensorflow') if m in sys.modules]; assert not heavy, heavy")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
+
+
+def test_a_full_stdout_is_one_line_and_exit_1():
+    """`labkit ... > /dev/full`: the output was lost, so the work was not delivered: exit 1, no traceback."""
+    with open("/dev/full", "w") as full:
+        proc = subprocess.run([sys.executable, "-m", "labkit", "simulate", "--world-size", "2", "--size", "1K"],
+                              stdout=full, stderr=subprocess.PIPE, text=True, timeout=120)
+    assert proc.returncode == 1
+    assert proc.stderr == "error: cannot write standard output: the disk is full (ENOSPC)\n"
+
+
+def test_a_closed_stdout_stops_quietly_with_sigpipe_status():
+    """`labkit ... | head -1`: the reader left; a quiet exit 141 (128 + SIGPIPE), no traceback."""
+    proc = subprocess.Popen([sys.executable, "-m", "labkit", "simulate", "--world-size", "64", "--size", "4K",
+                             "--show-steps", "5000"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    first = proc.stdout.readline()
+    proc.stdout.close()
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 141 and first.startswith(b"Simulated all-reduce") and err == ""
+
+
+@pytest.mark.parametrize("argv", [["simulate"], ["allreduce-bench"], ["sweep"], ["launch", "x:y"]])
+def test_every_subcommand_refuses_a_bad_environment_value_alike(argv, capsys, monkeypatch):
+    monkeypatch.setenv("LABKIT_MODE", "turbo")
+    assert cli.main(argv) == 2
+    assert capsys.readouterr().err.startswith("error: LABKIT_MODE must be one of ('fast', 'full')")

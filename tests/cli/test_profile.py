@@ -64,10 +64,52 @@ def test_profile_usage_errors_exit_2(capsys, tmp_path):
     assert "--batch-size" in usage_error(["profile", "--batch-size", "abc"], capsys)
     assert "invalid choice" in usage_error(["profile", "--model", "vgg99"], capsys)
     err = usage_error(["profile", "--run-dir", "/proc/no-such-dir"], capsys)   # a bad argument: one line, exit 2
-    assert err.startswith("error: --run-dir: run_dir='/proc/no-such-dir' is not a writable directory")
+    assert err.startswith("error: --run-dir /proc/no-such-dir cannot be created (")
     assert len(err.strip().splitlines()) == 1
     file_path = tmp_path / "a_file"
     file_path.write_text("")
     assert "--run-dir" in usage_error(["profile", "--run-dir", str(file_path)], capsys)
     if not __import__("torch").cuda.is_available():
         assert "no CUDA GPU" in usage_error(["profile", "--device", "cuda"], capsys)
+
+
+def test_profile_stops_training_once_every_trace_is_written(tmp_path, capsys):
+    """--steps 200 with a 10-step schedule: training stops after the last trace (the bar shows 10, not 200)."""
+    from labkit.core.models import MLP
+    from labkit.profile.profiler import profile_training
+
+    seen = []
+
+    def batches():
+        import torch
+        for step in range(200):
+            seen.append(step)
+            yield torch.zeros(4, 8), torch.zeros(4, dtype=torch.long)
+
+    summary = profile_training(MLP(2, 8, 4), batches(), run_dir=tmp_path, wait=1, warmup=1, active=3, repeat=2,
+                               steps=200)
+    assert len(summary.trace_files) == 2 and len(seen) == 10
+
+
+def test_profile_on_a_full_disk_is_one_line_and_leaves_no_temp_file(tmp_path):
+    from tests.fault_support import fill, tiny_tmpfs
+
+    with tiny_tmpfs(tmp_path) as mount:
+        if mount is None:
+            pytest.skip("cannot mount a tmpfs here (needs root); the ENOSPC path is covered in tests/core")
+        run_dir = mount / "prof"
+        run_dir.mkdir()
+        fill(mount)
+        proc = labkit("profile", "--model", "mlp", "--dataset", "digits", "--batch-size", "8", "--run-dir",
+                      str(run_dir), "--no-progress")
+        assert proc.returncode == 1 and "Traceback" not in proc.stderr
+        trace = run_dir / "trace_cycle0.pt.trace.json"
+        assert f"after 0 of 1 profiled cycles (traces) (cannot write {trace}: the disk is full (ENOSPC)" \
+            in proc.stderr and list(run_dir.iterdir()) == []
+
+
+def test_a_usage_error_leaves_no_empty_run_folder(tmp_path, capsys):
+    run_dir = tmp_path / "new" / "prof"
+    assert "fewer than the schedule needs" in usage_error(["profile", "--steps", "2", "--run-dir", str(run_dir)],
+                                                          capsys)
+    assert not (tmp_path / "new").exists()

@@ -12,7 +12,7 @@ def test_simulate_prints_steps_bytes_and_time():
     proc = labkit("simulate", "--algorithm", "ring", "--world-size", "4", "--size", "1K", "--show-steps", "8")
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
-    assert "checked: every worker's output equals the exact reduction" in out
+    assert "checked: every worker holds the identical bits; each output is within the rounding bound" in out
     assert "ring" in out and "modelled ms" in out and "bytes sent per worker" in out
     assert "reduce-scatter" in out and "0 -> 1" in out
     assert out.count("1.5 KiB") >= 5   # the ring sends 2(R-1)/R = 1.5x the array from every worker
@@ -43,3 +43,13 @@ def test_simulate_usage_errors_exit_2(capsys):
     assert "in memory" in usage_error(["simulate", "--world-size", "8", "--size", "1G"], capsys)
     assert "invalid choice" in usage_error(["simulate", "--algorithm", "butterfly"], capsys)
     assert "--latency-us" in usage_error(["simulate", "--latency-us", "-1"], capsys)
+
+
+def test_half_precision_on_8_to_32_workers_passes_and_says_why():
+    """Summation order changes the rounding (within the bound of its depth); every rank still agrees bitwise."""
+    for world_size in ("8", "32"):
+        proc = labkit("simulate", "--algorithm", "all", "--dtype", "float16", "--world-size", world_size,
+                      "--size", "4K", "--json")
+        assert proc.returncode == 0, proc.stderr
+        for row in json.loads(proc.stdout)["results"]:
+            assert row["ranks_identical"] and row["max_abs_error"] <= row["max_error_bound"]

@@ -73,3 +73,36 @@ def test_sweep_usage_errors_exit_2(capsys):
                                    capsys)
     assert "--safety-margin" in usage_error(["sweep", "--safety-margin", "1.5"], capsys)
     assert "--memory-budget" in usage_error(["sweep", "--memory-budget", "lots"], capsys)
+
+
+def test_ctrl_c_mid_sweep_prints_and_keeps_the_finished_rows(tmp_path):
+    """A real SIGINT once the first row is on disk: that row is printed and kept; exit 130; 'after 1 of 3'."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from labkit.core.clock import Deadline
+
+    from tests.cli.support import ENV
+
+    results = tmp_path / "rows.jsonl"
+    proc = subprocess.Popen([sys.executable, "-m", "labkit", *SWEEP[:5], "--batch-sizes", "8,16,32", "--steps", "400",
+                             "--no-find-max", "--no-ceiling", "--no-progress", "--results", str(results)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV)
+    deadline = Deadline(120)
+    while not results.exists() and proc.poll() is None and not deadline.expired:
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert f"interrupted (Ctrl-C) after 1 of 3 batch sizes; results so far in {results}" in err
+    assert "Traceback" not in err
+    rows = [json.loads(line) for line in results.read_text().splitlines()]
+    assert [r["batch_size"] for r in rows] == [8] and out.splitlines()[2].split()[0] == "8"
+
+
+def test_an_unwritable_results_file_is_a_usage_error_before_any_work(tmp_path, capsys):
+    a_file = tmp_path / "f"
+    a_file.write_text("")
+    assert "--results" in usage_error(SWEEP + ["--results", str(a_file / "rows.jsonl")], capsys)

@@ -112,7 +112,7 @@ def test_pg_timeout_turns_a_stuck_collective_into_an_error():
 
 @pytest.mark.parametrize("start_method", ["forkserver", "fresh"])
 def test_keyboard_interrupt_stops_all_children(monkeypatch, start_method):
-    def interrupted_wait(procs, timeout_s):
+    def interrupted_wait(procs, timeout_s, run_dir):
         assert all(p.poll() is None for p in procs)
         raise KeyboardInterrupt
 
@@ -214,3 +214,20 @@ def test_sigterm_to_the_launcher_kills_workers_and_removes_the_temp_dir(tmp_path
         assert parent.wait(timeout=30) == 143
         gone, alive = psutil.wait_procs(kids, timeout=1)
         assert alive == [] and list(tmp.glob("labkit-launch-*")) == []
+
+
+def test_a_launch_folder_left_by_a_killed_launcher_is_removed_by_the_next(tmp_path):
+    import os
+    import subprocess as sp
+
+    from labkit.comm.launch import RUN_DIR_PREFIX, remove_orphaned_run_dirs
+
+    dead = sp.Popen(["true"])
+    dead.wait()                                            # a pid that no longer runs
+    orphan = tmp_path / f"{RUN_DIR_PREFIX}{dead.pid}-abc"
+    alive = tmp_path / f"{RUN_DIR_PREFIX}{os.getpid()}-def"
+    for folder in (orphan, alive):
+        folder.mkdir()
+        (folder / "0.result").write_bytes(b"x")
+    assert remove_orphaned_run_dirs(tmp_path) == [orphan]
+    assert not orphan.exists() and alive.exists()

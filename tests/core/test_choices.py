@@ -8,7 +8,7 @@ import torch
 from labkit.core import choices
 from labkit.core.data import resolve_dataset
 from labkit.core.models import build_model
-from labkit.training.memory import optimizer_kind
+from labkit.memory.model import optimizer_kind
 
 
 @pytest.mark.parametrize("name", choices.MODELS)

@@ -126,7 +126,8 @@ def test_device_loader_shuffle_is_seeded_and_changes_per_epoch(offline):
 
 def test_load_data_on_a_device_and_training_from_it(offline):
     from labkit.core.device import get_device
-    from labkit.training.loop import TrainConfig, train
+    from labkit.training.config import TrainConfig
+    from labkit.training.loop import train
     from labkit.core.models import MLP
 
     device = get_device()
@@ -169,8 +170,8 @@ def test_missing_data_dir_from_the_environment_in_a_fresh_process(tmp_path):
     import subprocess
     import sys
 
-    code = ("import labkit\ntry:\n    labkit.load_data('digits')\nexcept labkit.DataUnavailableError as e:\n"
-            "    print('ERR', e)")
+    code = ("from labkit.core.data import DataUnavailableError, load_data\ntry:\n    load_data('digits')\n"
+            "except DataUnavailableError as e:\n    print('ERR', e)")
     env = {"LABKIT_DATA_DIR": str(tmp_path / "missing"), "LABKIT_OFFLINE": "1", "PATH": "/usr/bin:/bin"}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
     assert out.stdout.startswith(f"ERR data folder {tmp_path / 'missing'} (from LABKIT_DATA_DIR=")

@@ -1,9 +1,11 @@
 """The lesson log: checks raise with the claim, NOT CHECKED is visible, tallies total across notebooks."""
 import json
+import subprocess
+import sys
 
 import pytest
 
-from labkit.core.lessons import LessonLog, summarize_lesson_log
+from labkit.core.lessons import LessonLog, LessonLogError, main, summarize_lesson_log
 
 
 def test_check_passes_and_counts(capsys):
@@ -50,7 +52,25 @@ def test_tally_appends_to_log_file_and_summary_totals(tmp_path, monkeypatch):
     summary = summarize_lesson_log(path)
     assert summary.splitlines()[0] == "lessons: 2 of 3 checked in 2 notebooks"
     assert "NOT CHECKED in 02: z (needs 2 GPUs)" in summary
-    assert summarize_lesson_log(tmp_path / "missing.jsonl").startswith("lessons: 0 of 0")
+    with pytest.raises(LessonLogError, match="missing.jsonl does not exist"):
+        summarize_lesson_log(tmp_path / "missing.jsonl")
+
+
+def test_the_tally_command_fails_on_a_missing_cut_or_unreadable_log(tmp_path):
+    """`python -m labkit.core.lessons FILE`: exit 1 and one line, never '0 of 0 checked' for nothing."""
+    cut = tmp_path / "cut.jsonl"
+    cut.write_text('{"notebook": "01", "checked": ["x"], "not_checked": {}}\n{"notebook": "02", "chec')
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    for path, words in ((tmp_path / "none.jsonl", "does not exist"), (cut, "line 2 is not a lesson tally"),
+                        (folder, "cannot be read")):
+        proc = subprocess.run([sys.executable, "-m", "labkit.core.lessons", str(path)], capture_output=True,
+                              text=True, timeout=60)
+        assert proc.returncode == 1 and proc.stdout == "" and words in proc.stderr
+        assert len(proc.stderr.strip().splitlines()) == 1
+    good = tmp_path / "good.jsonl"
+    good.write_text('{"notebook": "01", "checked": ["x"], "not_checked": {}}\n')
+    assert main([str(good)]) == 0 and main([]) == 2
 
 
 def test_not_checked_all_counts_every_claim_of_a_section(capsys):
@@ -59,3 +79,25 @@ def test_not_checked_all_counts_every_claim_of_a_section(capsys):
     assert log.total == 2 and capsys.readouterr().out.count("NOT CHECKED:") == 2
     with pytest.raises(ValueError, match="reason"):
         log.not_checked_all(["c holds"], " ")
+
+
+def test_exercise_tallies_in_the_same_log_are_left_to_their_own_command(tmp_path):
+    log = tmp_path / "lessons.jsonl"
+    log.write_text('{"notebook": "01", "checked": ["x"], "not_checked": {}}\n'
+                   '{"kind": "exercises", "notebook": "01", "results": {}}\n')
+    assert summarize_lesson_log(log).startswith("lessons: 1 of 1 checked in 1 notebooks")
+
+
+def test_one_log_writer_and_reader_for_lesson_and_exercise_tallies(tmp_path, monkeypatch):
+    from labkit.core.lessons import append_to_lesson_log, last_record_per_notebook
+
+    log = tmp_path / "lessons.jsonl"
+    monkeypatch.setenv("LABKIT_LESSON_LOG", str(log))
+    append_to_lesson_log({"notebook": "a", "checked": ["x"], "not_checked": {}})
+    append_to_lesson_log({"kind": "exercises", "notebook": "a", "total": 2, "attempted": 1, "correct": 1})
+    append_to_lesson_log({"notebook": "a", "checked": ["x", "y"], "not_checked": {}})
+    assert last_record_per_notebook(log, None)["a"]["checked"] == ["x", "y"]          # the last tally wins
+    assert last_record_per_notebook(log, "exercises")["a"]["correct"] == 1
+    monkeypatch.delenv("LABKIT_LESSON_LOG")
+    append_to_lesson_log({"notebook": "b"})                                            # unset: nothing written
+    assert len(log.read_text().splitlines()) == 3

@@ -35,3 +35,20 @@ def test_check_model_accepts_names_the_shape():
 def test_weights_argument_is_validated():
     with pytest.raises(ValueError, match="weights must be None"):
         models.resnet18_cifar(weights="IMAGENET1K_V9")
+
+
+def test_one_mlp_builder_for_every_mlp_in_the_kit():
+    from torch import nn
+
+    from labkit.core.models import mlp, mlp_layers
+
+    layers = mlp_layers((5, 7, 7, 3), nn.Tanh)
+    assert [type(m).__name__ for m in layers] == ["Linear", "Tanh", "Linear", "Tanh", "Linear"]
+    assert [(m.in_features, m.out_features) for m in layers if isinstance(m, nn.Linear)] == [(5, 7), (7, 7), (7, 3)]
+    torch.manual_seed(0)
+    a = mlp((5, 7, 3))
+    torch.manual_seed(0)
+    b = models.MLP(3, in_features=5, hidden=7)
+    assert torch.equal(a[0].weight, b.net[1].weight)          # same seed, same draw order, same weights
+    with pytest.raises(ValueError, match="at least two widths"):
+        mlp((5,))

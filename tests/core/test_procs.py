@@ -90,3 +90,15 @@ def test_notebook_helper_runs_tensorflow_lessons_where_tensorflow_is_present():
     assert tensorflow_lessons_can_run(log, "a claim") is (tensorflow_missing_reason() is None)
     assert log.not_checked_reasons == ({} if tensorflow_missing_reason() is None
                                        else {"a claim": tensorflow_missing_reason()})
+
+
+def test_parse_target_is_the_one_reader_of_module_function_strings():
+    from labkit.core.procs import parse_target
+
+    assert parse_target("labkit.comm.demos:all_reduce_sum") == ("labkit.comm.demos", "all_reduce_sum")
+    assert parse_target("labkit.core.timing:time_fn", package="labkit") == ("labkit.core.timing", "time_fn")
+    for bad in ("labkit.comm.demos", ":f", "m:", ""):
+        with pytest.raises(ValueError, match=r"must read 'package.module:function'"):
+            parse_target(bad)
+    with pytest.raises(ValueError, match=r"^target must read 'labkit.module:function', got 'os:getcwd'$"):
+        parse_target("os:getcwd", "target", package="labkit")

@@ -67,11 +67,14 @@ def test_sized_cases_are_named_by_their_gradient_size_and_far_apart(backend, fac
     """Each backend's two jobs: the names state the real gradient size, and the sizes sit far apart."""
     import re
 
+    from labkit.core.models import mlp
+
     cases = sc.sized_cases(backend)
     assert cases is (sc.NCCL_SIZED_CASES if backend == "nccl" else sc.SIZED_CASES)
     sizes = []
     for name, kw in cases.items():
-        params = sum(p.numel() for p in sc._mlp(kw["in_features"], kw["hidden"], kw["depth"]).parameters())
+        model = mlp((kw["in_features"], *[kw["hidden"]] * kw["depth"], 10))      # what _time_steps builds
+        params = sum(p.numel() for p in model.parameters())
         stated_mb = float(re.search(r"([\d.]+) MB of gradients", name).group(1))
         assert abs(params * 4 / 2**20 - stated_mb) / stated_mb < 0.1, (name, params * 4 / 2**20)
         sizes.append(params * 4)

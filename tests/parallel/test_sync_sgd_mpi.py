@@ -10,7 +10,7 @@ from tests.mpi_lane import INFO, needs_mpi, no_leftover_processes  # noqa: F401 
 # ------------------------------------------------------------------------------------------ sync SGD under MPI
 @needs_mpi
 def test_sync_sgd_with_mpi_and_with_torch_distributed_under_mpiexec():
-    from labkit.parallel.sync_sgd import train_single_process
+    from labkit.training.reference import train_single_process
 
     run = run_demo("torch_sgd", 2, oversubscribe=True, echo=False, timeout_s=180, steps=3, mpi_too=True)
     if INFO.mpiexec_flavor == "hydra":

@@ -3,7 +3,7 @@ import pytest
 import torch
 from torch import nn
 
-from labkit.training.memory import MemoryModel
+from labkit.memory.model import MemoryModel
 from labkit.sharding.memory import (STRATEGIES, count_rank_state_bytes, predict_per_rank, sharding_factors,
                                     zero_paper_bytes)
 

@@ -2,8 +2,8 @@
 import pytest
 import torch
 
+from labkit.memory.host import host_peak_unavailable
 from labkit.sharding import step_peak
-from labkit.training.host_memory import host_peak_unavailable
 
 
 @pytest.mark.skipif(host_peak_unavailable() is not None, reason=str(host_peak_unavailable()))

@@ -5,8 +5,7 @@ import warnings
 
 import pytest
 
-import labkit
-from labkit.training.batch_rules import per_replica_batch, per_replica_batch_size, scaled_lr
+from labkit.training.batch_rules import per_replica_batch, scaled_lr
 
 
 def test_lr_scaling():
@@ -67,11 +66,6 @@ def test_per_replica_batch_rejects_bad_counts(bad):
         per_replica_batch(bad, 2)
     with pytest.raises(ValueError, match="world_size must be an integer >= 1"):
         per_replica_batch(8, bad)
-
-
-def test_old_tensorflow_name_is_the_same_function():
-    assert per_replica_batch_size is per_replica_batch
-    assert labkit.per_replica_batch_size is per_replica_batch and "per_replica_batch_size" in labkit.__all__
 
 
 @pytest.mark.parametrize("module", ["labkit.training.batch_rules", "labkit.tf.precision"])

@@ -3,10 +3,10 @@ import math
 
 import pytest
 
-from labkit.training.batch_size import batch_size_sweep, knee_batch
 from labkit.core.data import synthetic_data
-from labkit.training.memory import build_memory_model
 from labkit.core.models import MLP
+from labkit.memory.model import build_memory_model
+from labkit.training.batch_size import batch_size_sweep, knee_batch
 
 SHAPE = (3, 8, 8)
 

@@ -1,10 +1,11 @@
 """The hardware ceiling: device-resident synthetic batches through the real loop."""
 import pytest
 
-from labkit.training.ceiling import ResidentBatches, measure_ceiling
 from labkit.core.device import get_device
-from labkit.training.loop import RunResult, TrainConfig
 from labkit.core.models import MLP
+from labkit.training.ceiling import ResidentBatches, measure_ceiling
+from labkit.training.config import TrainConfig
+from labkit.training.loop import RunResult
 
 DEVICE = get_device()
 SHAPE = (3, 8, 8)

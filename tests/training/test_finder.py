@@ -5,9 +5,9 @@ import pytest
 import torch
 from torch import nn
 
-from labkit.training.finder import find_max_batch, search_from_hint, search_largest
-from labkit.training.memory import build_memory_model
 from labkit.core.models import MLP
+from labkit.memory.model import build_memory_model
+from labkit.training.finder import find_max_batch, search_from_hint, search_largest
 
 SHAPE = (3, 8, 8)
 
@@ -74,6 +74,23 @@ def test_finder_bad_inputs():
         find_max_batch(model, SHAPE, memory_budget_bytes=10**9, safety_margin=1.5)
 
 
+@pytest.mark.parametrize("kwargs, error, words", [
+    ({"sample_shape": (1, 8, 8)}, ValueError, r"MLP does not accept inputs of shape \(1, 8, 8\)"),
+    ({"sample_shape": 192}, ValueError, "sample_shape must be one sample's shape"),
+    ({"sample_shape": (3, 8, 8), "start": 100, "limit": 64}, ValueError, "start=100 is above the largest batch"),
+    ({"sample_shape": (3, 8, 8), "num_classes": 7}, ValueError, "outputs 10 classes but the data has 7"),
+])
+def test_finder_misuse_is_one_line_before_any_trial(kwargs, error, words, monkeypatch):
+    import labkit.training.finder as finder
+
+    monkeypatch.setattr(finder, "_StepRunner", lambda *a, **k: pytest.fail("a trial ran before the check"))
+    with pytest.raises(error, match=words) as err:
+        find_max_batch(MLP(10, in_features=3 * 8 * 8, hidden=32), memory_budget_bytes=10**9, **kwargs)
+    assert "\n" not in str(err.value)
+    with pytest.raises(TypeError, match="must be a torch.nn.Module"):
+        find_max_batch("resnet18", SHAPE, memory_budget_bytes=10**9)
+
+
 # ---------------------------------------------------------------- issue 14: the finder on a big GPU
 @pytest.mark.parametrize("boundary, hint", [(23, 1), (23, 500), (300, 64), (1, 8), (0, 4)])
 def test_search_from_hint_lands_on_the_boundary(boundary, hint):
@@ -109,7 +126,7 @@ def test_finder_never_claims_more_than_the_dataset():
 
 
 def test_finder_models_the_runs_own_optimizer():
-    from labkit.training.memory import optimizer_settings
+    from labkit.memory.model import optimizer_settings
 
     model = MLP(10, in_features=3 * 8 * 8, hidden=32)
     assert optimizer_settings(torch.optim.AdamW(model.parameters())) == ("adam", 0.0)

@@ -169,3 +169,9 @@ def test_recorded_h100_fp32_rungs_ran_tf32_and_stay_under_its_peak(fake_gpu, mon
     fastest_fp32 = max(r["samples_per_s"] for r in ref["throughput_gpu_resident"] if not r["amp"])
     fp32_peak, _ = peak_flops_per_s("cuda:0", "fp32")
     assert mfu(per_sample * fastest_fp32, fp32_peak) > 0.4      # what the wrong peak made it look like
+
+
+def test_training_rate_is_peak_times_measured_mfu():
+    """The explorer's default rate: a real training step's counted FLOPs over its time (no MFU on a CPU)."""
+    rate, note = flops.measured_training_flops_per_s("cpu", model="small_cnn", batch_size=8, repeats=2)
+    assert 1e6 < rate < 1e13 and "small_cnn training step, batch 8" in note and "no MFU" in note

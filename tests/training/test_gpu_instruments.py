@@ -28,7 +28,8 @@ def setup():
 
 
 def test_event_timing_agrees_with_synchronised_timing(setup):
-    from labkit.training.loop import TrainConfig, train
+    from labkit.training.config import TrainConfig
+    from labkit.training.loop import train
 
     device, model, batches = setup
     cfg = dict(steps=len(batches), progress=False, evaluate=False, profile_model=False, warmup_steps=5)
@@ -57,7 +58,8 @@ def test_default_loop_overhead_under_5_percent(setup):
 @pytest.mark.filterwarnings("error::RuntimeWarning")   # a clamped MFU (wrong peak) fails instead of passing at 100%
 def test_mfu_at_most_100_percent_and_math_mode_detected(setup):
     from labkit.training.flops import active_math_mode
-    from labkit.training.loop import TrainConfig, train
+    from labkit.training.config import TrainConfig
+    from labkit.training.loop import train
 
     device, model, batches = setup
     res = train(model, batches[:12], TrainConfig(steps=12, progress=False, evaluate=False))

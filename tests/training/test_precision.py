@@ -2,9 +2,9 @@
 import pytest
 import torch
 
-from labkit.training.memory import saved_activation_bytes
-from labkit.training.precision import autocast_step, fp16_underflow
 from labkit.core.models import MLP
+from labkit.memory.model import saved_activation_bytes
+from labkit.training.precision import autocast_step, fp16_underflow
 
 
 def test_fp16_underflow_and_scaling_recovers():

@@ -4,7 +4,8 @@ import torch
 from labkit.core.data import make_loader, synthetic_data
 from labkit.core.device import get_device
 from labkit.core.models import SmallCNN
-from labkit.training.loop import TrainConfig, make_optimizer, train
+from labkit.training.config import TrainConfig
+from labkit.training.loop import make_optimizer, train
 from labkit.training.stepper import Stepper
 
 SHAPE = (3, 8, 8)

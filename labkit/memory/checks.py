@@ -6,24 +6,22 @@
   ``_saved_*`` attributes (not the saved-tensor hook the model is built with), at a batch the model
   never saw; the optimizer state is counted from ``optimizer.state`` after a real step.
 - Recorded: :func:`compare_with_reference` holds the model against peaks measured on an H100.
-- A run in progress (what the batch-size dashboard shows, testable without widgets): :func:`predict_run_memory`
-  from the run's :class:`labkit.training.window.TrainProgress`, :func:`cuda_baseline_bytes` before it starts,
-  :func:`measure_run_memory` while it runs (GPU: peak minus baseline; CPU: fixed parts plus counted activations).
+- A run in progress (the batch-size dashboard's numbers) is :mod:`labkit.training.run_memory`.
 """
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 from torch import nn
 
 from labkit.core.models import build_model
-from labkit.training.device_memory import baseline_bytes, optimizer_state_bytes, peak_since
-from labkit.training.dtypes import autocast
-from labkit.training.memory import MemoryBreakdown, MemoryModel, build_memory_model, preserved_state
-from labkit.training.window import TrainProgress
+from labkit.core.step import StepOptions, TrainStep
+from labkit.memory.device import baseline_bytes, optimizer_state_bytes, peak_since
+from labkit.memory.model import MemoryModel, build_memory_model
+from labkit.memory.probe import preserved_state
 
 
 def _storages(value) -> list:
@@ -84,15 +82,19 @@ def check_on_cpu(model: nn.Module, memory_model: MemoryModel, optimizer: torch.o
     """Run one real training step at ``batch_size`` and count what it kept, without the model's hook."""
     x = torch.randn(batch_size, *sample_shape)
     y = torch.randint(0, num_classes, (batch_size,))
+    counted: list[int] = []
+
+    def loss_counting_the_graph(out: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        loss = nn.functional.cross_entropy(out, target)
+        counted.append(graph_saved_bytes(loss, exclude=list(model.parameters())))   # before backward frees it
+        return loss
+
     with preserved_state(model):
         model.train()
-        loss = nn.functional.cross_entropy(model(x), y)
-        counted = graph_saved_bytes(loss, exclude=list(model.parameters()))
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
+        TrainStep(model, optimizer, loss_fn=loss_counting_the_graph, device=x.device)(x, y)
     pred = memory_model.predict(batch_size)
-    return CpuCheck(batch_size, pred.activations_bytes, counted, pred.optimizer_bytes, optimizer_state_bytes(optimizer))
+    return CpuCheck(batch_size, pred.activations_bytes, counted[0], pred.optimizer_bytes,
+                    optimizer_state_bytes(optimizer))
 
 
 @dataclass(frozen=True)
@@ -116,13 +118,10 @@ def measure_step_memory(model: nn.Module, optimizer: torch.optim.Optimizer, inpu
     if inputs.device.type != "cuda":
         raise ValueError("measure_step_memory needs CUDA tensors; on a CPU use check_on_cpu")
     dev = inputs.device
+    train_step = TrainStep(model, optimizer, options=StepOptions(amp_dtype=amp_dtype))     # on the model's device
 
     def step() -> None:
-        with autocast(dev.type, amp_dtype):
-            loss = nn.functional.cross_entropy(model(inputs), targets)
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
+        train_step(inputs, targets)
 
     torch.cuda.synchronize(dev)
     step()                                            # creates optimizer state and the cuBLAS/cuDNN workspaces
@@ -163,38 +162,3 @@ def compare_with_reference(rows: list[dict], sample_shape: tuple[int, ...] = (3,
                         reserved_bytes=int(row["peak_reserved"]),
                         error_pct=round(100.0 * (predicted - measured) / measured, 2)))
     return out
-
-
-def as_rows(checks: list) -> list[dict]:
-    """Dataclasses as dicts, for JSON and tables."""
-    return [asdict(c) for c in checks]
-
-
-# ---------------------------------------------------------------------------- a run in progress (live views)
-def predict_run_memory(progress: TrainProgress, batch_size: int) -> MemoryBreakdown:
-    """The memory model for the run's own optimizer, momentum and autocast dtype (from a TrainProgress)."""
-    shape = tuple(progress.last_inputs.shape[1:])
-    return build_memory_model(progress.model, shape, progress.optimizer, progress.momentum,
-                              progress.amp_dtype).predict(batch_size)
-
-
-def cuda_baseline_bytes() -> int | None:
-    """GPU: what other code holds before a run (subtracted from the run's peak); None on a CPU."""
-    if not torch.cuda.is_available():
-        return None
-    torch.cuda.reset_peak_memory_stats()
-    return baseline_bytes(torch.device("cuda"))
-
-
-def measure_run_memory(progress: TrainProgress, predicted: MemoryBreakdown, baseline_bytes: int | None) -> int | None:
-    """A run's measured bytes. GPU: peak allocated since the run began minus the baseline. CPU: the fixed parts
-    of ``predicted`` plus the activations counted from this batch's autograd graph (not the model's hook)."""
-    model = progress.model
-    if baseline_bytes is not None and next(model.parameters()).device.type == "cuda":
-        return peak_since(next(model.parameters()).device, baseline_bytes)[0]
-    with preserved_state(model):
-        model.train()
-        out = model(progress.last_inputs)
-        acts = graph_saved_bytes(out, exclude=list(model.parameters()))
-        del out
-    return predicted.total_bytes - predicted.activations_bytes + acts

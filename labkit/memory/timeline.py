@@ -7,20 +7,19 @@ We record, per leaf module in forward order, the saved-for-backward bytes it was
 parameters' bytes and its input/output bytes, then replay the backward pass in reverse order. On an
 H100 this replay predicts the measured step peak within 5% (bf16 all rows; fp32 from batch 64; see
 ``tests/fixtures/gpu_reference_h100.json``). What it cannot see from shapes: cuDNN's convolution workspaces,
-chosen on the GPU; measure them there (:mod:`labkit.training.workspace`) and the replay adds each one at the
+chosen on the GPU; measure them there (:mod:`labkit.memory.workspaces`) and the replay adds each one at the
 moment its layer runs, forward or backward.
 """
 from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Sequence
+from typing import Sequence
 
 import torch
 from torch import nn
 
-if TYPE_CHECKING:
-    from labkit.training.workspace import LayerWorkspace
+from labkit.memory.probe import leaf_modules
 
 
 @dataclass(frozen=True)
@@ -30,6 +29,14 @@ class LayerMemory:
     saved_bytes: float           # storages this layer was the first to save for backward
     grad_bytes: float            # its trainable parameters (their gradients have the same size)
     io_bytes: float              # its input + output (the gradients flowing through it have these sizes)
+
+
+@dataclass(frozen=True)
+class LayerWorkspace:
+    """Bytes one layer call borrows on top of the tensors it takes and returns."""
+
+    forward_bytes: int
+    backward_bytes: int
 
 
 @dataclass(frozen=True)
@@ -51,11 +58,6 @@ class LayerLine:
 
 def _nbytes(t) -> int:
     return t.untyped_storage().nbytes() if isinstance(t, torch.Tensor) else 0
-
-
-def leaf_modules(model: nn.Module) -> list[nn.Module]:
-    """The modules that do the work (no children): the layers the replay walks, in definition order."""
-    return [m for m in model.modules() if not list(m.children())]
 
 
 def layer_memory(model: nn.Module, inputs: torch.Tensor,

@@ -6,7 +6,7 @@ memory model cannot see it from a CPU. On the recorded H100 (``tests/fixtures/gp
 it is why fp32 steps at small batches sat above the model: ResNet-18 at batch 16 by 20 MB, the small CNN at
 batch 64 by 48 MB, while its activations are 41 MB. So we measure it where it happens: each leaf layer
 alone on the GPU, at the step's input shapes and dtypes, forward and backward, as the peak allocated minus
-the tensors the call leaves behind. The memory model (:meth:`labkit.training.memory.MemoryModel.predict`)
+the tensors the call leaves behind. The memory model (:meth:`labkit.memory.model.MemoryModel.predict`)
 adds each layer's workspace at the moment that layer runs; a workspace only raises the step's peak where
 it is larger than the slack at that moment. cuBLAS's workspace is not here: cuBLAS allocates it once per
 process and keeps it, so it sits in the baseline every measurement subtracts.
@@ -19,11 +19,11 @@ from typing import Any
 import torch
 from torch import nn
 
+from labkit.core.dtypes import autocast
 from labkit.core.validation import positive_int
-from labkit.training.device_memory import tensor_bytes
-from labkit.training.dtypes import autocast
-from labkit.training.memory import preserved_state, probe_forward
-from labkit.training.memory_timeline import leaf_modules
+from labkit.memory.device import tensor_bytes
+from labkit.memory.probe import leaf_modules, preserved_state, probe_forward
+from labkit.memory.timeline import LayerWorkspace
 
 
 @dataclass(frozen=True)
@@ -41,14 +41,6 @@ class LayerCall:
 
     module: nn.Module
     args: tuple[Any, ...]               # TensorSpec for each tensor argument, anything else as it was passed
-
-
-@dataclass(frozen=True)
-class LayerWorkspace:
-    """Bytes one layer call borrows on top of the tensors it takes and returns."""
-
-    forward_bytes: int
-    backward_bytes: int
 
 
 @dataclass(frozen=True)

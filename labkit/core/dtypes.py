@@ -1,7 +1,7 @@
 """The one precision table: every name a dtype goes by, the math mode it runs in, its torch dtype and bytes.
 
 The training loop, the autocast measurements (:mod:`labkit.training.precision`), the FLOP/s peaks
-(:mod:`labkit.training.flops`) and the memory model (:mod:`labkit.training.memory`) all read this table, so
+(:mod:`labkit.training.flops`) and the memory model (:mod:`labkit.memory.model`) all read this table, so
 'bf16', 'bfloat16' and ``torch.bfloat16`` mean the same thing everywhere. Autocast's low-precision dtypes
 are bf16 and fp16 (Micikevicius et al. 2018, "Mixed Precision Training"); TF32 is not a storage dtype but
 the tensor-core math mode of float32 tensors on Ampere and newer GPUs.

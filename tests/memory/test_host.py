@@ -4,7 +4,8 @@ import sys
 import pytest
 import torch
 
-from labkit.training import host_memory
+from labkit.memory import host as host_memory
+from labkit.memory.host import release_cpu_memory
 
 needs_linux = pytest.mark.skipif(host_memory.host_peak_unavailable() is not None,
                                  reason=str(host_memory.host_peak_unavailable()))
@@ -32,3 +33,8 @@ def test_unavailable_is_a_clear_error(monkeypatch):
     assert "needs Linux" in host_memory.host_peak_unavailable()
     with pytest.raises(RuntimeError, match="cannot measure a CPU peak here: needs Linux"):
         host_memory.measure_host_peak_bytes(lambda: None)
+
+
+def test_release_cpu_memory_reports_bytes():
+    freed = release_cpu_memory()
+    assert freed is None or isinstance(freed, int)

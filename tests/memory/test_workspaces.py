@@ -8,9 +8,9 @@ import torch
 from torch import nn
 
 from labkit.core.models import build_model
-from labkit.training.memory import build_memory_model
-from labkit.training.workspace import (LayerWorkspace, StepWorkspaces, TensorSpec, layer_calls, measure_call,
-                                       measure_workspaces)
+from labkit.memory.model import build_memory_model
+from labkit.memory.timeline import LayerWorkspace
+from labkit.memory.workspaces import StepWorkspaces, TensorSpec, layer_calls, measure_call, measure_workspaces
 
 
 def _calls_at(model, batch):
@@ -105,7 +105,7 @@ def test_measure_call_separates_workspace_from_what_the_call_returns(input_grad)
     meter = FakeMeter()
     layer = BorrowingLayer(meter, fwd=3_000_000, bwd=5_000_000)
     call_args = (TensorSpec((8, 16), torch.float32, input_grad),)
-    from labkit.training.workspace import LayerCall
+    from labkit.memory.workspaces import LayerCall
 
     got = measure_call(LayerCall(layer, call_args), torch.device("cpu"), meter=meter)
     assert got == LayerWorkspace(3_000_000, 5_000_000)
@@ -150,7 +150,7 @@ def test_memory_benchmark_judges_the_prediction_with_its_workspace(monkeypatch):
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
     import memory_check as bench
-    from labkit.training.memory_check import StepMemory
+    from labkit.memory.checks import StepMemory
 
     def big_first_conv(model, shape, batch, amp):
         n = len(build_memory_model(model, shape).backward_layers)

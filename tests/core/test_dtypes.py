@@ -2,9 +2,9 @@
 import pytest
 import torch
 
-from labkit.training.dtypes import (AMP_DTYPES, MATH_MODES, PRECISIONS, amp_torch_dtype, autocast, dtype_bytes,
+from labkit.core.dtypes import (AMP_DTYPES, MATH_MODES, PRECISIONS, amp_torch_dtype, autocast, dtype_bytes,
                                     math_mode_name, normalise_dtype, precision_of)
-from labkit.training.loop import TrainConfig
+from labkit.training.config import TrainConfig
 from labkit.training.precision import DTYPES
 
 

@@ -19,6 +19,8 @@ import sys
 from pathlib import Path
 from typing import Callable
 
+import psutil
+
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3       # mallopt parameters (glibc malloc.h)
 GLIBC_DEFAULT_MMAP_THRESHOLD = 128 * 1024          # glibc's starting thresholds
 GLIBC_DEFAULT_TRIM_THRESHOLD = 128 * 1024
@@ -78,3 +80,19 @@ def measure_host_peak_bytes(work: Callable[[], object]) -> int:
     finally:
         libc.mallopt(M_MMAP_THRESHOLD, GLIBC_DEFAULT_MMAP_THRESHOLD)
         libc.mallopt(M_TRIM_THRESHOLD, GLIBC_DEFAULT_TRIM_THRESHOLD)
+
+
+def release_cpu_memory() -> int | None:
+    """Collect garbage and hand freed heap pages back to the OS (glibc ``malloc_trim``); returns RSS bytes freed.
+
+    Freed CPU tensors return to the C allocator, which often keeps the pages; trimming makes the process's
+    resident memory reflect what is really still in use. None where glibc (``malloc_trim``) is unavailable.
+    """
+    proc = psutil.Process()
+    before = proc.memory_info().rss
+    gc.collect()
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        return None
+    return int(before - proc.memory_info().rss)

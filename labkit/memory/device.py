@@ -50,3 +50,11 @@ def peak_since(device: torch.device, baseline: int) -> tuple[int, int]:
     device = torch.device(device)
     return (int(torch.cuda.max_memory_allocated(device)) - int(baseline),
             int(torch.cuda.max_memory_reserved(device)))
+
+
+def cuda_baseline_bytes() -> int | None:
+    """GPU: what other code holds before a run (subtracted from the run's peak); None on a CPU."""
+    if not torch.cuda.is_available():
+        return None
+    torch.cuda.reset_peak_memory_stats()
+    return baseline_bytes(torch.device("cuda"))

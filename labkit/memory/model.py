@@ -9,58 +9,20 @@ break training memory down the same way.)
 """
 from __future__ import annotations
 
-import contextlib
-import ctypes
-import gc
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterator
-
-import psutil
 import torch
 from torch import nn
 
 from labkit.core.choices import OPTIMIZERS
+from labkit.core.dtypes import autocast, dtype_bytes, normalise_dtype
 from labkit.core.validation import positive_int
-from labkit.training.dtypes import autocast, dtype_bytes, normalise_dtype
-from labkit.training.memory_timeline import (LayerLine, backward_peak_bytes, fit_layer_lines, forward_peak_bytes,
-                                             layer_memory)
-
-if TYPE_CHECKING:
-    from labkit.training.workspace import StepWorkspaces
+from labkit.memory.probe import preserved_state
+from labkit.memory.timeline import LayerLine, backward_peak_bytes, fit_layer_lines, forward_peak_bytes, layer_memory
+from labkit.memory.workspaces import StepWorkspaces
 
 _STATE_COPIES = {"sgd": 0, "sgd_momentum": 1, "adam": 2}     # fp32 tensors of parameter size kept per optimizer
 # parameter-sized temporaries inside optimizer.step(): torch's foreach Adam builds sqrt(v) as a new list of tensors
 _STEP_TEMP_COPIES = {"sgd": 0, "sgd_momentum": 0, "adam": 1}
-
-
-@contextlib.contextmanager
-def preserved_state(model: nn.Module) -> Iterator[None]:
-    """Run a probe pass without side effects: buffers (BatchNorm statistics), grads and train mode restored."""
-    buffers = {name: b.detach().clone() for name, b in model.named_buffers()}
-    grads = {name: (None if p.grad is None else p.grad.detach().clone()) for name, p in model.named_parameters()}
-    was_training = model.training
-    try:
-        yield
-    finally:
-        with torch.no_grad():
-            for name, b in model.named_buffers():
-                b.copy_(buffers[name])
-        for name, p in model.named_parameters():
-            p.grad = grads[name]
-        model.train(was_training)
-
-
-def probe_forward(model: nn.Module, inputs: torch.Tensor, handles: list,
-                  context: contextlib.AbstractContextManager | None = None) -> None:
-    """One training-mode forward pass run only for its hooks: side-effect free, the hooks removed after."""
-    try:
-        with preserved_state(model), (context or contextlib.nullcontext()):
-            model.train()
-            out = model(inputs)
-            del out
-    finally:
-        for h in handles:
-            h.remove()
 
 
 def optimizer_kind(optimizer: str, momentum: float = 0.0) -> str:
@@ -145,7 +107,7 @@ class MemoryModel:
                 workspaces: StepWorkspaces | None = None) -> MemoryBreakdown:
         """Predicted bytes at ``batch_size``; dtypes rescale the measured ones (e.g. 'bf16' halves activations).
 
-        ``workspaces`` (GPU, measured at this batch by :func:`labkit.training.workspace.measure_workspaces`)
+        ``workspaces`` (GPU, measured at this batch by :func:`labkit.memory.workspaces.measure_workspaces`)
         adds each layer's cuDNN workspace at the moment that layer runs.
         """
         batch_size = positive_int(batch_size, "batch_size")
@@ -197,7 +159,7 @@ def build_memory_model(model: nn.Module, sample_shape: tuple[int, ...], optimize
     """Measure saved-activation bytes layer by layer at two small batches and fit the memory model.
 
     The activations are linear in the batch; the peak comes from replaying the backward pass
-    (:mod:`labkit.training.memory_timeline`) and from the optimizer step's temporaries.
+    (:mod:`labkit.memory.timeline`) and from the optimizer step's temporaries.
     """
     b1, b2 = probe_batches
     if not (0 < b1 < b2):
@@ -230,19 +192,3 @@ def optimizer_settings(optimizer: torch.optim.Optimizer) -> tuple[str, float]:
         return "sgd", float(group.get("momentum", 0.0))
     raise ValueError(f"the memory model knows SGD and Adam/AdamW, not {type(optimizer).__name__}; "
                      "give optimizer_name= for the closest one")
-
-
-def release_cpu_memory() -> int | None:
-    """Collect garbage and hand freed heap pages back to the OS (glibc ``malloc_trim``); returns RSS bytes freed.
-
-    Freed CPU tensors return to the C allocator, which often keeps the pages; trimming makes the process's
-    resident memory reflect what is really still in use. None where glibc (``malloc_trim``) is unavailable.
-    """
-    proc = psutil.Process()
-    before = proc.memory_info().rss
-    gc.collect()
-    try:
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):
-        return None
-    return int(before - proc.memory_info().rss)

@@ -1,5 +1,5 @@
 """The backward-pass replay that gives the training step's memory peak."""
-from labkit.training.memory_timeline import LayerMemory, backward_peak_bytes
+from labkit.memory.timeline import LayerMemory, backward_peak_bytes
 
 
 def test_backward_peak_hand_worked():
@@ -12,8 +12,8 @@ def test_backward_peak_hand_worked():
 def test_workspaces_join_the_replay_where_their_layer_runs():
     """Same three layers. Backward at the middle layer held 195; a 10-byte workspace there makes 205,
     one of 10 at the last layer (173 + 10) stays under it. Forward: 30, 100 + 20, 150 + 8 = 158 at most."""
-    from labkit.training.memory_timeline import forward_peak_bytes
-    from labkit.training.workspace import LayerWorkspace
+    from labkit.memory.timeline import forward_peak_bytes
+    from labkit.memory.timeline import LayerWorkspace
 
     layers = [LayerMemory(100, 0, 30), LayerMemory(50, 20, 20), LayerMemory(10, 5, 8)]
     none = [LayerWorkspace(0, 0)] * 3

@@ -3,7 +3,7 @@ import pytest
 import torch
 from torch import nn
 
-from labkit.training import device_memory as dm
+from labkit.memory import device as dm
 
 
 def test_work_bytes_count_params_grads_buffers_optimizer_state_and_batch():

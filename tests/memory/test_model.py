@@ -3,9 +3,8 @@ import pytest
 import torch
 from torch import nn
 
-from labkit.training.memory import (MemoryModel, build_memory_model, optimizer_kind, preserved_state,
-                                    release_cpu_memory, saved_activation_bytes)
 from labkit.core.models import MLP, SmallCNN
+from labkit.memory.model import MemoryModel, build_memory_model, optimizer_kind, saved_activation_bytes
 
 
 def test_mlp_saved_bytes_match_hand_count():
@@ -64,18 +63,6 @@ def test_dtype_rescaling_and_budget_search():
     assert mm.largest_batch_within(500) == 0
 
 
-def test_probe_restores_batchnorm_and_grads():
-    model = SmallCNN(10, width=4)
-    model.eval()
-    before = {k: v.clone() for k, v in model.state_dict().items()}
-    with preserved_state(model):
-        model.train()
-        model(torch.randn(4, 3, 8, 8)).sum().backward()
-    after = model.state_dict()
-    assert all(torch.equal(before[k], after[k]) for k in before)
-    assert all(p.grad is None for p in model.parameters()) and not model.training
-
-
 def test_bad_input():
     with pytest.raises(ValueError, match="optimizer"):
         optimizer_kind("rmsprop")
@@ -83,8 +70,3 @@ def test_bad_input():
         build_memory_model(MLP(10, 12, 4), (12,), probe_batches=(4, 2))
     with pytest.raises(ValueError, match="batch_size"):
         MemoryModel(0, 0, "sgd", 1.0, 0.0).predict(0)
-
-
-def test_release_cpu_memory_reports_bytes():
-    freed = release_cpu_memory()
-    assert freed is None or isinstance(freed, int)

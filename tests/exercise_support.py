@@ -1,0 +1,21 @@
+"""What every checked exercise must show (issue 25): its reference passes its own check, each typical wrong
+answer is caught with that mistake's hint, and an unfilled stub reads 'not attempted yet'."""
+from __future__ import annotations
+
+from labkit.core.exercises import CORRECT, NOT_ATTEMPTED, WRONG, Exercise, judge
+
+
+def assert_sound(exercise: Exercise) -> None:
+    """Fail with the exercise's key when any of the three properties does not hold."""
+    assert judge(exercise, exercise.reference).status == CORRECT, judge(exercise, exercise.reference).text
+    for mistake in exercise.mistakes:
+        verdict = judge(exercise, mistake.answer)
+        assert verdict.status == WRONG, f"{exercise.key}: mistake {mistake.name} passes the check"
+        assert verdict.mistake == mistake.name, f"{exercise.key}: {mistake.name} got another hint: {verdict.text}"
+        assert mistake.hint in verdict.text
+
+    def stub(**kwargs):
+        ...
+
+    assert judge(exercise, stub).status == NOT_ATTEMPTED
+    assert judge(exercise, ...).status == NOT_ATTEMPTED
