@@ -20,6 +20,7 @@ from torch import nn
 
 from labkit.cluster.rankside import job_params, place, report
 from labkit.core.clock import timestamp_s
+from labkit.core.step import TrainStep
 from labkit.parallel.sync_sgd import sync_gradients, sync_initial_weights, torch_allreduce_sum, torch_broadcast
 from labkit.training.reference import (ToyProblem, build_toy_model, max_weight_difference, shard, toy_batch,
                                        toy_optimizer, train_single_process)
@@ -58,13 +59,11 @@ def elastic_training() -> dict:
     sync_initial_weights(model, torch_broadcast, src=0)
     opt = toy_optimizer(model, problem)
     start = load_checkpoint(folder, model, opt)
-    loss_fn = nn.CrossEntropyLoss()
+    train_step = TrainStep(model, opt,                                   # gradients averaged before the update
+                           grad_hook=lambda m: sync_gradients(m, torch_allreduce_sum, me.world_size, bucket=True))
     for step in range(start, steps):
         x, y = toy_batch(problem, step, me.world_size * problem.micro_batch)
-        opt.zero_grad()
-        loss_fn(model(shard(x, me.rank, me.world_size)), shard(y, me.rank, me.world_size)).backward()
-        sync_gradients(model, torch_allreduce_sum, me.world_size, bucket=True)
-        opt.step()
+        train_step(shard(x, me.rank, me.world_size), shard(y, me.rank, me.world_size))
         time.sleep(pace_s)          # stands in for a longer step: time to kill a node mid-run (this one takes ~1 ms)
         if me.rank == 0:
             with open(folder / STEP_LOG, "a", encoding="utf-8") as f:
