@@ -62,8 +62,27 @@ def init_process_group(rank: int, world_size: int, local_rank: int, backend: str
             raise ValueError("MASTER_PORT is unset; torchrun sets it, otherwise export MASTER_ADDR and MASTER_PORT")
         os.environ["MASTER_PORT"] = str(free_port())
     timeout = {} if pg_timeout_s is None else {"timeout": timedelta(seconds=pg_timeout_s)}
+    if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True":
+        dist.init_process_group(backend, store=_attempt_store(world_size, pg_timeout_s), rank=rank,
+                                world_size=world_size, **timeout)
+        return backend
     dist.init_process_group(backend, init_method="env://", rank=rank, world_size=world_size, **timeout)
     return backend
+
+
+def _attempt_store(world_size: int, pg_timeout_s: float | None) -> dist.Store:
+    """torchrun's agent store, under a prefix unique to this start of the workers.
+
+    The agent's store outlives a restart of the workers (``--max-restarts``), so it still holds the last attempt's
+    keys, gloo's peer addresses among them: a new rank could read a dead peer's address. The agents' restart
+    counts cannot name the attempt (an agent restarted by a peer's failure does not count it), so every rank
+    counts itself in: with W ranks per start, the n-th arrival belongs to start (n - 1) // W on every node.
+    """
+    store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world_size, is_master=False,
+                          timeout=timedelta(seconds=pg_timeout_s or 300))
+    attempt = (store.add("labkit/ranks_started", 1) - 1) // world_size
+    os.environ["LABKIT_START"] = str(attempt)      # which start of the workers this is, the same on every node
+    return dist.PrefixStore(f"labkit/start{attempt}", store)
 
 
 def ensure_master_addr_port() -> None:

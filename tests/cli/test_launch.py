@@ -107,3 +107,17 @@ def test_a_rank_killed_by_a_signal_is_named_and_a_late_timeout_is_no_failure():
     lingering = labkit_launch("--timeout", "50", "tests.launch_support:returns_then_lingers")
     assert lingering.returncode == 0, lingering.stderr
     assert "rank 0: 0" in lingering.stdout and "rank 1: 1" in lingering.stdout
+
+
+def test_nodes_flags_are_in_the_help_and_incomplete_ones_are_one_line_exit_2(capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["launch", "--help"])
+    out = capsys.readouterr().out
+    for flag in ("--nnodes", "--node-rank", "--nproc-per-node", "--rdzv-endpoint", "--max-restarts"):
+        assert flag in out
+    for args, match in ((["--nnodes", "2"], "--nnodes needs --node-rank"),
+                        (["--nnodes", "2", "--node-rank", "2", "--rdzv-endpoint", "h:1"], "numbered 0..1"),
+                        (["--nnodes", "2", "--node-rank", "0", "--rdzv-endpoint", "nohost"], "HOST:PORT")):
+        assert cli.main(["launch", *args, TARGET]) == 2
+        err = capsys.readouterr().err.strip()
+        assert match in err and len(err.splitlines()) == 1, err

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+from datetime import timedelta
 import signal
 import sys
 
@@ -11,7 +12,7 @@ import torch
 import torch.distributed as dist
 
 from labkit.comm import worker
-from labkit.comm.launch import launch
+from labkit.comm.launch import free_port, launch
 from labkit.comm.worker import init_from_env
 from tests.launch_support import parent_of_sleeping_ranks
 
@@ -102,3 +103,20 @@ def test_a_gloo_rank_computes_on_the_cpu():
         assert worker.rank_device() == torch.device("cpu")
     finally:
         dist.destroy_process_group()
+
+
+def test_ranks_on_torchruns_agent_store_join_under_a_prefix_per_start_of_the_workers(monkeypatch):
+    """After a restart the agent's store still holds the dead attempt's keys: each start gets its own prefix,
+    counted by arrivals, so agents whose restart counts differ still agree."""
+    monkeypatch.delenv("LABKIT_START", raising=False)          # restored (unset) after the test
+    port = free_port()
+    server = dist.TCPStore("127.0.0.1", port, 1, is_master=True, timeout=timedelta(seconds=10))
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    monkeypatch.setenv("MASTER_PORT", str(port))
+    starts = []
+    for _ in range(4):                                   # two starts of a 2-rank job
+        store = worker._attempt_store(2, 10.0)
+        starts.append(os.environ["LABKIT_START"])
+        store.set("addr", starts[-1])
+    assert starts == ["0", "0", "1", "1"]
+    assert server.get("labkit/start0/addr") == b"0" and server.get("labkit/start1/addr") == b"1"

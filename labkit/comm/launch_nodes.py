@@ -1,0 +1,78 @@
+"""Launch as clusters launch: one ``torchrun`` per node, joined by c10d rendezvous at node 0's address.
+
+On a cluster every node runs the same command, differing only in ``--node-rank`` (and, where hostnames do not
+resolve to the address the others can reach, ``--local-addr``)::
+
+    torchrun --nnodes=2 --nproc-per-node=2 --node-rank=K --rdzv-backend=c10d --rdzv-endpoint=10.77.0.1:29400 \\
+             --rdzv-id=job1 --local-addr=10.77.0.<K+1> -m labkit launch package.module:function
+
+The c10d rendezvous is a TCP store hosted by the agent on the endpoint's host; every node's agent registers there,
+they agree on the group ranks, and each agent starts its workers with RANK, LOCAL_RANK, GROUP_RANK and WORLD_SIZE
+(torch.distributed.elastic docs, "torchrun"). ``--max-restarts`` lets the agents restart the whole group when a
+worker dies. Torch-free: the CLI builds the command without loading torch.
+"""
+from __future__ import annotations
+
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from labkit.core.validation import checked_int, positive_int
+
+_ENDPOINT = re.compile(r"^(?P<host>[A-Za-z0-9_.\-]+|\[[0-9a-fA-F:]+\]):(?P<port>\d{1,5})$")
+
+
+def parse_endpoint(endpoint: str) -> tuple[str, int]:
+    """('host', port) from 'host:port'; one clear error otherwise."""
+    match = _ENDPOINT.match(endpoint.strip()) if isinstance(endpoint, str) else None
+    if not match or not 0 < int(match["port"]) < 65536:
+        raise ValueError(f"--rdzv-endpoint must read HOST:PORT (node 0's address and a free port, e.g. "
+                         f"10.77.0.1:29400), got {endpoint!r}")
+    return match["host"], int(match["port"])
+
+
+@dataclass(frozen=True)
+class NodeLaunch:
+    """One node's part of a multi-node job: how many nodes, which one this is, where they meet."""
+
+    nnodes: int
+    node_rank: int
+    nproc_per_node: int
+    rdzv_endpoint: str
+    rdzv_id: str = "labkit"
+    local_addr: str | None = None
+    max_restarts: int = 0
+
+    def __post_init__(self) -> None:
+        positive_int(self.nnodes, "nnodes")
+        checked_int(self.node_rank, "node_rank", minimum=0, maximum=self.nnodes - 1,
+                    hint=f"nodes are numbered 0..{self.nnodes - 1}")
+        positive_int(self.nproc_per_node, "nproc_per_node")
+        parse_endpoint(self.rdzv_endpoint)
+        checked_int(self.max_restarts, "max_restarts", minimum=0)
+        if not re.fullmatch(r"[A-Za-z0-9_\-]+", self.rdzv_id):
+            raise ValueError(f"rdzv_id must be letters, digits, '-' or '_', got {self.rdzv_id!r}")
+
+    @property
+    def world_size(self) -> int:
+        """Processes in the whole job."""
+        return self.nnodes * self.nproc_per_node
+
+
+def torchrun_nodes_command(target: str, launch: NodeLaunch, *, monitor_interval_s: float = 0.5) -> list[str]:
+    """The torchrun command line one node runs to join a c10d-rendezvous job that calls ``target`` on every rank."""
+    if not isinstance(target, str) or ":" not in target:
+        raise ValueError(f"target must read 'package.module:function', got {target!r}")
+    torchrun = str(Path(sys.executable).with_name("torchrun"))
+    argv = [torchrun, f"--nnodes={launch.nnodes}", f"--nproc-per-node={launch.nproc_per_node}",
+            f"--node-rank={launch.node_rank}", "--rdzv-backend=c10d", f"--rdzv-endpoint={launch.rdzv_endpoint}",
+            f"--rdzv-id={launch.rdzv_id}", f"--max-restarts={launch.max_restarts}",
+            f"--monitor-interval={monitor_interval_s:g}"]
+    if launch.local_addr:
+        argv.append(f"--local-addr={launch.local_addr}")
+        if launch.local_addr == parse_endpoint(launch.rdzv_endpoint)[0]:
+            # torchrun hosts the store where the endpoint matches the machine's hostname; an address that the
+            # hostname does not resolve to (a second interface, a namespace) must be told so, or no node hosts it
+            argv.append("--rdzv-conf=is_host=1")
+    return [*argv, "-m", "labkit", "launch", target]

@@ -1,0 +1,61 @@
+"""The node lab's tables and verdicts, on hand-made results (the live run is tests/cluster/test_link_jobs.py)."""
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from labkit.cluster.lab import (LabConfig, at_rate, edge_shrinks, places_are_node_by_node, simulated_link_bytes,
+                                too_noisy, two_level_edge, verdict)
+from labkit.core.env import Mode
+
+
+def _rank(rank: int, group: int, local: int, addr: str) -> dict:
+    return {"rank": rank, "group_rank": group, "local_rank": local, "world_size": 4, "node_addr": addr,
+            "owns_node_addr": True, "by_rate": {"200": {"allreduce": {}}}}
+
+
+GOOD = [_rank(0, 0, 0, "a"), _rank(1, 0, 1, "a"), _rank(2, 1, 0, "b"), _rank(3, 1, 1, "b")]
+
+
+def test_places_node_by_node():
+    assert places_are_node_by_node(GOOD, 2, 2)
+    swapped = [_rank(0, 0, 0, "a"), _rank(1, 1, 1, "b"), _rank(2, 1, 0, "b"), _rank(3, 0, 1, "a")]
+    assert not places_are_node_by_node(swapped, 2, 2)
+    same_addr = [dict(r, node_addr="a") for r in GOOD]
+    assert not places_are_node_by_node(same_addr, 2, 2)
+    assert at_rate(GOOD, 200)[0]["allreduce"] == {}
+
+
+def test_verdict_decides_only_on_a_clear_margin():
+    assert verdict({"flat": 2.0, "hierarchical": 1.0}, 0.6) == {
+        "model winner": "hierarchical", "model margin": 2.0, "clock winner": "hierarchical", "decided": True,
+        "agrees": True}
+    assert verdict({"flat": 2.0, "hierarchical": 1.0}, 1.2)["agrees"] is False
+    close = verdict({"flat": 1.1, "hierarchical": 1.0}, 1.2)
+    assert not close["decided"] and close["agrees"] is None
+    assert not verdict({"flat": 2.0, "hierarchical": 1.0}, 0.6, spread=2.0)["decided"]     # rounds disagree
+
+
+def test_simulated_bytes_across_for_two_nodes_of_two():
+    assert simulated_link_bytes(4096, 2, 2) == {"flat": 6144, "hierarchical": 4096}
+
+
+def test_edge_and_whether_it_shrinks():
+    table = pd.DataFrame([{"link (Mbit/s)": r, "size (KiB)": s, "two-level / flat (paired)": p,
+                           "model flat (ms)": mf, "model two-level (ms)": mh, "round spread": 1.1}
+                          for r, s, p, mf, mh in ((200, 1, 0.9, 1, 1), (200, 8, 0.5, 3, 2), (2000, 8, 1.0, 1, 1))])
+    edge = {200: two_level_edge(table, 200), 2000: two_level_edge(table, 2000)}
+    assert edge[200] == {"measured": 2.0, "model": 1.5, "round spread": 1.1}
+    assert edge[2000] == {"measured": 1.0, "model": 1.0, "round spread": 1.1}
+    assert edge_shrinks(edge, (200, 2000)) and not edge_shrinks({200: edge[2000], 2000: edge[200]}, (200, 2000))
+    assert too_noisy(edge) is None
+    assert "INCONCLUSIVE" in too_noisy({200: dict(edge[200], **{"round spread": 2.0})})
+
+
+def test_config_by_mode_and_validation():
+    assert LabConfig.for_mode(Mode("fast", "test")).procs_per_node == 2
+    assert LabConfig.for_mode(Mode("full", "test")).procs_per_node == 4
+    with pytest.raises(ValueError, match="nodes must be >= 2"):
+        LabConfig(nodes=1)
+    with pytest.raises(ValueError, match="rates_mbit_s"):
+        LabConfig(rates_mbit_s=())

@@ -1,0 +1,36 @@
+"""The link lesson end to end on two emulated nodes: exact sums, bytes over the slow link, the fitted beta."""
+from __future__ import annotations
+
+import pytest
+
+from labkit.cluster.lab import at_rate
+from labkit.cluster.linkfit import allreduce_summary, expected_payload_bytes_s, fit_links
+from labkit.cluster.nodes import EmulatedNodes, NodesConfig
+from labkit.cluster.run import run_job
+
+MiB = 2**20
+
+
+@pytest.fixture(scope="module")
+def lab(namespaces_here):
+    with EmulatedNodes(NodesConfig(nodes=2, rate_mbit_s=200)) as nodes:
+        params = {"allreduce_sizes": [MiB], "repeats": 5, "rounds": 2, "rates_mbit_s": [200],
+                  "burst_bytes": 65536, "limit_bytes": 2**22}
+        nodes.set_rate(1000)                # the job itself shapes the link to 200 Mbit/s
+        job = run_job(nodes, "labkit.cluster.link_jobs:link_lab", nproc_per_node=2, params=params, timeout_s=120)
+        yield at_rate(job.results, 200)
+
+
+def test_the_inter_node_beta_is_the_shaped_rate(lab):
+    fits = fit_links(lab[0]["ping_pong_s"])
+    expected = expected_payload_bytes_s(200)
+    assert abs(fits["inter"].bandwidth_bytes_s / expected - 1) < 0.15, fits
+    assert fits["intra"].bandwidth_bytes_s > 3 * fits["inter"].bandwidth_bytes_s
+
+
+def test_both_all_reduces_are_exact_and_the_two_level_one_sends_less_across(lab):
+    row = allreduce_summary(lab)[MiB]
+    assert row["exact"]
+    # flat ring: one rank per node sends 2(R-1)/R = 1.5 MiB across; the leaders' 2-ring sends 1 MiB (+ headers)
+    assert 1.5 * MiB <= row["flat_node_tx_bytes"] < 1.5 * MiB * 1.1
+    assert MiB <= row["hierarchical_node_tx_bytes"] < MiB * 1.1

@@ -1,0 +1,29 @@
+"""torchrun's agent in-process with forked ranks: the same job as the torchrun command, one torch import per node."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from labkit.comm.launch import free_port
+from labkit.comm.node_agent import run_forked_agent
+
+TARGET = "labkit.comm.demos:all_reduce_sum"
+ENV = {k: v for k, v in {**os.environ, "OMP_NUM_THREADS": "1"}.items()
+       if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "TORCHELASTIC_RUN_ID")}
+
+
+def test_only_a_labkit_launch_command_is_accepted():
+    with pytest.raises(ValueError, match="-m labkit launch TARGET"):
+        run_forked_agent(["torchrun", "--nnodes=1", "script.py"])
+
+
+def test_a_one_node_job_with_forked_ranks_runs_every_rank():
+    proc = subprocess.run([sys.executable, "-m", "labkit", "launch", "--nnodes", "1", "--node-rank", "0",
+                           "--nproc-per-node", "2", "--rdzv-endpoint", f"127.0.0.1:{free_port()}", "--local-addr",
+                           "127.0.0.1", "--fork-workers", "--timeout", "120", TARGET],
+                          capture_output=True, text=True, env=ENV, timeout=180)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.count(f"{TARGET} -> ") == 2, proc.stdout
