@@ -17,7 +17,9 @@ def test_peak_sees_a_transient_tensor():
         big = torch.ones(8 * 2**20 // 4)          # 8 MiB, written so its pages are resident
         del big
     peak = host_memory.measure_host_peak_bytes(work)
-    assert 0.97 * 8 * 2**20 <= peak <= 12 * 2**20, peak        # a few pages elsewhere may come and go
+    # Most of the 8 MiB is new to the high-water mark; up to ~10% may reuse pages the allocator already held
+    # resident from earlier tests (CI measured 0.958 of it), and a few pages elsewhere may come and go.
+    assert 0.9 * 8 * 2**20 <= peak <= 12 * 2**20, peak
 
 
 @needs_linux
