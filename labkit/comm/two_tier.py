@@ -17,7 +17,7 @@ from typing import Sequence
 
 import numpy as np
 
-from labkit.comm.collectives import OPS, AllreduceResult, Step, _stack, allreduce
+from labkit.comm.collectives import OPS, AllreduceResult, Step, _stack, allreduce, allreduce_cost
 from labkit.core.validation import positive_int
 
 _UFUNC = {"sum": np.add, "mean": np.add, "max": np.maximum, "min": np.minimum}
@@ -101,12 +101,35 @@ def two_tier_time_s(result: AllreduceResult, ranks_per_node: int, intra: Link, i
     return float(slowest.sum())
 
 
+TWO_TIER_ALGORITHMS = ("flat", "hierarchical")
+
+
+def two_tier_cost_s(algorithm: str, world_size: int, ranks_per_node: int, nbytes: float, intra: Link,
+                    inter: Link) -> float:
+    """Alpha-beta seconds of an all-reduce of ``nbytes`` per rank over two tiers, in closed form (no arrays).
+
+    R ranks fill nodes of P in order (the last node may be partial), N = ceil(R/P) nodes. Flat ring: 2(R-1) steps of
+    n/R bytes, each as slow as its slowest link, the link between nodes once N > 1. Two-level: the fullest node's
+    P-1 reduce steps and P-1 broadcast steps of n bytes inside, 2(N-1) ring steps of n/N between nodes. For full
+    nodes and chunks that divide evenly this equals ``two_tier_time_s`` on the simulator's message log (tested).
+    """
+    if algorithm not in TWO_TIER_ALGORITHMS:
+        raise ValueError(f"algorithm must be one of {TWO_TIER_ALGORITHMS}, got {algorithm!r}")
+    world_size, ranks_per_node = positive_int(world_size, "world_size"), positive_int(ranks_per_node, "ranks_per_node")
+    if not nbytes >= 0:
+        raise ValueError(f"nbytes must be >= 0, got {nbytes!r}")
+    nodes = -(-world_size // ranks_per_node)
+    if algorithm == "flat":
+        if nodes == 1:
+            return allreduce_cost("ring", world_size, int(nbytes), intra.alpha_s, intra.beta_s_per_byte)
+        slowest = max(intra.time_s(nbytes / world_size), inter.time_s(nbytes / world_size))
+        return 2 * (world_size - 1) * slowest
+    inside = min(ranks_per_node, world_size) - 1
+    return 2 * inside * intra.time_s(nbytes) + 2 * (nodes - 1) * inter.time_s(nbytes / nodes)
+
+
 def predicted_times_s(nodes: int, ranks_per_node: int, nbytes: int, intra: Link, inter: Link) -> dict[str, float]:
-    """Modelled seconds of the flat ring and the two-level all-reduce of ``nbytes`` per rank (float32 data)."""
-    positive_int(nodes, "nodes")
-    world_size = nodes * positive_int(ranks_per_node, "ranks_per_node")
-    arrays = [np.zeros(max(1, nbytes // 4), np.float32) for _ in range(world_size)]
-    flat = allreduce(arrays, "ring")
-    two_level = hierarchical_allreduce(arrays, ranks_per_node)
-    return {"flat": two_tier_time_s(flat, ranks_per_node, intra, inter),
-            "hierarchical": two_tier_time_s(two_level, ranks_per_node, intra, inter)}
+    """Modelled seconds of the flat ring and the two-level all-reduce of ``nbytes`` per rank on full nodes."""
+    world_size = positive_int(nodes, "nodes") * positive_int(ranks_per_node, "ranks_per_node")
+    return {name: two_tier_cost_s(name, world_size, ranks_per_node, nbytes, intra, inter)
+            for name in TWO_TIER_ALGORITHMS}

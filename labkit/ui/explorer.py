@@ -22,7 +22,10 @@ from labkit.parallel.speedup import (ExplorerResult, ExplorerSettings, explore, 
 from labkit.training.flops import measured_training_flops_per_s
 
 SLIDER_DESCRIPTIONS = {"world_size": "Replicas", "batch": "Batch", "model_params_m": "Params (M)",
-                       "latency_us": "Latency (us)", "bandwidth_gb_s": "Bandwidth (GB/s)"}
+                       "latency_us": "Latency (us)", "bandwidth_gb_s": "Bandwidth (GB/s)",
+                       "ranks_per_node": "Ranks per node", "inter_latency_us": "Node link lat. (us)",
+                       "inter_bandwidth_gb_s": "Node link (GB/s)"}
+ALGORITHM_CHOICES = (("flat ring", "flat"), ("two-level", "hierarchical"))
 
 
 def plot_explorer(settings: ExplorerSettings, measured: list[ScalingPoint] | None = None,
@@ -34,6 +37,8 @@ def plot_explorer(settings: ExplorerSettings, measured: list[ScalingPoint] | Non
     ax_s.plot(sizes, sizes, "k--", lw=1, label="ideal")
     ax_s.plot(sizes, curve, label="predicted")
     ax_s.plot([settings.world_size], [explore(settings).speedup], "o", color="C0")
+    if settings.ranks_per_node is not None and settings.ranks_per_node < sizes[-1]:
+        ax_s.axvline(settings.ranks_per_node + 0.5, color="gray", ls=":", lw=1, label="the node link enters")
     ax_e.plot(sizes, 100 * curve / np.array(sizes), color="C1")
     ax_e.axvline(settings.world_size, color="gray", lw=0.8)
     for i, p in enumerate(measured or []):
@@ -67,21 +72,36 @@ class SpeedupExplorer:
             "bandwidth_gb_s": w.FloatLogSlider(value=s.bandwidth_gb_s, base=10, min=-2, max=3,
                                                description=d["bandwidth_gb_s"], style=style),
         }
+        rpn = s.ranks_per_node if s.ranks_per_node is not None else max_world_size
+        self.tier_sliders = {
+            "ranks_per_node": w.IntSlider(value=min(rpn, max_world_size), min=1, max=max_world_size,
+                                          description=d["ranks_per_node"], style=style),
+            "inter_latency_us": w.FloatLogSlider(value=max(s.inter_latency_us, 0.1), base=10, min=-1, max=4,
+                                                 description=d["inter_latency_us"], style=style),
+            "inter_bandwidth_gb_s": w.FloatLogSlider(value=s.inter_bandwidth_gb_s, base=10, min=-2, max=3,
+                                                     description=d["inter_bandwidth_gb_s"], style=style),
+        }
+        self.algorithm = w.ToggleButtons(options=ALGORITHM_CHOICES,
+                                         value=s.algorithm if s.algorithm == "hierarchical" else "flat",
+                                         description="All-reduce", style=style)
         self.readout = w.HTML()
         self.readout.add_class("labkit-readout")
         self.measured_label = w.HTML(f"<b>Measured here:</b> {measured_overlay_text(self.measured)}"
                                      if self.measured else "")
         self.plot = w.Output()
-        self.widget = w.VBox([*self.sliders.values(), self.readout, self.measured_label, self.plot])
+        self.widget = w.VBox([*self.sliders.values(), *self.tier_sliders.values(), self.algorithm, self.readout,
+                              self.measured_label, self.plot])
         self.widget.add_class("labkit-explorer")
-        for slider in self.sliders.values():
-            slider.observe(self.update, names="value")
+        for control in (*self.sliders.values(), *self.tier_sliders.values(), self.algorithm):
+            control.observe(self.update, names="value")
         self.update()
 
     def settings(self) -> ExplorerSettings:
-        """The settings the sliders show now."""
-        return replace(self.base, **{k: (int(v.value) if k in ("world_size", "batch") else float(v.value))
-                                     for k, v in self.sliders.items()})
+        """The settings the sliders show now (ranks per node at its maximum: every replica in one node)."""
+        sliders = {**self.sliders, **self.tier_sliders}
+        values = {k: (int(v.value) if k in ("world_size", "batch", "ranks_per_node") else float(v.value))
+                  for k, v in sliders.items()}
+        return replace(self.base, **values, algorithm=self.algorithm.value)
 
     def update(self, change: object = None) -> ExplorerResult:
         """Recompute from the sliders, refresh the readout and (if drawing) the plot."""

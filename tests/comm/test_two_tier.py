@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from labkit.comm.collectives import OPS, allreduce, reference_allreduce
-from labkit.comm.two_tier import (Link, hierarchical_allreduce, inter_node_bytes, predicted_times_s,
+from labkit.comm.two_tier import (Link, hierarchical_allreduce, inter_node_bytes, predicted_times_s, two_tier_cost_s,
                                   two_tier_time_s)
 
 
@@ -81,3 +81,27 @@ def test_one_node_is_a_plain_reduce_broadcast_and_bad_layouts_are_refused():
         hierarchical_allreduce([np.arange(3)] * 2, 1, "prod")
     with pytest.raises(ValueError, match="must be >= 0"):
         Link(-1.0, 0.0)
+
+
+@pytest.mark.parametrize("nodes,per_node", [(1, 1), (1, 4), (2, 1), (2, 2), (3, 4), (4, 2), (8, 8)])
+@pytest.mark.parametrize("algorithm", ["flat", "hierarchical"])
+def test_closed_form_equals_the_simulators_message_log(nodes, per_node, algorithm):
+    """The explorer's closed form (no arrays, so 25 M parameters on 64 ranks cost nothing) is the simulator's time."""
+    intra, inter = Link(2e-6, 1e-10), Link(3e-5, 8e-9)
+    world = nodes * per_node
+    arrays = [np.zeros(world * nodes * 16, np.float32) for _ in range(world)]    # chunks divide evenly
+    simulated = (allreduce(arrays, "ring") if algorithm == "flat" else hierarchical_allreduce(arrays, per_node))
+    expected = two_tier_time_s(simulated, per_node, intra, inter)
+    got = two_tier_cost_s(algorithm, world, per_node, arrays[0].nbytes, intra, inter)
+    assert got == pytest.approx(expected, rel=1e-12)
+
+
+def test_closed_form_partial_node_and_bad_input():
+    intra, inter = Link(0.0, 1.0), Link(0.0, 10.0)
+    # 5 ranks on nodes of 4: two nodes; two-level: 3 reduce + 3 broadcast steps of n inside, 2 ring steps of n/2 across
+    assert two_tier_cost_s("hierarchical", 5, 4, 8.0, intra, inter) == pytest.approx(6 * 8 + 2 * 10 * 4)
+    assert two_tier_cost_s("flat", 5, 4, 10.0, intra, inter) == pytest.approx(8 * 10 * 2)
+    with pytest.raises(ValueError, match="algorithm must be one of"):
+        two_tier_cost_s("ring", 4, 2, 8.0, intra, inter)
+    with pytest.raises(ValueError, match="nbytes"):
+        two_tier_cost_s("flat", 4, 2, -1.0, intra, inter)

@@ -1,4 +1,5 @@
 """The speedup explorer's maths: the model's numbers by hand, the curve, the measured compute rate."""
+from dataclasses import replace
 from functools import partial
 
 import pytest
@@ -68,3 +69,28 @@ def test_settings_counts_must_be_integers():
     with pytest.raises(ValueError, match=r"^latency_us must be >= 0"):
         sp.ExplorerSettings(latency_us=-1.0)
     assert sp.explore(Settings(latency_us=0.0)).t_sync_s > 0      # an ideal link still moves bytes
+
+
+def test_a_second_link_tier_prices_the_all_reduce_across_nodes():
+    """8 replicas on 2 nodes of 4: T_sync is the two-tier cost; the node link decides it once it is slow."""
+    from labkit.comm.two_tier import Link, two_tier_cost_s
+
+    base = sp.ExplorerSettings(world_size=8, model_params_m=25.0, device_flops_per_s=20e12, latency_us=5.0,
+                               bandwidth_gb_s=100.0, ranks_per_node=4, inter_latency_us=20.0,
+                               inter_bandwidth_gb_s=1.0, algorithm="flat")
+    nbytes = int(25e6 * 4)
+    by_hand = two_tier_cost_s("flat", 8, 4, nbytes, Link(5e-6, 1 / 100e9), Link(20e-6, 1 / 1e9))
+    assert sp.explore(base).t_sync_s == pytest.approx(by_hand)
+    two_level = sp.explore(replace(base, algorithm="hierarchical"))
+    assert two_level.t_sync_s < sp.explore(base).t_sync_s            # a slow node link: send less across it
+    one_node = sp.explore(replace(base, ranks_per_node=8))           # every replica inside one node
+    assert one_node.t_sync_s == pytest.approx(sync_time_s(nbytes, 8, 5e-6, 100e9))
+    assert one_node.speedup > sp.explore(base).speedup
+    assert "2 node(s) of 4" in sp.readout_text(base, sp.explore(base))
+
+
+def test_two_tiers_take_only_the_two_tier_algorithms():
+    with pytest.raises(ValueError, match="algorithm must be one of"):
+        sp.ExplorerSettings(device_flops_per_s=1e12, ranks_per_node=4, algorithm="tree")
+    with pytest.raises(ValueError, match="inter_latency_us"):
+        sp.ExplorerSettings(device_flops_per_s=1e12, ranks_per_node=4, algorithm="flat", inter_latency_us=-1.0)

@@ -22,7 +22,8 @@ def test_widget_hooks_and_readout_follow_the_sliders():
     panel = ex.SpeedupExplorer(RATE, draw=False)
     assert "labkit-explorer" in panel.widget._dom_classes
     assert "labkit-readout" in panel.readout._dom_classes
-    assert [sl.description for sl in panel.sliders.values()] == list(ex.SLIDER_DESCRIPTIONS.values())
+    shown = [sl.description for sl in (*panel.sliders.values(), *panel.tier_sliders.values())]
+    assert shown == list(ex.SLIDER_DESCRIPTIONS.values())
     before = panel.readout.value
     panel.sliders["world_size"].value = 32
     assert panel.readout.value != before and "R=32" in panel.readout.value
@@ -50,3 +51,19 @@ def test_displaying_the_explorer_shows_its_widget(monkeypatch):
     panel = explorer_module.SpeedupExplorer(RATE, draw=False)
     panel._ipython_display_()
     assert shown == [panel.widget]
+
+
+def test_the_node_tier_controls_move_the_readout():
+    """Ranks per node below the replicas brings in the node link; the two-level toggle changes T_sync."""
+    panel = ex.SpeedupExplorer(RATE, draw=False, max_world_size=16)
+    one_node = panel.settings()
+    assert one_node.ranks_per_node == 16 and sp.explore(one_node).t_sync_s == sp.explore(RATE).t_sync_s
+    panel.tier_sliders["ranks_per_node"].value = 4
+    panel.tier_sliders["inter_bandwidth_gb_s"].value = 0.1
+    assert "node(s) of 4" in panel.readout.value
+    flat = sp.explore(panel.settings())
+    panel.algorithm.value = "hierarchical"
+    assert panel.settings().algorithm == "hierarchical"
+    assert sp.explore(panel.settings()).t_sync_s < flat.t_sync_s
+    fig = ex.plot_explorer(panel.settings(), max_world_size=16)
+    assert any(line.get_label() == "the node link enters" for line in fig.axes[0].lines)
