@@ -64,7 +64,7 @@ class LabConfig:
         """The job parameters ``link_lab`` reads (the shaping's burst and queue from the nodes' config)."""
         return {"allreduce_sizes": list(self.allreduce_sizes), "repeats": self.repeats, "rounds": self.rounds,
                 "rates_mbit_s": list(self.rates_mbit_s), "burst_bytes": nodes.burst_bytes,
-                "limit_bytes": nodes.limit_bytes, **self.extra}
+                "limit_bytes": nodes.limit_bytes, "sgd": {"rounds": self.rounds}, **self.extra}
 
 
 def run_link_lab(nodes: EmulatedNodes, config: LabConfig) -> JobResult:

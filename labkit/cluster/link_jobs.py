@@ -10,6 +10,7 @@ rank. Bytes over the slow link are read from the node's own ``eth0`` counters (`
 from __future__ import annotations
 
 import subprocess
+from dataclasses import asdict
 from pathlib import Path
 
 import torch
@@ -18,6 +19,7 @@ import torch.distributed as dist
 from labkit.cluster.nodes import tbf_argv
 from labkit.cluster.rankside import Place, address_is_local, job_params, place, rate_key, report
 from labkit.core.clock import interleaved, now_s
+from labkit.parallel.scaling import member_groups, sweep_members
 
 ETH_STATS = Path("/sys/class/net/eth0/statistics")
 
@@ -142,9 +144,28 @@ def shape_own_link(me: Place, rate_mbit_s: float, params: dict) -> None:
     dist.barrier()
 
 
+# notebook 07's MLP: 0.54 MB of fp32 gradients, about 17 ms of compute per step on one core at batch 2048
+SGD_DEFAULTS = dict(in_features=256, hidden=256, depth=2, batch=2048, steps=8, warmup=2, seed=0, rounds=3)
+
+
+def sync_sgd_members(me: Place) -> dict[int, list[int]]:
+    """Who trains in the scaling rounds: rank 0 alone, then one rank per node (every all-reduce crosses the link)."""
+    nodes = me.world_size // me.local_world_size
+    return {1: [0], nodes: [node * me.local_world_size for node in range(nodes)]}
+
+
+def sync_sgd_across(me: Place, params: dict, groups: dict[int, object]) -> list[dict]:
+    """Sync SGD of notebook 07's MLP alone and across the nodes in interleaved rounds: rank 0 returns T_comp, T_sync
+    and the step time of each (``labkit.parallel.scaling``: same one step, same phase timing, same CPU-share meter)."""
+    cfg = {**SGD_DEFAULTS, **params.get("sgd", {})}
+    rounds = int(cfg.pop("rounds"))
+    runs = sweep_members(sync_sgd_members(me), groups, rounds, cfg)
+    return [asdict(run) for run in runs]
+
+
 def link_lab() -> dict:
-    """The whole link lesson in one job, at each link speed: ping-pong sweeps on both links, then flat vs two-level
-    all-reduce. Results per speed under ``by_rate['<Mbit/s>']``."""
+    """The whole link lesson in one job, at each link speed: ping-pong sweeps on both links, flat vs two-level
+    all-reduce, then sync SGD alone vs across the nodes. Results per speed under ``by_rate['<Mbit/s>']``."""
     me = _join()
     who = _whoami(me)
     params = job_params()
@@ -152,6 +173,7 @@ def link_lab() -> dict:
     sizes = {"intra": params.get("intra_sizes", [8, 2**20, 2**22, 2**24]),    # loopback: GB/s, so larger
              "inter": params.get("inter_sizes", [8, 2**19, 2**20, 2**21])}    # 8 B for alpha; past tbf's burst
     groups = make_groups(me)
+    sgd_groups = member_groups(sync_sgd_members(me))
     by_rate = {}
     for rate in params.get("rates_mbit_s", [None]):
         if rate is not None:
@@ -159,6 +181,7 @@ def link_lab() -> dict:
         pings = _ping_pong_sweep(me, {k: [int(s) for s in v] for k, v in sizes.items()}, repeats)
         allreduce = flat_vs_hierarchical(me, [int(s) for s in params.get("allreduce_sizes", [4096, 1048576])],
                                          rounds, groups)
-        by_rate[rate_key(rate)] = {"ping_pong_s": pings, "allreduce": allreduce}
+        sgd = sync_sgd_across(me, params, sgd_groups)
+        by_rate[rate_key(rate)] = {"ping_pong_s": pings, "allreduce": allreduce, "sync_sgd": sgd}
     return report({**who, "by_rate": by_rate}, me.rank)
 

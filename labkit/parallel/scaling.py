@@ -137,16 +137,31 @@ def scaling_sweep_worker(world_sizes: tuple[int, ...] = (1, 2, 4), rounds: int =
     torch.set_num_threads(1)
     cfg = dict(in_features=in_features, hidden=hidden, depth=depth, batch=batch, steps=steps, warmup=warmup,
                seed=seed)
-    groups = {size: dist.new_group(list(range(size))) for size in world_sizes}   # every rank creates every group
+    members = {size: list(range(size)) for size in world_sizes}
+    return sweep_members(members, member_groups(members), rounds, cfg)
+
+
+def member_groups(members: dict[int, list[int]]) -> dict[int, object]:
+    """One process group per entry of ``members`` (every rank must call this, in the same order)."""
+    return {size: dist.new_group(ranks) for size, ranks in members.items()}
+
+
+def sweep_members(members: dict[int, list[int]], groups: dict[int, object], rounds: int, cfg: dict) -> list[StepTimes]:
+    """Interleaved rounds: each round, for each R the ranks ``members[R]`` (rank 0 among them) run sync SGD while
+    the others wait at a barrier; rank 0 returns, per R, the round with the fastest step. The members may be any
+    ranks, e.g. one per node, so the all-reduce crosses the link between nodes."""
+    me = dist.get_rank()
+    if any(0 not in ranks or len(ranks) != size for size, ranks in members.items()):
+        raise ValueError(f"members must map R to R ranks including rank 0, got {members}")
     best: dict[int, StepTimes] = {}
     for _ in range(rounds):
-        for size in world_sizes:
-            if dist.get_rank() < size:
+        for size, ranks in members.items():
+            if me in ranks:
                 run = _time_steps(size, groups[size], cfg)
                 if size not in best or run.step_s < best[size].step_s:
                     best[size] = run
             dist.barrier()
-    return [best[size] for size in world_sizes] if dist.get_rank() == 0 else []
+    return [best[size] for size in members] if me == 0 else []
 
 
 def measure_scaling(world_sizes: tuple[int, ...] = (1, 2, 4), *, backend: str = "auto", timeout_s: float = 120.0,

@@ -4,9 +4,11 @@ from __future__ import annotations
 import pytest
 
 from labkit.cluster.lab import at_rate
+from labkit.cluster.link_scaling import judge_speedup, sgd_load, sgd_row, sgd_runs
 from labkit.cluster.linkfit import allreduce_summary, expected_payload_bytes_s, fit_links
 from labkit.cluster.nodes import EmulatedNodes, NodesConfig
 from labkit.cluster.run import run_job
+from labkit.core.machine import cpu_count
 
 MiB = 2**20
 
@@ -15,13 +17,15 @@ MiB = 2**20
 def lab(namespaces_here):
     with EmulatedNodes(NodesConfig(nodes=2, rate_mbit_s=200)) as nodes:
         params = {"allreduce_sizes": [MiB], "repeats": 5, "rounds": 2, "rates_mbit_s": [200],
-                  "burst_bytes": 65536, "limit_bytes": 2**22}
+                  "burst_bytes": 65536, "limit_bytes": 2**22,
+                  "sgd": {"batch": 512, "steps": 5, "warmup": 1, "rounds": 2}}
         nodes.set_rate(1000)                # the job itself shapes the link to 200 Mbit/s
         job = run_job(nodes, "labkit.cluster.link_jobs:link_lab", nproc_per_node=2, params=params, timeout_s=120)
-        yield at_rate(job.results, 200)
+        yield job.results
 
 
 def test_the_inter_node_beta_is_the_shaped_rate(lab):
+    lab = at_rate(lab, 200)
     fits = fit_links(lab[0]["ping_pong_s"])
     expected = expected_payload_bytes_s(200)
     assert abs(fits["inter"].bandwidth_bytes_s / expected - 1) < 0.15, fits
@@ -29,8 +33,20 @@ def test_the_inter_node_beta_is_the_shaped_rate(lab):
 
 
 def test_both_all_reduces_are_exact_and_the_two_level_one_sends_less_across(lab):
+    lab = at_rate(lab, 200)
     row = allreduce_summary(lab)[MiB]
     assert row["exact"]
     # flat ring: one rank per node sends 2(R-1)/R = 1.5 MiB across; the leaders' 2-ring sends 1 MiB (+ headers)
     assert 1.5 * MiB <= row["flat_node_tx_bytes"] < 1.5 * MiB * 1.1
     assert MiB <= row["hierarchical_node_tx_bytes"] < MiB * 1.1
+
+
+def test_sync_sgd_across_the_nodes_is_timed_and_judged_by_the_fitted_link(lab):
+    """Rank 0 alone vs one rank per node, at the shaped rate: the model's speed-up from T_comp and the ping-pong fit
+    is checked against the clock, or INCONCLUSIVE with the measured load, never failed."""
+    fits = fit_links(at_rate(lab, 200)[0]["ping_pong_s"])
+    alone, across = sgd_runs(lab, 200)
+    assert (alone.world_size, across.world_size) == (1, 2) and alone.t_sync_s == 0 and across.t_sync_s > 0
+    row = sgd_row(lab, fits["inter"], 200, cores=cpu_count())
+    verdict = judge_speedup("model and clock agree", row, sgd_load(lab, 200, cpu_count()))
+    assert verdict.state in ("checked", "INCONCLUSIVE"), (verdict, row)

@@ -1,0 +1,82 @@
+"""What the link between nodes does to scaling: sync SGD across the nodes, predicted from the fitted link and timed.
+
+The node lab's job (:func:`labkit.cluster.link_jobs.sync_sgd_across`) trains notebook 07's MLP with synchronous SGD
+on rank 0 alone and on one rank per node, in interleaved rounds at each link speed, so every gradient all-reduce
+crosses the shaped link. Here the model of notebook 07 (``labkit.parallel.costmodel``: replicas pay when
+T_sync < (R-1) T_comp, Goyal et al. 2017) predicts each speed-up from two numbers of the *same* job: T_comp of the
+lone rank and T_sync of a ring all-reduce of the gradients priced on the inter-node alpha and beta fitted from the
+ping-pongs (Patarasuk & Yuan 2009 for the ring's 2(R-1) steps of n/R bytes). The clock gives the measured speed-up
+R x (lone step) / (step across the nodes); the verdict reads the CPU shares of those same rounds.
+"""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from labkit.cluster.linkfit import LinkFit
+from labkit.cluster.rankside import rate_key
+from labkit.comm.collectives import allreduce_cost
+from labkit.core.verdict import Load, Verdict, judge_agreement, judge_at_least
+from labkit.parallel.costmodel import core_sharing_slowdown, predicted_speedup
+from labkit.parallel.scaling import StepTimes, runs_load
+from labkit.parallel.speedup import FLOPS_PER_PARAM_PER_SAMPLE, ExplorerSettings
+
+AGREEMENT = 0.35   # the band for "model and clock agree": two fitted link terms and one compute time, on shared cores
+
+
+def sgd_runs(results: Sequence[dict], rate_mbit_s: float) -> tuple[StepTimes, StepTimes]:
+    """(rank 0 alone, one rank per node) at one link speed, from rank 0's report."""
+    rank0 = next(r for r in results if r["rank"] == 0)
+    alone, across = (StepTimes(**run) for run in rank0["by_rate"][rate_key(rate_mbit_s)]["sync_sgd"])
+    return alone, across
+
+
+def sgd_row(results: Sequence[dict], inter: LinkFit, rate_mbit_s: float, cores: int) -> dict[str, Any]:
+    """One link speed: T_comp, T_sync predicted from the fitted link and measured, the speed-up both ways."""
+    alone, across = sgd_runs(results, rate_mbit_s)
+    link = inter.link()
+    t_sync = allreduce_cost("ring", across.world_size, across.grad_bytes, link.alpha_s, link.beta_s_per_byte)
+    slowdown = core_sharing_slowdown(across.world_size, cores)
+    return {"link (Mbit/s)": rate_mbit_s, "replicas": across.world_size, "gradients (MB)": across.grad_bytes / 1e6,
+            "T_comp (ms)": alone.t_comp_s * 1e3, "T_sync model (ms)": t_sync * 1e3,
+            "T_sync measured (ms)": across.t_sync_s * 1e3,
+            "speedup model": predicted_speedup(alone.t_comp_s, t_sync, across.world_size, slowdown),
+            "speedup measured": across.world_size * alone.step_s / across.step_s,
+            "worst CPU share": min(alone.cpu_share, across.cpu_share)}
+
+
+def sgd_load(results: Sequence[dict], rate_mbit_s: float, cores: int) -> Load:
+    """How busy that speed's rounds were: each run's worst CPU share and step spread (``parallel.scaling``)."""
+    return runs_load(sgd_runs(results, rate_mbit_s), cores)
+
+
+def judge_speedup(claim: str, row: dict[str, Any], load: Load) -> Verdict:
+    """The speed-up predicted from T_comp and the fitted link agrees with the clock (within ``AGREEMENT``)."""
+    return judge_agreement(claim, row["speedup model"], row["speedup measured"], tolerance=AGREEMENT, load=load)
+
+
+def judge_slow_link_costs(claim: str, slow: dict[str, Any], fast: dict[str, Any], load: Load) -> Verdict:
+    """The slower link gives the smaller speed-up: the model says so (else failed) and the clock agrees."""
+    if not slow["speedup model"] < fast["speedup model"]:
+        return Verdict(claim, "failed", f"the model gives {slow['speedup model']:.2f}x on the slow link and "
+                                        f"{fast['speedup model']:.2f}x on the fast one")
+    return judge_at_least(claim, fast["speedup measured"] / slow["speedup measured"], 1.0, load=load)
+
+
+def combined_load(loads: Sequence[Load]) -> Load:
+    """Both speeds' rounds as one load: every share, the larger spread."""
+    shares = {f"{name} ({i + 1})": v for i, load in enumerate(loads) for name, v in load.shares.items()}
+    return Load(shares, spread=max((load.spread for load in loads), default=0.0))
+
+
+def explorer_settings(results: Sequence[dict], fits: dict[str, LinkFit], rate_mbit_s: float,
+                      ranks_per_node: int, nodes: int) -> ExplorerSettings:
+    """The speedup explorer opened on this lab: its MLP and batch, the lone rank's compute rate, the fitted
+    loopback inside a node and the fitted link between nodes."""
+    alone, _ = sgd_runs(results, rate_mbit_s)
+    params = alone.grad_bytes / 4                                    # fp32 gradients
+    intra, inter = fits["intra"].link(), fits["inter"].link()
+    return ExplorerSettings(world_size=nodes * ranks_per_node, batch=alone.batch, model_params_m=params / 1e6,
+                            latency_us=intra.alpha_s * 1e6, bandwidth_gb_s=1e-9 / intra.beta_s_per_byte,
+                            ranks_per_node=ranks_per_node, inter_latency_us=inter.alpha_s * 1e6,
+                            inter_bandwidth_gb_s=1e-9 / inter.beta_s_per_byte, algorithm="flat",
+                            device_flops_per_s=FLOPS_PER_PARAM_PER_SAMPLE * params * alone.batch / alone.t_comp_s)
