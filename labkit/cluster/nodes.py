@@ -198,6 +198,10 @@ class EmulatedNodes:
         user = ["-U", "--preserve-credentials"] if self.mode == "user" else []
         return ["nsenter", "-t", str(holder.pid), *user, "-m", "-n", "--"]
 
+    def enter_argv(self) -> list[str]:
+        """The command prefix that enters the lab's namespaces (the switch side; add ``ip netns exec lkn<k>``)."""
+        return self._enter()
+
     def host_run(self, argv: Sequence[str], timeout_s: float | None = None,
                  _holder: subprocess.Popen | None = None) -> str:
         """Run a command on the switch side (the holder's namespaces); its stdout, or one clear error."""

@@ -19,7 +19,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -172,8 +172,13 @@ def _child_env(result_dir: Path, extra: Mapping[str, str] | None) -> dict[str, s
 
 def run_demo(demo: str, world_size: int, *, launcher: str = "mpiexec", timeout_s: float = 60.0,
              oversubscribe: bool = False, echo: bool = True, env: Mapping[str, str] | None = None,
+             mpiexec_args: Sequence[str] = (), wrap: Callable[[list[str]], list[str]] | None = None,
              **kwargs: Any) -> DemoRun:
-    """Run ``labkit.comm.mpi_demos <demo> key=value ...`` on ``world_size`` ranks under mpiexec or torchrun."""
+    """Run ``labkit.comm.mpi_demos <demo> key=value ...`` on ``world_size`` ranks under mpiexec or torchrun.
+
+    ``mpiexec_args`` replace the single-host launcher options (e.g. hosts and a launcher of their own) and ``wrap``
+    turns the whole command line into the one to run (e.g. inside an emulated node): ``labkit.cluster.mpi_nodes``.
+    """
     if demo not in mpi_demos.DEMOS:
         raise ValueError(f"demo must be one of {sorted(mpi_demos.DEMOS)}, got {demo!r}")
     if launcher not in LAUNCHERS:
@@ -186,14 +191,17 @@ def run_demo(demo: str, world_size: int, *, launcher: str = "mpiexec", timeout_s
         info = mpi_info()
         if not info.available:
             raise MpiUnavailableError(f"cannot run {demo!r} under mpiexec: {info.reason}")
-        command = mpiexec_command(info, world_size, oversubscribe) + script
+        launch_opts = list(mpiexec_args) or mpiexec_command(info, world_size, oversubscribe)[1:]
+        command = [str(info.mpiexec_path), *launch_opts, *script]
     else:
         command = [sys.executable, "-m", "torch.distributed.run", "--standalone",
                    f"--nproc-per-node={world_size}"] + script[1:]
     # backstop if this Python process dies mid-run: Hydra's mpiexec then ends the job by itself
     extra = {"MPIEXEC_TIMEOUT": str(int(timeout_s) + 10), **(env or {})}
+    command = wrap(command) if wrap is not None else command
     with tempfile.TemporaryDirectory(prefix="labkit-mpi-") as tmp:
         result_dir = Path(tmp)
+        os.chmod(result_dir, 0o777)          # ranks in another user namespace write here too
         wall_s, code = _launch(command, result_dir, _child_env(result_dir, extra), timeout_s, demo, world_size)
         run = DemoRun(demo, launcher, world_size, *_collect(result_dir, world_size, demo, code), wall_s, command)
     if echo:

@@ -1,0 +1,45 @@
+"""The MPI lane across emulated nodes: Hydra without ssh, the sum exact, the bytes over the shaped link."""
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+
+from labkit.cluster.mpi_nodes import SHARED_KERNEL_ENV, mpiexec_args, node_exec_script, run_demo_on_nodes
+from labkit.cluster.nodes import EmulatedNodes, NodesConfig
+from labkit.comm.mpi import mpi_info
+
+
+@pytest.fixture(scope="module")
+def nodes(namespaces_here):
+    info = mpi_info()
+    if not info.available or info.mpiexec_flavor != "hydra":
+        pytest.skip(f"needs MPICH's Hydra mpiexec: {info}")
+    with EmulatedNodes(NodesConfig(nodes=2, rate_mbit_s=200)) as lab:
+        yield lab
+
+
+def test_node_exec_runs_a_command_on_the_node_that_owns_the_address(nodes, tmp_path):
+    script = node_exec_script(nodes, tmp_path)
+    out = subprocess.run([str(script), "-x", "10.77.0.2", "cat /sys/class/net/eth0/address; ip -br addr show eth0"],
+                         capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0 and "10.77.0.2/24" in out.stdout, out
+    bad = subprocess.run([str(script), "10.77.0.9", "true"], capture_output=True, text=True, timeout=30)
+    assert bad.returncode == 255 and "no emulated node has address 10.77.0.9" in bad.stderr
+    args = mpiexec_args(nodes, script, ranks_per_node=2)
+    assert args[args.index("-hosts") + 1] == "10.77.0.1,10.77.0.2" and args[args.index("-n") + 1] == "4"
+
+
+def test_allreduce_across_the_nodes_is_exact_and_its_bytes_cross_the_shaped_link(nodes):
+    run = run_demo_on_nodes(nodes, "allreduce")
+    assert [r["after"] for r in run.results] == [[12.0, 14.0, 16.0, 18.0]] * 2
+    before = nodes.link_bytes()[0]["tx_bytes"]
+    bench = run_demo_on_nodes(nodes, "bench", sizes_bytes=[2**20, 2**22], iters=3, warmup=1)
+    sent = nodes.link_bytes()[0]["tx_bytes"] - before
+    rows = bench.results[0]["rows"]
+    assert all(r["wrong"] == 0 for r in rows)
+    assert sent >= 5 * 2**22          # (1 + 3) calls of 4 MiB and (1 + 3) of 1 MiB, each sending about n across
+    rate_bytes_s = (rows[1]["size_bytes"] - rows[0]["size_bytes"]) / (rows[1]["time_s"] - rows[0]["time_s"])
+    assert 0.7 * 25e6 < rate_bytes_s < 1.15 * 25e6, rate_bytes_s       # 200 Mbit/s: 23.9 MB/s of TCP payload
+    assert nodes.pids(0) == [] and nodes.pids(1) == []
+    assert SHARED_KERNEL_ENV["FI_PROVIDER"] == "tcp"
