@@ -26,6 +26,7 @@ class ClusterJob:
     time_limit: str = "00:30:00"
     job_name: str = "labkit"
     gpus_per_node: int = 0
+    env: tuple[tuple[str, str], ...] = ()     # exported before srun, e.g. (("GLOO_SOCKET_IFNAME", "eth0"),)
 
     def __post_init__(self) -> None:
         if not re.fullmatch(r"[A-Za-z_][\w.]*:[A-Za-z_][\w.]*", self.target):
@@ -38,17 +39,22 @@ class ClusterJob:
             raise ValueError(f"job_name must be letters, digits, '-' or '_', got {self.job_name!r}")
         if self.gpus_per_node < 0:
             raise ValueError(f"gpus_per_node must be >= 0, got {self.gpus_per_node}")
+        bad = [k for k, _ in self.env if not re.fullmatch(r"[A-Za-z_]\w*", k)]
+        if bad:
+            raise ValueError(f"env names must be shell variable names, got {bad}")
 
 
-def _launch_line(job: ClusterJob, node_rank: str, endpoint: str, rdzv_id: str) -> str:
+def _launch_line(job: ClusterJob, node_rank: str, endpoint: str, rdzv_id: str, local_addr: str | None = None) -> str:
+    addr = f" --local-addr {local_addr}" if local_addr else ""
     return (f"labkit launch --nnodes {job.nodes} --node-rank {node_rank} --nproc-per-node {job.procs_per_node} "
-            f"--rdzv-endpoint {endpoint} --rdzv-id {rdzv_id} {shlex.quote(job.target)}")
+            f"--rdzv-endpoint {endpoint} --rdzv-id {rdzv_id}{addr} {shlex.quote(job.target)}")
 
 
 def slurm_script(job: ClusterJob) -> str:
     """An sbatch script: one srun task per node, each running torchrun (via labkit launch) with c10d rendezvous."""
     gpus = [f"#SBATCH --gpus-per-node={job.gpus_per_node}"] if job.gpus_per_node else []
-    launch = _launch_line(job, "$SLURM_NODEID", f"$HEAD:{RDZV_PORT}", "$SLURM_JOB_ID")
+    # each task names its own node (SLURMD_NODENAME) as the address the other nodes reach it by
+    launch = _launch_line(job, "$SLURM_NODEID", f"$HEAD:{RDZV_PORT}", "$SLURM_JOB_ID", "$SLURMD_NODENAME")
     lines = ["#!/bin/bash",
              f"#SBATCH --job-name={job.job_name}",
              f"#SBATCH --nodes={job.nodes}",
@@ -57,6 +63,7 @@ def slurm_script(job: ClusterJob) -> str:
              f"#SBATCH --time={job.time_limit}",
              *gpus,
              "set -euo pipefail",
+             *(f"export {k}={shlex.quote(v)}" for k, v in job.env),
              "# node 0 hosts the rendezvous: the first host Slurm gave the job",
              'export HEAD=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
              # single quotes: each task expands $SLURM_NODEID itself, on its own node

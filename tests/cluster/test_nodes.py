@@ -6,6 +6,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 
@@ -36,6 +37,9 @@ def test_nodes_have_their_own_stacks_a_shaped_link_and_vanish_on_exit(namespaces
         assert "10.77.0.2/24" in nodes.run(1, ["ip", "-br", "addr", "show", "eth0"])
         assert "rate 100Mbit" in nodes.run(0, ["tc", "qdisc", "show", "dev", "eth0"])
         sleeper = nodes.popen(0, ["sleep", "60"])
+        deadline = time.monotonic() + 15        # nsenter and `ip netns exec` enter the node before exec'ing sleep
+        while sleeper.pid not in nodes.pids(0) and time.monotonic() < deadline:
+            time.sleep(0.05)
         assert sleeper.pid in nodes.pids(0)
         with pytest.raises(ValueError, match="node must be an integer in 0..1"):
             nodes.run(2, ["true"])
