@@ -1,2 +1,3 @@
 """Many machines on one box: emulated nodes (network namespaces and a shaped link), jobs launched per node with
-torchrun, the link measured and modelled, and the scripts a real cluster runs (notebook 12)."""
+torchrun, the link measured and modelled, what it does to sync SGD, node-local data, a node that fails, and the
+Slurm script, the MPI lane and a real Slurm over the same nodes (notebook 12)."""
