@@ -31,14 +31,15 @@ class Place:
 
 
 def place() -> Place:
-    """Read this worker's place from torchrun's variables (a clear error when not started by torchrun)."""
+    """Read this worker's place from torchrun's variables (a clear error when not started by torchrun); the node's
+    address is the lab's ``LABKIT_NODE_ADDR``, else this host's name (under Slurm, the node's name)."""
     missing = [v for v in ("RANK", "LOCAL_RANK", "GROUP_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE")
                if v not in os.environ]
     if missing:
         raise RuntimeError(f"{', '.join(missing)} unset: run this under torchrun (labkit launch --nnodes ...)")
     e = os.environ
     return Place(int(e["RANK"]), int(e["LOCAL_RANK"]), int(e["GROUP_RANK"]), int(e["WORLD_SIZE"]),
-                 int(e["LOCAL_WORLD_SIZE"]), e.get("LABKIT_NODE_ADDR", "?"))
+                 int(e["LOCAL_WORLD_SIZE"]), e.get("LABKIT_NODE_ADDR") or socket.gethostname())
 
 
 def address_is_local(addr: str) -> bool:

@@ -25,7 +25,7 @@ from labkit.cluster.nodes import EmulatedNodes, node_address
 from labkit.core.clock import Deadline, now_s
 from labkit.core.machine import cpu_count
 
-PROGRAMS = ("slurmctld", "slurmd", "sbatch", "sinfo", "munged")
+PROGRAMS = ("slurmctld", "slurmd", "sbatch", "sinfo", "scontrol", "scancel", "munged")
 SBIN = ("/usr/sbin", "/usr/bin", "/sbin")
 INSTALL_HINT = "as root: apt-get install slurm-wlm (Debian/Ubuntu)"
 
@@ -163,14 +163,33 @@ class SlurmOnNodes:
 
     def sbatch(self, script: str, timeout_s: float = 120.0, extra_env: Mapping[str, str] | None = None
                ) -> BatchResult:
-        """Submit ``script`` from node 0 and wait for it (``sbatch --wait``); its exit code and output."""
+        """Submit ``script`` from node 0 and wait for it to end (polling ``scontrol``: ``sbatch --wait`` sleeps up
+        to half a minute between looks); its exit code and output. On timeout the job is cancelled."""
         path, out = self.folder / "job.sh", self.folder / "job.out"
         path.write_text(script)
-        start = now_s()
-        proc = self._run([find_program("sbatch"), "--wait", "-o", str(out), "-D", str(self.folder), str(path)],
-                         timeout_s, extra_env)
-        output = out.read_text(errors="replace") if out.exists() else proc.stdout + proc.stderr
-        return BatchResult(proc.returncode, output, now_s() - start)
+        start, deadline = now_s(), Deadline(timeout_s)
+        sub = self._run([find_program("sbatch"), "--parsable", "-o", str(out), "-D", str(self.folder), str(path)],
+                        30, extra_env)
+        if sub.returncode != 0:
+            raise RuntimeError(f"sbatch refused the script: {sub.stderr.strip()[-500:]}")
+        job_id = sub.stdout.strip().split(";")[0]
+        while True:
+            state, code = self._job_state(job_id)
+            if state not in ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING", ""):
+                break
+            if deadline.expired:
+                self._run([find_program("scancel"), job_id], 30)
+                raise TimeoutError(f"Slurm job {job_id} did not end within {timeout_s:g} s (state {state}); "
+                                   "it was cancelled")
+            time.sleep(0.2)
+        output = out.read_text(errors="replace") if out.exists() else ""
+        return BatchResult(code if state == "COMPLETED" or code else 1, output, now_s() - start)
+
+    def _job_state(self, job_id: str) -> tuple[str, int]:
+        """(JobState, the batch script's exit code) from ``scontrol show job``."""
+        text = self._run([find_program("scontrol"), "show", "job", "-o", job_id], 30).stdout
+        fields = dict(f.split("=", 1) for f in text.split() if "=" in f)
+        return fields.get("JobState", ""), int(fields.get("ExitCode", "0:0").split(":")[0])
 
     def close(self) -> None:
         """Stop munge (the node daemons die with the nodes' processes) and remove the folder."""

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import socket
 
 import pytest
 
@@ -17,6 +18,8 @@ def test_place_reads_torchruns_variables(monkeypatch):
     me = place()
     assert (me.rank, me.local_rank, me.group_rank, me.world_size, me.local_world_size) == (3, 1, 1, 4, 2)
     assert me.as_dict()["node_addr"] == "10.77.0.2"
+    monkeypatch.delenv("LABKIT_NODE_ADDR")                  # under Slurm: the node's own host name
+    assert place().node_addr == socket.gethostname()
 
 
 def test_place_outside_torchrun_says_how_to_start(monkeypatch):

@@ -47,6 +47,7 @@ def test_the_kits_batch_script_runs_torchrun_on_every_node_of_a_real_slurm(slurm
     for r in reports:
         assert r["group_rank"] == r["rank"] // 2 and r["world_size"] == 4
         assert r["all_reduce_sum"] == 10.0                         # 1 + 2 + 3 + 4, across both nodes
+        assert r["node_addr"] == f"node{r['group_rank']}" and r["owns_node_addr"]   # the node's own host name
     assert "RANK=2 LOCAL_RANK=0 GROUP_RANK=1 WORLD_SIZE=4" in done.output
 
 
