@@ -42,8 +42,11 @@ case "$*" in *"-r /dev/stdin"*) cat >> "$CALLS";; esac
 
 
 @pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
-@pytest.mark.parametrize("nvidia_smi", [False, True])
-def test_install_picks_tensorflows_gpu_build_only_where_nvidia_smi_is(tmp_path, nvidia_smi):
+@pytest.mark.parametrize("nvidia_smi,override,expected", [
+    (False, None, "cpu"), (True, None, "gpu"),          # by default the build follows the driver
+    (True, "cpu", "cpu"), (False, "gpu", "gpu"),        # TF_BUILD overrides it either way
+])
+def test_install_picks_tensorflows_gpu_build_only_where_nvidia_smi_is(tmp_path, nvidia_smi, override, expected):
     """CPU, Binder and CI keep requirements.txt's tensorflow-cpu; a box with an NVIDIA driver gets the CUDA build."""
     (tmp_path / "requirements.txt").write_text("torch==2.14.1\ntensorflow-cpu==2.21.*\nnumpy>=1.26\n")
     (tmp_path / "pyproject.toml").write_text("")
@@ -58,12 +61,12 @@ def test_install_picks_tensorflows_gpu_build_only_where_nvidia_smi_is(tmp_path, 
         (bin_dir / "nvidia-smi").chmod(0o755)
     calls = tmp_path / "calls.txt"
     done = subprocess.run(["make", "-s", "-C", str(tmp_path), "-f", str(REPO / "Makefile"), "install", f"PY={fake}",
-                           f"VENV={tmp_path / 'venv'}"],
+                           f"VENV={tmp_path / 'venv'}", *([f"TF_BUILD={override}"] if override else [])],
                           env={"PATH": f"{bin_dir}:/usr/bin:/bin", "CALLS": str(calls)},
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     log = calls.read_text()
-    if nvidia_smi:
+    if expected == "gpu":
         assert "uninstall -q -y tensorflow-cpu" in log and '-r /dev/stdin tensorflow[and-cuda]==2.21.* -e .[mpi]' in log
         assert "torch==2.14.1" in log and "numpy>=1.26" in log and "tensorflow-cpu==" not in log   # the rest, as pinned
         assert (tmp_path / "venv" / ".installed-mpi-tfgpu").exists()

@@ -32,8 +32,9 @@ class RecordedH100Figures:
     fp32_rung_mfu_vs_tf32_peak: tuple[float, float]   # the same rungs against the peak of the math that ran
     loader_rung_data_wait: tuple[float, float]        # (min, max) data-wait fraction of the DataLoader rungs
     naive_val_accuracy: float                         # rung 0, batch 1
-    batch_rung_val_accuracy: float                    # rung 1 (batch 512, six optimizer steps)
+    batch_rung_val_accuracy: float                    # rung 1 (batch 512) after the old budget
     batch_rung_batch_size: int
+    batch_rung_optimizer_steps: int                   # the old budget's steps at rung 1's batch (rounded up)
     best_rung_samples_per_s: float                    # the old ladder's fastest rung (DataLoader-fed)
     ceiling_samples_per_s: float                      # the same model on batches already on the GPU
 
@@ -82,6 +83,7 @@ def _ladder_figures(ladder: dict, device: str) -> dict:
                 loader_rung_data_wait=_span([r["data_wait_fraction"] for r in measured if r["rung"] > 0]),
                 naive_val_accuracy=rows[0]["val_accuracy"], batch_rung_val_accuracy=rows[1]["val_accuracy"],
                 batch_rung_batch_size=rows[1]["batch_size"],
+                batch_rung_optimizer_steps=-(-ladder["budget_samples"] // rows[1]["batch_size"]),
                 best_rung_samples_per_s=max(r["samples_per_s"] for r in measured),
                 ceiling_samples_per_s=ladder["ceiling_samples_per_s"])
 

@@ -39,3 +39,15 @@ def test_bad_sizes_are_one_clear_error():
         mp.SplitConfig(stages=0)
     with pytest.raises(ValueError, match=r"^world_size must be an integer >= 1, got 0$"):
         mp.recommend_parallelism(50, 100, 0.01, 0.001, 0)
+
+
+@pytest.mark.parametrize("gpus", [0, 1, 2])
+def test_stage_devices_use_gpus_only_with_one_per_stage(monkeypatch, gpus):
+    """A one-GPU box (mocked) splits on the CPU and says the pipeline timings are CPU processes."""
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: gpus)
+    devices, note = mp.stage_devices(2)
+    if gpus >= 2:
+        assert devices == [torch.device("cuda", 0), torch.device("cuda", 1)] and note == "2 GPUs, one stage each"
+    else:
+        assert devices == [torch.device("cpu")] * 2
+        assert note.startswith(f"only {gpus} GPU(s)") and "two CPU processes" in note

@@ -26,6 +26,7 @@ def test_old_mfu_against_the_wrong_peak_is_the_impossible_looking_one():
     assert fig.fp32_rung_mfu_vs_tf32_peak[1] < 0.15 < lo
     assert fig.loader_rung_data_wait == (0.22, 0.56)
     assert (fig.naive_val_accuracy, fig.batch_rung_val_accuracy, fig.batch_rung_batch_size) == (0.972, 0.084, 512)
+    assert fig.batch_rung_optimizer_steps == 6                      # 2,876 samples at batch 512, the last step partial
     assert round(fig.best_rung_samples_per_s, -2) == 31_600 and round(fig.ceiling_samples_per_s, -2) == 59_800
     assert "recorded" in fig.label and "H100" in fig.label
 
