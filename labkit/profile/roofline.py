@@ -108,6 +108,13 @@ class Roofs:
         rates = [r.roof for name, r in self.bandwidth.items() if CACHE_TAG in name]
         return max(rates) if rates else None
 
+    def measurement_spread(self, dtype: str = "fp32") -> float:
+        """How far the best repeat of the roofs the operators are priced on (``dtype``'s matmul, every bandwidth
+        roof) sits above its median, as a fraction: about 0 on a steady machine. A roof whose best repeat is 10x its
+        typical one was measured through someone else's load, and cannot anchor a band of 10x."""
+        used = [self.compute[dtype], *self.bandwidth.values()] if dtype in self.compute else list(self.bandwidth.values())
+        return max(r.roof / r.median - 1.0 for r in used)
+
     @property
     def cache_limit_bytes(self) -> int:
         """Bytes an operator may move and still be priced at the cache roof: the cache triad's working set."""

