@@ -109,8 +109,15 @@ class ResultStream:
         """Keep one finished row and save every row so far."""
         self.rows.append(row)
         if self.path is not None:
+            created = [p for p in (self.path.parent, *self.path.parent.parents) if not p.exists()]
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            atomic_write_text(self.path, "".join(json.dumps(to_json(r), default=str) + "\n" for r in self.rows))
+            try:
+                atomic_write_text(self.path, "".join(json.dumps(to_json(r), default=str) + "\n" for r in self.rows))
+            except WriteError:
+                for folder in created:      # deepest first: a failed first write leaves no empty folder behind
+                    with contextlib.suppress(OSError):
+                        folder.rmdir()
+                raise
             self.saved = len(self.rows)
         raise_if_signalled()     # an interrupt swallowed while this row ran stops the work now, the row kept
 

@@ -56,6 +56,19 @@ def test_a_read_only_disk_is_one_line(tmp_path):
             atomic_write_text(mount / "x.json", "{}")
 
 
+def test_a_first_row_that_cannot_be_saved_leaves_no_empty_folder(tmp_path, monkeypatch):
+    with tiny_tmpfs(tmp_path) as mount:
+        if mount is None:                       # no mount allowed here: the same errno from a stand-in write
+            monkeypatch.setattr(results.os, "fsync", raise_enospc)
+            mount = tmp_path
+        else:
+            fill(mount)
+        stream = ResultStream(mount / "ladder" / "deeper" / "ladder.jsonl", 10, "rungs")
+        with pytest.raises(WriteError, match="disk is full"):
+            stream.add({"rung": 0})
+        assert not (mount / "ladder").exists() and stream.rows == [{"rung": 0}] and stream.saved == 0
+
+
 def test_describe_os_error_names_the_common_causes():
     for code, words in ((errno.EACCES, "permission denied"), (errno.EROFS, "read-only"), (errno.ENOSPC, "full")):
         assert words in results.describe_os_error("/p", OSError(code, os.strerror(code)))
