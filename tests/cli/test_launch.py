@@ -101,6 +101,19 @@ def test_stale_launcher_variables_are_explained_before_any_process_starts():
     assert "RANK=1 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=29511 are set, but no launcher started" in proc.stderr
 
 
+@pytest.mark.parametrize("rank", ["0", "1"])
+def test_a_whole_torchrun_environment_left_over_is_one_line_naming_its_variables(rank):
+    """TORCHELASTIC_RUN_ID copied along with RANK/MASTER_*: the rank waits for peers that never come; one line."""
+    stale = {"TORCHELASTIC_RUN_ID": "old", "RANK": rank, "LOCAL_RANK": rank, "WORLD_SIZE": "2",
+             "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29513"}
+    proc = subprocess.run([sys.executable, "-m", "labkit", "launch", "--timeout", "3", TARGET], capture_output=True,
+                          text=True, env={**ENV, **stale}, timeout=120)
+    assert proc.returncode == 1 and proc.stdout == "" and "Traceback" not in proc.stderr, proc.stderr
+    last = proc.stderr.strip().splitlines()[-1]     # a client's c10d socket logs its own [E] lines before it
+    assert last.startswith("error: ") and f"rank {rank} of 2 could not join the torchrun group at 127.0.0.1:29513" in last
+    assert "`unset TORCHELASTIC_RUN_ID RANK WORLD_SIZE LOCAL_RANK MASTER_ADDR MASTER_PORT`" in last
+
+
 def test_a_rank_killed_by_a_signal_is_named_and_a_late_timeout_is_no_failure():
     killed = labkit_launch("tests.launch_support:rank_one_is_killed")
     assert killed.returncode == 1 and "rank 1 was killed by SIGKILL" in killed.stderr
