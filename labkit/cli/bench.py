@@ -16,7 +16,7 @@ from labkit.cli.common import (add_results_flag, byte_list, nonnegative_int, par
 from labkit.core.choices import BACKENDS, COMM_DTYPES
 from labkit.core.clock import now_s
 from labkit.core.progress import progress_bar
-from labkit.core.results import ResultStream, atomic_write_text, keep_finished
+from labkit.core.results import ResultStream, WriteError, atomic_write_text, keep_finished
 
 MAX_SIZES = 64
 
@@ -91,7 +91,12 @@ def run(args: argparse.Namespace) -> int:
         print(format_nccl_tests_table(rows))
         print(summary_lines(rows, wall_s))
     sys.stdout.flush()
-    atomic_write_text(stream.path, "".join(json.dumps(dataclasses.asdict(r)) + "\n" for r in rows))  # all rows
+    try:
+        atomic_write_text(stream.path, "".join(json.dumps(dataclasses.asdict(r)) + "\n" for r in rows))  # all rows
+    except WriteError as err:       # the table is out; say how much of it the file holds
+        stream.reload()
+        held = f"it holds the first {len(stream.rows)} of {len(rows)}" if stream.rows else f"none of the {len(rows)}"
+        raise WriteError(f"{err}; {held} message sizes printed above") from None
     return 0 if wrong == 0 else 1
 
 
