@@ -69,3 +69,12 @@ def returns_then_lingers() -> int:
 
     threading.Thread(target=time.sleep, args=(60,)).start()
     return int(os.environ["RANK"])
+
+
+def rank_zero_returns_the_others_hang() -> str:
+    """Rank 0 returns at once; every other rank hangs (a timeout or Ctrl-C must keep rank 0's result)."""
+    import os
+
+    if os.environ["RANK"] != "0":
+        time.sleep(600)
+    return "rank 0 finished"

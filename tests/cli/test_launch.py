@@ -122,6 +122,31 @@ def test_a_rank_killed_by_a_signal_is_named_and_a_late_timeout_is_no_failure():
     assert "rank 0: 0" in lingering.stdout and "rank 1: 1" in lingering.stdout
 
 
+def test_the_ranks_that_returned_are_printed_on_a_timeout_and_on_a_real_sigint(tmp_path):
+    """Rank 0 returns, rank 1 hangs: its own timeout and a real Ctrl-C both print rank 0's result and say 1 of 2."""
+    import signal
+    import time
+
+    target = "tests.launch_support:rank_zero_returns_the_others_hang"
+    timed_out = labkit_launch("--timeout", "8", target)
+    assert timed_out.returncode == 1 and "rank 0: 'rank 0 finished'" in timed_out.stdout, timed_out.stderr
+    assert timed_out.stderr.strip().startswith("timed out after 1 of 2 ranks returned (") and "[1]" in timed_out.stderr
+    proc = subprocess.Popen([sys.executable, "-m", "labkit", "launch", "--timeout", "120", target],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**ENV, "TMPDIR": str(tmp_path)})     # the launch folder lands where we can see it
+    try:
+        deadline = time.monotonic() + 120
+        while not list(tmp_path.glob("labkit-launch-*/0.result")) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        time.sleep(1.0)                                # the launcher's next look hands rank 0's result over
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130 and "rank 0: 'rank 0 finished'" in out, err
+    assert err.strip() == "interrupted (Ctrl-C) after 1 of 2 ranks returned"
+
+
 def test_nodes_flags_are_in_the_help_and_incomplete_ones_are_one_line_exit_2(capsys):
     with pytest.raises(SystemExit):
         cli.main(["launch", "--help"])
