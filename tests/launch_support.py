@@ -11,7 +11,7 @@ from typing import Iterator
 
 import psutil
 
-from labkit.comm.launch import kill_tree
+from labkit.core.procs import kill_tree
 from labkit.core.clock import Deadline
 
 REPO = Path(__file__).resolve().parents[1]

@@ -33,7 +33,7 @@ import psutil
 from labkit.comm.backend import check_world_size, choose_backend, world_size_limit
 from labkit.comm.forkserver import ForkedRank, RankForkServer, uses_forkserver
 from labkit.core.clock import Deadline
-from labkit.core.procs import parse_target
+from labkit.core.procs import kill_tree, parse_target
 from labkit.core.results import sigterm_as_interrupt
 from labkit.core.validation import checked_int, positive_int, positive_number
 
@@ -219,8 +219,7 @@ def _wait(procs: list[subprocess.Popen | ForkedRank], timeout_s: float, run_dir:
     the timeout (else [])."""
     deadline, grace, handed = Deadline(timeout_s), None, set()
     while True:
-        if on_result is not None:
-            _hand_over_results(run_dir, len(procs), handed, on_result)
+        _hand_over_results(run_dir, len(procs), handed, on_result)
         codes = [p.poll() for p in procs]
         running = [r for r, c in enumerate(codes) if c is None]
         if not running:
@@ -234,35 +233,18 @@ def _wait(procs: list[subprocess.Popen | ForkedRank], timeout_s: float, run_dir:
         time.sleep(POLL_S)
 
 
-def _hand_over_results(run_dir: Path, world_size: int, handed: set[int], on_result: Callable[[int, Any], None]) -> None:
-    """Call ``on_result(rank, value)`` once for each rank whose result file has appeared since the last look."""
-    for rank in sorted(set(range(world_size)) - handed):
-        path = run_dir / f"{rank}.result"
-        if path.exists():
-            handed.add(rank)
-            status, value = pickle.loads(path.read_bytes())
-            if status == "ok":
-                on_result(rank, value)
+def _hand_over_results(run_dir: Path, world_size: int, handed: set[int], on_result: Callable | None) -> None:
+    """Call ``on_result(rank, value)`` once for each rank whose result file appeared since the last look."""
+    for rank in [r for r in range(world_size) if on_result and r not in handed and (run_dir / f"{r}.result").exists()]:
+        handed.add(rank)
+        status, value = pickle.loads((run_dir / f"{rank}.result").read_bytes())
+        if status == "ok":
+            on_result(rank, value)
 
 
 def _all_reported(run_dir: Path, world_size: int) -> bool:
     """True once every rank has written its result file (renamed into place whole by the worker)."""
     return all((run_dir / f"{rank}.result").exists() for rank in range(world_size))
-
-
-def kill_tree(pid: int) -> None:
-    """Kill a process and all its descendants (a rank may have started data-loader workers)."""
-    try:
-        parent = psutil.Process(pid)
-        family = parent.children(recursive=True) + [parent]
-    except psutil.NoSuchProcess:
-        return
-    for proc in family:
-        try:
-            proc.kill()
-        except psutil.NoSuchProcess:
-            pass
-    psutil.wait_procs(family, timeout=5)
 
 
 def _kill_group(pgid: int) -> None:
