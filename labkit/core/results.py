@@ -109,14 +109,12 @@ class ResultStream:
         """Keep one finished row and save every row so far."""
         self.rows.append(row)
         if self.path is not None:
-            created = [p for p in (self.path.parent, *self.path.parent.parents) if not p.exists()]
+            created = missing_folders(self.path.parent)
             self.path.parent.mkdir(parents=True, exist_ok=True)
             try:
                 atomic_write_text(self.path, "".join(json.dumps(to_json(r), default=str) + "\n" for r in self.rows))
             except WriteError:
-                for folder in created:      # deepest first: a failed first write leaves no empty folder behind
-                    with contextlib.suppress(OSError):
-                        folder.rmdir()
+                remove_empty(created)       # a failed first write leaves no empty folder behind
                 raise
             self.saved = len(self.rows)
         raise_if_signalled()     # an interrupt swallowed while this row ran stops the work now, the row kept
@@ -163,6 +161,18 @@ def keep_finished(stream: ResultStream, show: Callable[[list], None]) -> Iterato
         first_line = str(err).splitlines()[0] if str(err) else ""
         detail = f" ({first_line})" if first_line and not isinstance(err, (KeyboardInterrupt, Terminated)) else ""
         raise StoppedEarly(stream.stopped(stop_reason(err)) + detail, code) from None
+
+
+def missing_folders(folder: str | Path) -> list[Path]:
+    """``folder`` and the folders above it that do not exist yet, deepest first (what a mkdir would create)."""
+    return [p for p in (Path(folder), *Path(folder).parents) if not p.exists()]
+
+
+def remove_empty(folders: list[Path]) -> None:
+    """Remove each of ``folders`` that is empty, deepest first: work that stopped early leaves no empty folder."""
+    for folder in folders:
+        with contextlib.suppress(OSError):
+            folder.rmdir()
 
 
 def read_json_lines(path: str | Path) -> list[Any]:
