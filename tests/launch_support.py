@@ -78,3 +78,14 @@ def rank_zero_returns_the_others_hang() -> str:
     if os.environ["RANK"] != "0":
         time.sleep(600)
     return "rank 0 finished"
+
+
+def rank_zero_returns_then_rank_one_is_killed() -> str:
+    """Rank 0 returns at once; rank 1 dies by SIGKILL 3 s later (rank 0's result must not be lost with it)."""
+    import os
+    import signal
+
+    if os.environ["RANK"] == "1":
+        time.sleep(3)
+        os.kill(os.getpid(), signal.SIGKILL)
+    return "rank 0 finished"

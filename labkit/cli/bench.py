@@ -65,6 +65,7 @@ def run(args: argparse.Namespace) -> int:
     """Check everything before any process starts, benchmark, and print the nccl-tests table (or JSON)."""
     from labkit.comm.backend import check_world_size, choose_backend, world_size_limit
     from labkit.comm.bench import allreduce_benchmark, check_memory, check_sizes, format_nccl_tests_table
+    from labkit.comm.launch import LaunchError
 
     sizes = check_sizes(sizes_from_args(args), args.dtype)
     backend = choose_backend(args.world_size, args.backend).backend
@@ -75,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
         stream.path.unlink()      # rows of an earlier run must not pass for this one's
     desc = f"all_reduce on {args.world_size} ranks ({backend}), {len(sizes)} sizes"
     start_s = now_s()
-    with keep_finished(stream, lambda rows: show_rows(rows, args.json)), \
+    with keep_finished(stream, lambda rows: show_rows(rows, args.json), failures=(LaunchError,)), \
             ElapsedBar(desc, enabled=not args.no_progress):
         try:
             rows = allreduce_benchmark(args.world_size, sizes, backend=backend, iters=args.iters, warmup=args.warmup,

@@ -145,10 +145,12 @@ def stop_reason(err: BaseException) -> str:
 
 
 @contextlib.contextmanager
-def keep_finished(stream: ResultStream, show: Callable[[list], None]) -> Iterator[ResultStream]:
+def keep_finished(stream: ResultStream, show: Callable[[list], None],
+                  failures: tuple[type[BaseException], ...] = ()) -> Iterator[ResultStream]:
     """On Ctrl-C, SIGTERM, a timeout or a failed write inside: ``show`` the finished rows, say what did not finish.
 
-    Raises StoppedEarly with exit status 130 (Ctrl-C), 143 (SIGTERM) or 1 (timeout, write failure).
+    Raises StoppedEarly with exit status 130 (Ctrl-C), 143 (SIGTERM) or 1 (timeout, write failure, or one of
+    ``failures`` after some rows finished, e.g. a rank killed: its whole message follows the count).
     """
     try:
         yield stream
@@ -161,6 +163,12 @@ def keep_finished(stream: ResultStream, show: Callable[[list], None]) -> Iterato
         first_line = str(err).splitlines()[0] if str(err) else ""
         detail = f" ({first_line})" if first_line and not isinstance(err, (KeyboardInterrupt, Terminated)) else ""
         raise StoppedEarly(stream.stopped(stop_reason(err)) + detail, code) from None
+    except failures as err:       # after the clause above: a timeout that is also a failure type stays a timeout
+        if not stream.rows:
+            raise
+        with contextlib.suppress(Exception):
+            show(stream.rows)
+        raise StoppedEarly(f"{stream.stopped('stopped by a failure')}: {err}", 1) from None
 
 
 def missing_folders(folder: str | Path) -> list[Path]:

@@ -82,3 +82,33 @@ def test_a_disk_that_fills_mid_run_prints_every_size_and_says_how_many_the_file_
                                        "first 1 of 3 message sizes printed above")
         assert [json.loads(line)["size_bytes"] for line in results.read_text().splitlines()] == [1024]
         assert sorted(p.name for p in mount.iterdir()) == ["filler", "rows.jsonl"]
+
+
+def test_a_rank_killed_mid_run_keeps_and_prints_the_sizes_that_finished(tmp_path):
+    """A real SIGKILL to one rank after the first size: the finished sizes are printed and on disk, exit 1."""
+    import subprocess
+    import sys
+    import time
+
+    import psutil
+
+    from tests.cli.support import ENV
+
+    results = tmp_path / "rows.jsonl"
+    proc = subprocess.Popen([sys.executable, "-m", "labkit", "allreduce-bench", "--sizes", "1K,2K,64M", "-n", "5000",
+                             "-w", "0", "--results", str(results), "--no-progress"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=ENV)
+    try:
+        deadline = time.monotonic() + 180
+        while not (results.exists() and results.read_text()) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        ranks = [p for p in psutil.Process(proc.pid).children(recursive=True) if not p.children()]
+        ranks[-1].kill()
+        out, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    rows = [json.loads(line) for line in results.read_text().splitlines()]
+    assert proc.returncode == 1 and 1 <= len(rows) < 3, err
+    assert err.startswith(f"stopped by a failure after {len(rows)} of 3 message sizes; results so far in {results}: "
+                          "rank ") and "killed by SIGKILL" in err
+    assert out.splitlines()[3].split()[0] == "1024"

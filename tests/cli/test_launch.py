@@ -147,6 +147,13 @@ def test_the_ranks_that_returned_are_printed_on_a_timeout_and_on_a_real_sigint(t
     assert err.strip() == "interrupted (Ctrl-C) after 1 of 2 ranks returned"
 
 
+def test_a_rank_killed_after_another_returned_prints_the_one_that_returned():
+    proc = labkit_launch("tests.launch_support:rank_zero_returns_then_rank_one_is_killed")
+    assert proc.returncode == 1 and "rank 0: 'rank 0 finished'" in proc.stdout, proc.stderr
+    assert proc.stderr.startswith("stopped by a failure after 1 of 2 ranks returned: rank 1 of 2 failed running ")
+    assert "rank 1 was killed by SIGKILL" in proc.stderr
+
+
 def test_nodes_flags_are_in_the_help_and_incomplete_ones_are_one_line_exit_2(capsys):
     with pytest.raises(SystemExit):
         cli.main(["launch", "--help"])

@@ -99,6 +99,27 @@ def test_stream_exit_codes_follow_the_shell(tmp_path, error, code, words):
     assert stop.value.code == code and words in str(stop.value)
 
 
+def test_a_failure_after_finished_rows_keeps_them_and_a_timeout_stays_a_timeout(tmp_path):
+    class RankDied(RuntimeError):
+        pass
+
+    class RankTimeout(RankDied, TimeoutError):
+        pass
+
+    for error, start in ((RankDied("rank 1 was killed\ntraceback"), "stopped by a failure after 1 of 3 sizes"),
+                         (RankTimeout("too slow"), "timed out after 1 of 3 sizes")):
+        stream, shown = ResultStream(tmp_path / "rows.jsonl", 3, "sizes"), []
+        with pytest.raises(StoppedEarly) as stop:
+            with keep_finished(stream, shown.extend, failures=(RankDied,)):
+                stream.add({"size": 1})
+                raise error
+        assert stop.value.code == 1 and str(stop.value).startswith(start) and shown == [{"size": 1}]
+    assert str(stop.value).endswith("(too slow)")
+    with pytest.raises(RankDied):                   # nothing finished: the failure itself, unchanged
+        with keep_finished(ResultStream(None, 3, "sizes"), shown.extend, failures=(RankDied,)):
+            raise RankDied("at once")
+
+
 def test_nothing_finished_points_at_no_file(tmp_path):
     stream = ResultStream(tmp_path / "rows.jsonl", 3, "sizes")
     assert stream.stopped("timed out") == "timed out after 0 of 3 sizes" and not stream.path.exists()
