@@ -10,9 +10,9 @@ from tests.cli.support import labkit, usage_error
 TINY = ["--max-matmul", "128", "--bandwidth-bytes", "1M", "--repeats", "2", "--steps", "1", "--no-progress"]
 
 
-def test_json_has_the_roofs_and_the_top_operators_with_their_bound():
+def test_json_has_the_roofs_and_the_top_operators_with_their_bound(tmp_path):
     proc = labkit("roofline", "--model", "transformer", "--batch-size", "2", "--seq-len", "8", "--d-model", "16",
-                  "--top", "5", "--json", *TINY)
+                  "--top", "5", "--json", "--results", str(tmp_path / "r.jsonl"), *TINY)
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
     assert {r["roof"] for r in out["roofs"]} >= {"matmul fp32", "copy", "triad"}
