@@ -11,7 +11,7 @@ from typing import Iterator
 
 import psutil
 
-from labkit.comm.launch import kill_tree
+from labkit.core.procs import kill_tree
 from labkit.core.clock import Deadline
 
 REPO = Path(__file__).resolve().parents[1]
@@ -69,3 +69,23 @@ def returns_then_lingers() -> int:
 
     threading.Thread(target=time.sleep, args=(60,)).start()
     return int(os.environ["RANK"])
+
+
+def rank_zero_returns_the_others_hang() -> str:
+    """Rank 0 returns at once; every other rank hangs (a timeout or Ctrl-C must keep rank 0's result)."""
+    import os
+
+    if os.environ["RANK"] != "0":
+        time.sleep(600)
+    return "rank 0 finished"
+
+
+def rank_zero_returns_then_rank_one_is_killed() -> str:
+    """Rank 0 returns at once; rank 1 dies by SIGKILL 3 s later (rank 0's result must not be lost with it)."""
+    import os
+    import signal
+
+    if os.environ["RANK"] == "1":
+        time.sleep(3)
+        os.kill(os.getpid(), signal.SIGKILL)
+    return "rank 0 finished"

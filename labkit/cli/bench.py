@@ -16,7 +16,7 @@ from labkit.cli.common import (add_results_flag, byte_list, nonnegative_int, par
 from labkit.core.choices import BACKENDS, COMM_DTYPES
 from labkit.core.clock import now_s
 from labkit.core.progress import progress_bar
-from labkit.core.results import ResultStream, atomic_write_text, keep_finished
+from labkit.core.results import ResultStream, WriteError, atomic_write_text, keep_finished
 
 MAX_SIZES = 64
 
@@ -65,6 +65,7 @@ def run(args: argparse.Namespace) -> int:
     """Check everything before any process starts, benchmark, and print the nccl-tests table (or JSON)."""
     from labkit.comm.backend import check_world_size, choose_backend, world_size_limit
     from labkit.comm.bench import allreduce_benchmark, check_memory, check_sizes, format_nccl_tests_table
+    from labkit.comm.launch import LaunchError
 
     sizes = check_sizes(sizes_from_args(args), args.dtype)
     backend = choose_backend(args.world_size, args.backend).backend
@@ -75,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
         stream.path.unlink()      # rows of an earlier run must not pass for this one's
     desc = f"all_reduce on {args.world_size} ranks ({backend}), {len(sizes)} sizes"
     start_s = now_s()
-    with keep_finished(stream, lambda rows: show_rows(rows, args.json)), \
+    with keep_finished(stream, lambda rows: show_rows(rows, args.json), failures=(LaunchError,)), \
             ElapsedBar(desc, enabled=not args.no_progress):
         try:
             rows = allreduce_benchmark(args.world_size, sizes, backend=backend, iters=args.iters, warmup=args.warmup,
@@ -91,7 +92,12 @@ def run(args: argparse.Namespace) -> int:
         print(format_nccl_tests_table(rows))
         print(summary_lines(rows, wall_s))
     sys.stdout.flush()
-    atomic_write_text(stream.path, "".join(json.dumps(dataclasses.asdict(r)) + "\n" for r in rows))  # all rows
+    try:
+        atomic_write_text(stream.path, "".join(json.dumps(dataclasses.asdict(r)) + "\n" for r in rows))  # all rows
+    except WriteError as err:       # the table is out; say how much of it the file holds
+        stream.reload()
+        held = f"it holds the first {len(stream.rows)} of {len(rows)}" if stream.rows else f"none of the {len(rows)}"
+        raise WriteError(f"{err}; {held} message sizes printed above") from None
     return 0 if wrong == 0 else 1
 
 

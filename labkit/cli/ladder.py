@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from labkit.cli.common import add_output_flags, device_name, int_list, positive_int, subparser
 from labkit.core.choices import MODELS
 from labkit.core.envcheck import writable_place_problem
-from labkit.core.results import ResultStream, keep_finished
+from labkit.core.results import ResultStream, StoppedEarly, keep_finished
 from labkit.core.rundirs import RUN_DIR_ENV_VAR, run_path
 from labkit.ladder.rungs import RUNG_KEYS
 
@@ -82,9 +82,19 @@ def run(args: argparse.Namespace) -> int:
 
     out, config = check_args(args)
     stream = ResultStream(out / "ladder.jsonl", len(RUNG_KEYS), "rungs")
-    with keep_finished(stream, lambda rows: print(partial_table(rows))):
-        result = run_ladder(config, on_rung=lambda row: stream.add(row, to_json=dataclasses.asdict))
-        stream.phase = "the hardware ceiling"
+    earlier = [path.name for path in (out / "ladder.json", out / "ladder.md") if path.exists()]
+
+    def on_rung(row: object) -> None:
+        stream.add(row, to_json=dataclasses.asdict)
+        if len(stream.rows) == stream.total:
+            stream.phase = "the hardware ceiling"       # every rung is in; the ceiling is measured next
+
+    try:
+        with keep_finished(stream, lambda rows: print(partial_table(rows))):
+            result = run_ladder(config, on_rung=on_rung)
+    except StoppedEarly as stop:        # an earlier run's report beside this run's rungs must not pass for them
+        raise StoppedEarly(f"{stop}; {' and '.join(earlier)} there {'are' if len(earlier) > 1 else 'is'} from an "
+                           "earlier run" if earlier else str(stop), stop.code) from None
     json_path, md_path = result.save(out)
     if args.json:
         print(result.to_json())

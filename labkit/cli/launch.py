@@ -16,6 +16,7 @@ import subprocess
 
 from labkit.cli.common import nonnegative_int, positive_float, positive_int, subparser
 from labkit.comm.launch_env import detect_launcher_env
+from labkit.core.results import ResultStream, keep_finished
 from labkit.core.choices import BACKENDS
 
 DEFAULT_WORLD_SIZE = 2
@@ -25,7 +26,7 @@ def run(args: argparse.Namespace) -> int:
     """Under torchrun/mpiexec: be one rank of the launcher's group; otherwise start the ranks here."""
     if args.nnodes is not None:
         return _run_node(args)          # before importing torch: this process only waits for torchrun
-    from labkit.comm.launch import launch
+    from labkit.comm.launch import RankFailedError, launch
     from labkit.comm.worker import run_in_launcher_group
 
     place = detect_launcher_env()
@@ -37,7 +38,12 @@ def run(args: argparse.Namespace) -> int:
         print(f"[rank {rank}/{world_size}] {args.target} -> {result!r}", flush=True)
         return 0
     world_size = DEFAULT_WORLD_SIZE if args.world_size is None else args.world_size
-    for rank, result in enumerate(launch(args.target, world_size, backend=args.backend, timeout_s=args.timeout)):
+    returned = ResultStream(None, world_size, "ranks returned")     # kept through a timeout, Ctrl-C or SIGTERM
+    with keep_finished(returned, lambda rows: print("\n".join(f"rank {r}: {value!r}" for r, value in sorted(rows))),
+                       failures=(RankFailedError,)):
+        results = launch(args.target, world_size, backend=args.backend, timeout_s=args.timeout,
+                         on_result=lambda rank, value: returned.add((rank, value)))
+    for rank, result in enumerate(results):
         print(f"rank {rank}: {result!r}")
     return 0
 

@@ -60,7 +60,7 @@ def _silence_stdout() -> None:
 
 # Python parameter names in library messages that have no option of the same dest, per subcommand
 PARAMETER_OPTIONS = {"launch": {"timeout_s": "--timeout", "world_size": "--world-size"},
-                     "allreduce-bench": {"sizes_bytes": "--sizes"}}
+                     "allreduce-bench": {"sizes_bytes": "--sizes"}, "sweep": {"memory_budget_bytes": "--memory-budget"}}
 
 
 def in_option_words(message: str, parser: argparse.ArgumentParser, command: str | None) -> str:

@@ -14,7 +14,7 @@ from labkit.cli.common import (add_model_flags, add_output_flags, fmt, format_by
 from labkit.core.clock import timestamp_s
 from labkit.core.progress import progress_bar
 from labkit.core.envcheck import writable_place_problem
-from labkit.core.results import ResultStream, keep_finished
+from labkit.core.results import ResultStream, keep_finished, missing_folders, remove_empty
 from labkit.core.rundirs import RUN_DIR_ENV_VAR, run_path
 
 if TYPE_CHECKING:
@@ -68,12 +68,17 @@ def run(args: argparse.Namespace) -> int:
     data, model = load_workload(args)
     loader = make_loader(data.train, args.batch_size, shuffle=True, drop_last=True, seed=args.seed)
     stream = ResultStream(run_dir / "traces.jsonl", args.repeat, "profiled cycles (traces)")
-    with progress_bar(total=steps, desc="profiling steps", unit="step", enabled=not args.no_progress) as bar, \
-            keep_finished(stream, lambda paths: print("\n".join(f"trace: {p}" for p in paths))):
-        summary = profile_training(model, CountedBatches(loader, bar), run_dir=run_dir, wait=args.wait,
-                                   warmup=args.warmup, active=args.active, repeat=args.repeat, steps=steps,
-                                   device=args.device, sync_every_step=args.sync_every_step,
-                                   on_trace=lambda path: stream.add(str(path)))
+    created = missing_folders(run_dir)
+    try:
+        with progress_bar(total=steps, desc="profiling steps", unit="step", enabled=not args.no_progress) as bar, \
+                keep_finished(stream, lambda paths: print("\n".join(f"trace: {p}" for p in paths))):
+            summary = profile_training(model, CountedBatches(loader, bar), run_dir=run_dir, wait=args.wait,
+                                       warmup=args.warmup, active=args.active, repeat=args.repeat, steps=steps,
+                                       device=args.device, sync_every_step=args.sync_every_step,
+                                       on_trace=lambda path: stream.add(str(path)))
+    except BaseException:
+        remove_empty(created)           # stopped before the first trace: no empty trace folder is left
+        raise
     if args.json:
         print_json({"model": args.model, "dataset": data.name, "batch_size": args.batch_size,
                     "device": summary.device, "run_dir": summary.run_dir, "trace_files": summary.trace_files,

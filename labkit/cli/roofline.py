@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import argparse
 
-from labkit.cli.common import (add_output_flags, device_name, fmt, format_table, nonnegative_int, parse_bytes,
-                               positive_int, print_json, subparser)
+from labkit.cli.common import (add_output_flags, add_results_flag, device_name, fmt, format_table, jsonable,
+                               nonnegative_int, parse_bytes, positive_int, print_json, results_file, subparser)
 from labkit.core.progress import progress_bar
+from labkit.core.results import ResultStream, keep_finished
 
 ROOFLINE_MODELS = ("resnet18", "transformer")
 
@@ -32,7 +33,7 @@ def _workload(args: argparse.Namespace, device):  # noqa: ANN001, ANN202 - torch
 
 
 def run(args: argparse.Namespace) -> int:
-    """Measure the roofs, account one training step's operators, print both (or JSON)."""
+    """Measure the roofs, account one training step's operators, print both (or JSON); each part saved as it ends."""
     from labkit.core.device import get_device
     from labkit.profile.operators import aggregate, record_training_steps
     from labkit.profile.roofs import RoofConfig, measure_roofs
@@ -42,33 +43,54 @@ def run(args: argparse.Namespace) -> int:
     config = RoofConfig(min_matmul_n=min(256, args.max_matmul), max_matmul_n=args.max_matmul,
                         bandwidth_bytes=args.bandwidth_bytes, repeats=args.repeats)
     device = get_device(args.device)
-    with progress_bar(total=2, desc="roofs, then operators", unit="part", enabled=not args.no_progress) as bar:
+    stream = ResultStream(results_file(args.results, "roofline", f"{args.model}.jsonl"), 2,
+                          "parts (the roofs, then the operators)")
+    with keep_finished(stream, lambda rows: show_parts(rows, args.json)), \
+            progress_bar(total=2, desc="roofs, then operators", unit="part", enabled=not args.no_progress) as bar:
         roofs = measure_roofs(device, config)
+        stream.add({"part": "roofs", "device": roofs.device, "datasheet": roofs.compute["fp32"].source,
+                    "roofs": roofs.table(), "ridge_flops_per_byte": roofs.ridge_flops_per_byte(),
+                    "bandwidth_bytes_per_s": roofs.bandwidth_bytes_per_s}, to_json=jsonable)
         bar.update(1)
         model, batch = _workload(args, device)
         ops = aggregate(record_training_steps(model, batch, steps=args.steps, device=device), args.steps, roofs)
-        bar.update(1)
-    top = ops[:args.top]
-    if args.json:
-        print_json({"device": roofs.device, "roofs": roofs.table(), "ridge_flops_per_byte": roofs.ridge_flops_per_byte(),
-                    "bandwidth_bytes_per_s": roofs.bandwidth_bytes_per_s, "model": args.model,
-                    "batch_size": args.batch_size,
+        stream.add({"part": "operators", "model": args.model, "batch_size": args.batch_size,
                     "top_ops": [{**vars(r), "intensity_flops_per_byte": r.intensity_flops_per_byte,
-                                 "measured_over_predicted": r.measured_over_predicted} for r in top]})
+                                 "measured_over_predicted": r.measured_over_predicted} for r in ops[:args.top]]},
+                   to_json=jsonable)
+        bar.update(1)
+    roofs_part, ops_part = stream.rows
+    if args.json:
+        print_json({**{k: v for k, v in roofs_part.items() if k not in ("part", "datasheet")},
+                    **{k: v for k, v in ops_part.items() if k != "part"}})
         return 0
-    print(format_table(roofs.table(), [("roof", "roof", str), ("best", "roof (best)", fmt(".2f")),
-                                       ("median", "median", fmt(".2f")),
-                                       ("p10", "p10", fmt(".2f")), ("p90", "p90", fmt(".2f")), ("unit", "unit", str),
-                                       ("datasheet", "datasheet", fmt(".0f")), ("fraction", "fraction", fmt(".0%"))],
-                       title=f"Measured roofs on {roofs.device} (datasheet: {roofs.compute['fp32'].source})"))
-    print(f"\nridge point: {roofs.ridge_flops_per_byte():.1f} FLOP/byte (fp32 matmul roof / bandwidth roof)\n")
-    rows = [{"op": r.name, "shapes": r.shapes[:36], "ms": r.time_s * 1e3, "roof_ms": r.predicted_s * 1e3,
-             "ai": r.intensity_flops_per_byte, "bound": r.bound} for r in top]
+    print(roofs_text(roofs_part))
+    rows = [{"op": r["name"], "shapes": r["shapes"][:36], "ms": r["time_s"] * 1e3, "roof_ms": r["predicted_s"] * 1e3,
+             "ai": r["intensity_flops_per_byte"], "bound": r["bound"]} for r in ops_part["top_ops"]]
     print(format_table(rows, [("op", "operator", str), ("shapes", "input shapes", str),
                               ("ms", "measured ms/step", fmt(".3f")), ("roof_ms", "roofline ms/step", fmt(".3f")),
                               ("ai", "FLOP/byte", fmt(".2f")), ("bound", "bound", str)],
                        title=f"Top {len(rows)} operators of a {args.model} training step (batch {args.batch_size})"))
+    print(f"\nsaved as each part finished: {stream.path}")
     return 0
+
+
+def roofs_text(part: dict) -> str:
+    """The measured roofs and the ridge point, as printed (also when the operators never ran)."""
+    table = format_table(part["roofs"], [("roof", "roof", str), ("best", "roof (best)", fmt(".2f")),
+                                         ("median", "median", fmt(".2f")), ("p10", "p10", fmt(".2f")),
+                                         ("p90", "p90", fmt(".2f")), ("unit", "unit", str),
+                                         ("datasheet", "datasheet", fmt(".0f")), ("fraction", "fraction", fmt(".0%"))],
+                         title=f"Measured roofs on {part['device']} (datasheet: {part['datasheet']})")
+    return f"{table}\n\nridge point: {part['ridge_flops_per_byte']:.1f} FLOP/byte (fp32 matmul roof / bandwidth roof)\n"
+
+
+def show_parts(parts: list[dict], as_json: bool) -> None:
+    """What finished before an interrupt or a timeout: the roofs (the operators never stream on their own)."""
+    if as_json:
+        print_json({"parts": parts, "complete": False})
+    else:
+        print(roofs_text(parts[0]))
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -94,5 +116,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--top", type=positive_int, default=10, help="operators to list (default 10)")
     p.add_argument("--device", type=device_name, default=None, help="cpu, cuda or cuda:N (default: first GPU, else CPU)")
     p.add_argument("--seed", type=nonnegative_int, default=0, help="random seed (default 0)")
+    add_results_flag(p, "runs/roofline/MODEL.jsonl")
     add_output_flags(p)
     p.set_defaults(func=run)

@@ -92,7 +92,7 @@ def run(args: argparse.Namespace) -> int:
     stream = ResultStream(results_file(args.results, "sweep", f"{args.model}.jsonl"), len(sizes), "batch sizes")
     show = (lambda rows: print_json({"rows": rows, "complete": False})) if args.json else (
         lambda rows: print(sweep_table(rows)))
-    with keep_finished(stream, show):
+    with keep_finished(stream, show, failures=(ValueError,)):     # e.g. a budget the finder refuses, after the rows
         result = batch_size_sweep(lambda: build_model(args.model, data.num_classes, data.image_shape), data, sizes,
                                   steps=steps, time_budget_s=args.time_budget_s, base_lr=args.lr,
                                   base_batch=args.base_batch, lr_scaling=args.lr_scaling,

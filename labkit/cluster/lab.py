@@ -8,9 +8,12 @@ drawn only where the model's margin is clear (``MARGIN``); elsewhere the row say
 """
 from __future__ import annotations
 
+import json
 import os
 import subprocess
+import tempfile
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Sequence
 
 import matplotlib.pyplot as plt
@@ -23,6 +26,8 @@ from labkit.cluster.run import JobResult, run_job
 from labkit.comm.collectives import allreduce
 from labkit.comm.two_tier import hierarchical_allreduce, inter_node_bytes, predicted_times_s
 from labkit.core.env import Mode, get_mode
+from labkit.core.results import ResultStream, keep_finished
+from labkit.core.rundirs import run_path
 from labkit.core.validation import positive_int, positive_ints
 
 MARGIN = 1.3        # the model must predict one algorithm this much faster before the clock is asked to agree
@@ -67,10 +72,35 @@ class LabConfig:
                 "limit_bytes": nodes.limit_bytes, "sgd": {"rounds": self.rounds}, **self.extra}
 
 
-def run_link_lab(nodes: EmulatedNodes, config: LabConfig) -> JobResult:
-    """Run the link lab on every rank of every node: one job, each link speed in turn (the nodes re-shape)."""
-    return run_job(nodes, "labkit.cluster.link_jobs:link_lab", config.procs_per_node, config.params(nodes.config),
-                   timeout_s=config.timeout_s)
+def run_link_lab(nodes: EmulatedNodes, config: LabConfig, results: str | Path | None = None) -> JobResult:
+    """Run the link lab on every rank of every node: one job, each link speed in turn (the nodes re-shape).
+
+    Each speed every rank finished is saved to ``results`` (JSON lines; default runs/node-lab/links.jsonl); a
+    timeout, Ctrl-C or SIGTERM keeps those and raises StoppedEarly saying how many of the speeds finished.
+    """
+    stream = ResultStream(Path(results) if results else run_path("node-lab", "links.jsonl"),
+                          len(config.rates_mbit_s), "link speeds")
+    world_size = nodes.config.nodes * config.procs_per_node
+    with tempfile.TemporaryDirectory(prefix="labkit-nodes-") as tmp, keep_finished(stream, lambda rows: None):
+        try:
+            return run_job(nodes, "labkit.cluster.link_jobs:link_lab", config.procs_per_node,
+                           config.params(nodes.config), timeout_s=config.timeout_s, result_dir=Path(tmp))
+        finally:        # also on a stop: the ranks report after each speed, and those reports outlive them here
+            for row in finished_speeds(Path(tmp), world_size, config.rates_mbit_s):
+                stream.add(row)
+
+
+def finished_speeds(result_dir: Path, world_size: int, rates_mbit_s: Sequence[float]) -> list[dict]:
+    """The link speeds, in order, that every rank reported to ``result_dir``: one row per speed, all ranks in it."""
+    paths = [result_dir / f"rank{rank}.json" for rank in range(world_size)]
+    reports = [json.loads(path.read_text()) for path in paths if path.exists()]
+    rows = []
+    for rate in rates_mbit_s:
+        if len(reports) < world_size or any(rate_key(rate) not in r["by_rate"] for r in reports):
+            break
+        ranks = [{**{k: v for k, v in r.items() if k != "by_rate"}, **r["by_rate"][rate_key(rate)]} for r in reports]
+        rows.append({"rate_mbit_s": rate, "ranks": ranks})
+    return rows
 
 
 def at_rate(results: Sequence[dict], rate_mbit_s: float) -> list[dict]:

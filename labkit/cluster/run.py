@@ -10,6 +10,7 @@ process on every node is killed and the error names the node and shows its last 
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -64,17 +65,20 @@ def job_env(node: int, result_dir: Path, params: dict[str, Any], threads: int = 
 
 def run_job(nodes: EmulatedNodes, target: str, nproc_per_node: int = 2, params: dict[str, Any] | None = None, *,
             timeout_s: float = 60.0, max_restarts: int = 0,
-            while_running: Callable[[list[subprocess.Popen], Path], None] | None = None) -> JobResult:
+            while_running: Callable[[list[subprocess.Popen], Path], None] | None = None,
+            result_dir: Path | None = None) -> JobResult:
     """Run ``target`` ('package.module:function') on every rank of every node; each rank's reported result.
 
     ``while_running(procs, result_dir)`` is called once the nodes' launchers are started (the failure lesson
-    kills a node from there). Raises JobFailed (with the failing node's output) or TimeoutError.
+    kills a node from there). Raises JobFailed (with the failing node's output) or TimeoutError. ``result_dir``:
+    the folder the ranks report to, owned by the caller (it reads what they reported before a stop); default a
+    temporary one.
     """
     positive_int(nproc_per_node, "nproc_per_node")
     positive_number(timeout_s, "timeout_s")
     nnodes = nodes.config.nodes
-    with tempfile.TemporaryDirectory(prefix="labkit-nodes-") as tmp:
-        run_dir = Path(tmp)
+    with contextlib.ExitStack() as owned:
+        run_dir = result_dir or Path(owned.enter_context(tempfile.TemporaryDirectory(prefix="labkit-nodes-")))
         os.chmod(run_dir, 0o777)          # ranks in a user namespace write here too
         start, procs, logs = now_s(), [], []
         try:

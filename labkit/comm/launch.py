@@ -33,7 +33,7 @@ import psutil
 from labkit.comm.backend import check_world_size, choose_backend, world_size_limit
 from labkit.comm.forkserver import ForkedRank, RankForkServer, uses_forkserver
 from labkit.core.clock import Deadline
-from labkit.core.procs import parse_target
+from labkit.core.procs import kill_tree, parse_target
 from labkit.core.results import sigterm_as_interrupt
 from labkit.core.validation import checked_int, positive_int, positive_number
 
@@ -104,13 +104,14 @@ def free_port(host: str = "127.0.0.1") -> int:
 def launch(fn: Callable | str, world_size: int, args: tuple = (), kwargs: dict | None = None, *,
            backend: str = "auto", timeout_s: float = 120.0, pg_timeout_s: float | None = None,
            env: dict | None = None, threads_per_rank: int = 1, show_output: bool = True,
-           start_method: str = "auto") -> list:
+           start_method: str = "auto", on_result: Callable[[int, Any], None] | None = None) -> list:
     """Run ``fn(*args, **kwargs)`` on ``world_size`` processes in a process group; per-rank results in rank order.
 
     ``threads_per_rank`` defaults to 1: N ranks each starting one torch thread per core would oversubscribe the
     cores N-fold and time mostly contention. ``pg_timeout_s`` is torch.distributed's collective timeout.
     ``start_method``: ``"forkserver"`` forks the ranks from one process that imported torch (they share its
     memory), ``"fresh"`` starts a new interpreter per rank; ``"auto"`` forks gloo runs on Linux, NCCL runs fresh.
+    ``on_result(rank, value)`` is called as each rank returns, so a caller keeps them through a timeout or Ctrl-C.
     """
     positive_number(timeout_s, "timeout_s", hint="a number of seconds")
     if pg_timeout_s is not None:
@@ -133,7 +134,7 @@ def launch(fn: Callable | str, world_size: int, args: tuple = (), kwargs: dict |
         (run_dir / "payload.pkl").write_bytes(blob)
         child_env = _child_env(env, world_size, threads_per_rank)
         return _run(run_dir, f"{module}:{qualname}", world_size, timeout_s, child_env, show_output,
-                    preload=module if forked else None)
+                    preload=module if forked else None, on_result=on_result)
 
 
 def remove_orphaned_run_dirs(tmp_root: str | Path | None = None) -> list[Path]:
@@ -162,7 +163,7 @@ def _child_env(extra: Mapping[str, str] | None, world_size: int, threads: int) -
 
 
 def _run(run_dir: Path, target: str, world_size: int, timeout_s: float, env: dict, show_output: bool,
-         preload: str | None) -> list:
+         preload: str | None, on_result: Callable[[int, Any], None] | None = None) -> list:
     """Start the ranks (forked from a server that imported ``preload``, or fresh when it is None) and collect them."""
     procs: list[subprocess.Popen | ForkedRank] = []
     server, codes = None, []
@@ -173,7 +174,7 @@ def _run(run_dir: Path, target: str, world_size: int, timeout_s: float, env: dic
         else:
             for rank in range(world_size):
                 procs.append(_start_fresh(run_dir, rank, env))
-        still_running = _wait(procs, timeout_s, run_dir)
+        still_running = _wait(procs, timeout_s, run_dir, on_result)
         codes = [p.poll() for p in procs]       # before _stop kills the rest: who ended, and how
     finally:
         _stop(procs, server)
@@ -212,11 +213,13 @@ def _stop(procs: list[subprocess.Popen | ForkedRank], server: RankForkServer | N
         proc.wait()
 
 
-def _wait(procs: list[subprocess.Popen | ForkedRank], timeout_s: float, run_dir: Path) -> list[int]:
+def _wait(procs: list[subprocess.Popen | ForkedRank], timeout_s: float, run_dir: Path,
+          on_result: Callable[[int, Any], None] | None = None) -> list[int]:
     """Wait for all ranks, or a failure (or every result reported) plus a short grace; the ranks still running at
     the timeout (else [])."""
-    deadline, grace = Deadline(timeout_s), None
+    deadline, grace, handed = Deadline(timeout_s), None, set()
     while True:
+        _hand_over_results(run_dir, len(procs), handed, on_result)
         codes = [p.poll() for p in procs]
         running = [r for r, c in enumerate(codes) if c is None]
         if not running:
@@ -230,24 +233,18 @@ def _wait(procs: list[subprocess.Popen | ForkedRank], timeout_s: float, run_dir:
         time.sleep(POLL_S)
 
 
+def _hand_over_results(run_dir: Path, world_size: int, handed: set[int], on_result: Callable | None) -> None:
+    """Call ``on_result(rank, value)`` once for each rank whose result file appeared since the last look."""
+    for rank in [r for r in range(world_size) if on_result and r not in handed and (run_dir / f"{r}.result").exists()]:
+        handed.add(rank)
+        status, value = pickle.loads((run_dir / f"{rank}.result").read_bytes())
+        if status == "ok":
+            on_result(rank, value)
+
+
 def _all_reported(run_dir: Path, world_size: int) -> bool:
     """True once every rank has written its result file (renamed into place whole by the worker)."""
     return all((run_dir / f"{rank}.result").exists() for rank in range(world_size))
-
-
-def kill_tree(pid: int) -> None:
-    """Kill a process and all its descendants (a rank may have started data-loader workers)."""
-    try:
-        parent = psutil.Process(pid)
-        family = parent.children(recursive=True) + [parent]
-    except psutil.NoSuchProcess:
-        return
-    for proc in family:
-        try:
-            proc.kill()
-        except psutil.NoSuchProcess:
-            pass
-    psutil.wait_procs(family, timeout=5)
 
 
 def _kill_group(pgid: int) -> None:

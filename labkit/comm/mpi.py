@@ -27,7 +27,8 @@ from labkit.comm import mpi_demos
 from labkit.comm.backend import check_world_size
 from labkit.comm.bench import DEFAULT_SIZES_BYTES, BenchRow, bandwidths_gb_s, check_sizes
 from labkit.comm.collectives import allreduce
-from labkit.comm.launch import free_port, kill_tree
+from labkit.comm.launch import free_port
+from labkit.core.procs import kill_tree
 from labkit.core.clock import Deadline, now_s
 from labkit.core.machine import cpu_count
 from labkit.core.validation import checked_int, positive_int, positive_number

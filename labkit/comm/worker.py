@@ -28,7 +28,7 @@ import torch
 import torch.distributed as dist
 
 from labkit.comm.backend import choose_backend
-from labkit.comm.launch import free_port, resolve_target, target_name
+from labkit.comm.launch import LaunchError, free_port, resolve_target, target_name
 from labkit.comm.launch_env import detect_launcher_env
 from labkit.core.clock import timestamp_s
 
@@ -116,10 +116,25 @@ def run_in_launcher_group(target: str, backend: str = "auto",
     waiting for it. Returns (rank, world_size, what the function returned).
     """
     fn = resolve_target(*target_name(target))
-    rank, world_size = init_from_env(backend, pg_timeout_s)
+    try:
+        rank, world_size = init_from_env(backend, pg_timeout_s)
+    except dist.DistError as err:      # nobody to meet: often a launcher's variables left over in a shell
+        raise LaunchError(_join_failure(err)) from None
     result = fn()
     dist.destroy_process_group()
     return rank, world_size, result
+
+
+def _join_failure(err: BaseException) -> str:
+    """One line for a rank that could not join its launcher's group: where it looked, and the likely cause."""
+    place = detect_launcher_env(os.environ)
+    where = f"{os.environ.get('MASTER_ADDR', '?')}:{os.environ.get('MASTER_PORT', '?')}"
+    shown = [v for v in ("TORCHELASTIC_RUN_ID", "PMI_RANK", "OMPI_COMM_WORLD_RANK", "RANK", "WORLD_SIZE",
+                         "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT") if v in os.environ]
+    cause = (str(err).strip().splitlines() or [type(err).__name__])[-1]
+    return (f"rank {place.rank} of {place.world_size} could not join the {place.launcher} group at {where} "
+            f"({cause}); if no {place.launcher} started this job, its variables are left over in your shell: "
+            f"`unset {' '.join(shown)}`")
 
 
 def _die_with_parent(parent_pid: int) -> None:

@@ -69,7 +69,8 @@ def check_data_dir(data_dir: Path) -> Path:
         return data_dir
     from_env = os.environ.get(DATA_DIR_ENV_VAR)
     source = f" (from {DATA_DIR_ENV_VAR}={from_env})" if from_env and Path(from_env) == data_dir else ""
-    what = "does not exist" if not data_dir.exists() else "has no manifest.json"
+    what = ("does not exist" if not data_dir.exists() else "has a folder named manifest.json where the file belongs"
+            if (data_dir / "manifest.json").exists() else "has no manifest.json")
     raise DataUnavailableError(f"data folder {data_dir}{source} {what}; point {DATA_DIR_ENV_VAR} at a copy of "
                                f"the kit's data folder ({REPO_DATA_DIR}), or unset it to use that folder")
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Iterator
 
+from labkit.core.results import WriteError, describe_os_error
 from labkit.core.verdict import CHECKED, INCONCLUSIVE, Verdict
 
 LESSON_LOG_ENV_VAR = "LABKIT_LESSON_LOG"
@@ -106,8 +107,27 @@ def append_to_lesson_log(record: dict) -> None:
     """One JSON line appended to ``$LABKIT_LESSON_LOG`` (nothing when it is unset): lesson and exercise tallies."""
     log_path = os.environ.get(LESSON_LOG_ENV_VAR)
     if log_path:
-        with open(log_path, "a", encoding="utf-8") as f:
-            f.write(json.dumps(record) + "\n")
+        append_line(Path(log_path), json.dumps(record) + "\n")
+
+
+def append_line(path: Path, line: str) -> None:
+    """Append ``line`` whole or not at all: a full disk cuts it back to the old end and raises one WriteError."""
+    data = line.encode("utf-8")
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    except OSError as err:
+        raise WriteError(describe_os_error(path, err)) from None
+    try:
+        end = os.fstat(fd).st_size
+        try:
+            done = 0
+            while done < len(data):         # a write that fits only part of the line returns short; go on
+                done += os.write(fd, data[done:])
+        except OSError as err:
+            os.ftruncate(fd, end)           # no half line for the tally command to trip over
+            raise WriteError(describe_os_error(path, err)) from None
+    finally:
+        os.close(fd)
 
 
 class LessonLogError(ValueError):
@@ -160,6 +180,9 @@ def last_record_per_notebook(path: str | Path, kind: str | None) -> dict[str, di
 def summarize_lesson_log(path: str | Path) -> str:
     """Total the tallies one run wrote (the last tally of each notebook wins); LessonLogError if it cannot."""
     by_notebook = last_record_per_notebook(path, None)      # exercise tallies are totalled by core.exercises
+    if not by_notebook:
+        raise LessonLogError(f"{path} holds no lesson tally; run the notebooks with {LESSON_LOG_ENV_VAR}={path} "
+                             "first")
     checked = sum(len(r["checked"]) for r in by_notebook.values())
     inconclusive = sum(len(r.get("inconclusive", {})) for r in by_notebook.values())
     total = checked + inconclusive + sum(len(r["not_checked"]) for r in by_notebook.values())

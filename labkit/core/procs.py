@@ -15,6 +15,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 from labkit.core.clock import now_s
 
 _RESULT_TAG = "@@LABKIT_RESULT@@"
@@ -97,3 +99,18 @@ def run_in_fresh_process(target: str, kwargs: dict | None = None, *, timeout_s: 
 def _probe_modules() -> dict:
     """Test hook: which heavy modules the child has loaded."""
     return {"torch": "torch" in sys.modules, "tensorflow": "tensorflow" in sys.modules}
+
+
+def kill_tree(pid: int) -> None:
+    """Kill a process and all its descendants (a rank may have started data-loader workers)."""
+    try:
+        parent = psutil.Process(pid)
+        family = parent.children(recursive=True) + [parent]
+    except psutil.NoSuchProcess:
+        return
+    for proc in family:
+        try:
+            proc.kill()
+        except psutil.NoSuchProcess:
+            pass
+    psutil.wait_procs(family, timeout=5)

@@ -109,8 +109,13 @@ class ResultStream:
         """Keep one finished row and save every row so far."""
         self.rows.append(row)
         if self.path is not None:
+            created = missing_folders(self.path.parent)
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            atomic_write_text(self.path, "".join(json.dumps(to_json(r), default=str) + "\n" for r in self.rows))
+            try:
+                atomic_write_text(self.path, "".join(json.dumps(to_json(r), default=str) + "\n" for r in self.rows))
+            except WriteError:
+                remove_empty(created)       # a failed first write leaves no empty folder behind
+                raise
             self.saved = len(self.rows)
         raise_if_signalled()     # an interrupt swallowed while this row ran stops the work now, the row kept
 
@@ -140,10 +145,12 @@ def stop_reason(err: BaseException) -> str:
 
 
 @contextlib.contextmanager
-def keep_finished(stream: ResultStream, show: Callable[[list], None]) -> Iterator[ResultStream]:
+def keep_finished(stream: ResultStream, show: Callable[[list], None],
+                  failures: tuple[type[BaseException], ...] = ()) -> Iterator[ResultStream]:
     """On Ctrl-C, SIGTERM, a timeout or a failed write inside: ``show`` the finished rows, say what did not finish.
 
-    Raises StoppedEarly with exit status 130 (Ctrl-C), 143 (SIGTERM) or 1 (timeout, write failure).
+    Raises StoppedEarly with exit status 130 (Ctrl-C), 143 (SIGTERM) or 1 (timeout, write failure, or one of
+    ``failures`` after some rows finished, e.g. a rank killed: its whole message follows the count).
     """
     try:
         yield stream
@@ -156,6 +163,24 @@ def keep_finished(stream: ResultStream, show: Callable[[list], None]) -> Iterato
         first_line = str(err).splitlines()[0] if str(err) else ""
         detail = f" ({first_line})" if first_line and not isinstance(err, (KeyboardInterrupt, Terminated)) else ""
         raise StoppedEarly(stream.stopped(stop_reason(err)) + detail, code) from None
+    except failures as err:       # after the clause above: a timeout that is also a failure type stays a timeout
+        if not stream.rows:
+            raise
+        with contextlib.suppress(Exception):
+            show(stream.rows)
+        raise StoppedEarly(f"{stream.stopped('stopped by a failure')}: {err}", 1) from None
+
+
+def missing_folders(folder: str | Path) -> list[Path]:
+    """``folder`` and the folders above it that do not exist yet, deepest first (what a mkdir would create)."""
+    return [p for p in (Path(folder), *Path(folder).parents) if not p.exists()]
+
+
+def remove_empty(folders: list[Path]) -> None:
+    """Remove each of ``folders`` that is empty, deepest first: work that stopped early leaves no empty folder."""
+    for folder in folders:
+        with contextlib.suppress(OSError):
+            folder.rmdir()
 
 
 def read_json_lines(path: str | Path) -> list[Any]:

@@ -90,10 +90,13 @@ class CycleRecorder:
         self.run_dir, self.row_limit, self.on_trace = run_dir, row_limit, on_trace
         self.trace_files: list[Path] = []
         self.error: WriteError | None = None   # a failed export, raised by the training loop (not inside torch)
+        self.unwinding = False           # training stopped mid-cycle: the profiler's exit must not export that cycle
         self.ops: dict[str, dict] = {}   # name -> self_cpu_s, self_device_s, calls (totals across cycles)
         self.op_table = ""               # the last cycle's key_averages grouped by input shape, as text
 
     def __call__(self, prof) -> None:
+        if self.unwinding:               # torch exports the cycle cut short on exit: it is not a finished cycle
+            return
         path = self.run_dir / f"trace_cycle{len(self.trace_files)}.pt.trace.json"
         try:
             with atomic_path(path) as tmp:      # a reader never sees half a trace; a full disk leaves no temp file
@@ -105,9 +108,9 @@ class CycleRecorder:
             self.error = err
             return
         self.trace_files.append(path)
-        self._add_ops(prof)
-        if self.on_trace is not None:
+        if self.on_trace is not None:    # at once: an interrupt while the operators are added keeps it listed
             self.on_trace(path)
+        self._add_ops(prof)
 
     def _add_ops(self, prof) -> None:
         """Add one finished cycle's operator self-times to the per-op totals."""
@@ -213,11 +216,15 @@ def _profiled_steps(step: Callable[[object], int], loader: Iterable, steps: int,
         warnings.filterwarnings("ignore", message=".*clears events at the end of each cycle.*")
         try:
             with profile(**profile_kwargs) as prof:   # leaving the block stops the profiler, even on an exception
-                for batch in _labelled_batches(loader, steps):
-                    samples.append(step(batch))
-                    prof.step()
-                    if recorder.error is not None or (cycles and len(recorder.trace_files) >= cycles):
-                        break                          # every trace is written (or one cannot be): stop training
+                try:
+                    for batch in _labelled_batches(loader, steps):
+                        samples.append(step(batch))
+                        prof.step()
+                        if recorder.error is not None or (cycles and len(recorder.trace_files) >= cycles):
+                            break                      # every trace is written (or one cannot be): stop training
+                except BaseException:
+                    recorder.unwinding = True
+                    raise
         except AssertionError as err:     # torch's record_function, unwound by Ctrl-C/SIGTERM, asserts on exit
             interrupt = err.__context__
             if isinstance(interrupt, (KeyboardInterrupt, SystemExit)):

@@ -19,7 +19,7 @@ from labkit.core.device import device_label, get_device
 from labkit.core.models import check_model_accepts
 from labkit.core.step import TrainStep
 from labkit.core.timing import synchronize, time_fn
-from labkit.core.validation import checked_int, positive_int
+from labkit.core.validation import checked_int, positive_int, positive_number
 from labkit.memory.device import baseline_bytes, peak_since
 from labkit.memory.host import release_cpu_memory
 from labkit.memory.model import MemoryModel, build_memory_model, optimizer_kind, optimizer_settings
@@ -230,6 +230,8 @@ def _checked_method(method: str, dev: torch.device, budget_bytes: int | None,
     method = ("oom" if dev.type == "cuda" else "memory-model") if method == "auto" else method
     if method not in ("oom", "memory-model"):
         raise ValueError(f"method must be 'auto', 'oom' or 'memory-model', got {method!r}")
+    if budget_bytes is not None:        # a zero or negative budget is a typo: say so, not 'leaves -0.000 MB'
+        positive_number(budget_bytes, "memory_budget_bytes", hint="bytes, e.g. 2 * 1024**3")
     if method == "memory-model" and budget_bytes is None:
         raise ValueError("on a CPU give memory_budget_bytes= (e.g. 2 * 1024**3); the finder checks the memory "
                          "model against it")

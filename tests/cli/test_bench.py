@@ -58,3 +58,57 @@ def test_its_own_timeout_keeps_and_prints_the_sizes_that_finished(tmp_path):
         in proc.stderr
     assert "--timeout-s=20" in proc.stderr and "timeout_s" not in proc.stderr
     assert proc.stdout.splitlines()[3].split()[0] == "1024"
+
+
+def test_a_disk_that_fills_mid_run_prints_every_size_and_says_how_many_the_file_holds(tmp_path):
+    """One free page on a real tmpfs: the first row fits, the second rewrite does not; the table is whole,
+    one line says the file holds 1 of 3 sizes, exit 1, no temp file."""
+    import os
+
+    from tests.fault_support import fill, tiny_tmpfs
+
+    with tiny_tmpfs(tmp_path) as mount:
+        if mount is None:
+            pytest.skip("cannot mount a tmpfs here (needs root)")
+        fill(mount)
+        filler = mount / "filler"
+        os.truncate(filler, filler.stat().st_size - 4096)       # room for one page: one row, not two
+        results = mount / "rows.jsonl"
+        proc = labkit("allreduce-bench", "--sizes", "1K,2K,4K", "-n", "2", "-w", "0", "--results", str(results),
+                      "--no-progress")
+        assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+        assert [line.split()[0] for line in proc.stdout.splitlines()[3:6]] == ["1024", "2048", "4096"]
+        assert proc.stderr.strip() == (f"error: cannot write {results}: the disk is full (ENOSPC); it holds the "
+                                       "first 1 of 3 message sizes printed above")
+        assert [json.loads(line)["size_bytes"] for line in results.read_text().splitlines()] == [1024]
+        assert sorted(p.name for p in mount.iterdir()) == ["filler", "rows.jsonl"]
+
+
+def test_a_rank_killed_mid_run_keeps_and_prints_the_sizes_that_finished(tmp_path):
+    """A real SIGKILL to one rank after the first size: the finished sizes are printed and on disk, exit 1."""
+    import subprocess
+    import sys
+    import time
+
+    import psutil
+
+    from tests.cli.support import ENV
+
+    results = tmp_path / "rows.jsonl"
+    proc = subprocess.Popen([sys.executable, "-m", "labkit", "allreduce-bench", "--sizes", "1K,2K,64M", "-n", "5000",
+                             "-w", "0", "--results", str(results), "--no-progress"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=ENV)
+    try:
+        deadline = time.monotonic() + 180
+        while not (results.exists() and results.read_text()) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        ranks = [p for p in psutil.Process(proc.pid).children(recursive=True) if not p.children()]
+        ranks[-1].kill()
+        out, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    rows = [json.loads(line) for line in results.read_text().splitlines()]
+    assert proc.returncode == 1 and 1 <= len(rows) < 3, err
+    assert err.startswith(f"stopped by a failure after {len(rows)} of 3 message sizes; results so far in {results}: "
+                          "rank ") and "killed by SIGKILL" in err
+    assert out.splitlines()[3].split()[0] == "1024"

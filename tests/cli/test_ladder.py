@@ -145,6 +145,35 @@ def test_sigterm_mid_ladder_keeps_and_prints_the_finished_rungs(tmp_path, capsys
     assert [r["rung"] for r in rows] == [0, 1] and not (tmp_path / "ladder.json").exists()
 
 
+def test_sigterm_while_the_ceiling_runs_says_so_and_names_an_earlier_report(tmp_path, capsys, monkeypatch):
+    """Every rung in, SIGTERM during the ceiling: the message says so, and an earlier run's ladder.json/md left
+    in --out is named as such (it must not pass for this run's)."""
+    import os
+    import signal
+
+    import labkit.ladder.climb
+    from labkit.ladder.report import LadderRow
+    from labkit.ladder.rungs import RUNG_KEYS
+
+    def every_rung_then_sigterm(config, on_rung=None, **kwargs):
+        for rung, key in enumerate(RUNG_KEYS):
+            on_rung(LadderRow(rung, key, f"rung {rung}", "", "", "", "faster", "", True, None, samples_per_s=1.0))
+        os.kill(os.getpid(), signal.SIGTERM)        # the ceiling would run now
+        for _ in range(10_000_000):
+            pass
+        pytest.fail("SIGTERM did not stop the ladder")
+
+    (tmp_path / "ladder.json").write_text('{"earlier": true}')
+    (tmp_path / "ladder.md").write_text("earlier")
+    monkeypatch.setattr(labkit.ladder.climb, "run_ladder", every_rung_then_sigterm)
+    assert cli.main(["ladder", "--out", str(tmp_path), "--no-progress"]) == 143
+    err = capsys.readouterr().err
+    n = len(RUNG_KEYS)
+    assert f"terminated (SIGTERM) during the hardware ceiling, after {n} of {n} rungs; results so far in " \
+        f"{tmp_path / 'ladder.jsonl'}; ladder.json and ladder.md there are from an earlier run" in err
+    assert json.loads((tmp_path / "ladder.json").read_text()) == {"earlier": True}
+
+
 def test_a_full_disk_at_save_is_one_line_and_leaves_no_half_file(tmp_path, monkeypatch):
     from labkit.core import results
     from labkit.ladder.report import LadderResult

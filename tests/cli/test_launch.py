@@ -101,12 +101,57 @@ def test_stale_launcher_variables_are_explained_before_any_process_starts():
     assert "RANK=1 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=29511 are set, but no launcher started" in proc.stderr
 
 
+@pytest.mark.parametrize("rank", ["0", "1"])
+def test_a_whole_torchrun_environment_left_over_is_one_line_naming_its_variables(rank):
+    """TORCHELASTIC_RUN_ID copied along with RANK/MASTER_*: the rank waits for peers that never come; one line."""
+    stale = {"TORCHELASTIC_RUN_ID": "old", "RANK": rank, "LOCAL_RANK": rank, "WORLD_SIZE": "2",
+             "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29513"}
+    proc = subprocess.run([sys.executable, "-m", "labkit", "launch", "--timeout", "3", TARGET], capture_output=True,
+                          text=True, env={**ENV, **stale}, timeout=120)
+    assert proc.returncode == 1 and proc.stdout == "" and "Traceback" not in proc.stderr, proc.stderr
+    last = proc.stderr.strip().splitlines()[-1]     # a client's c10d socket logs its own [E] lines before it
+    assert last.startswith("error: ") and f"rank {rank} of 2 could not join the torchrun group at 127.0.0.1:29513" in last
+    assert "`unset TORCHELASTIC_RUN_ID RANK WORLD_SIZE LOCAL_RANK MASTER_ADDR MASTER_PORT`" in last
+
+
 def test_a_rank_killed_by_a_signal_is_named_and_a_late_timeout_is_no_failure():
     killed = labkit_launch("tests.launch_support:rank_one_is_killed")
     assert killed.returncode == 1 and "rank 1 was killed by SIGKILL" in killed.stderr
     lingering = labkit_launch("--timeout", "50", "tests.launch_support:returns_then_lingers")
     assert lingering.returncode == 0, lingering.stderr
     assert "rank 0: 0" in lingering.stdout and "rank 1: 1" in lingering.stdout
+
+
+def test_the_ranks_that_returned_are_printed_on_a_timeout_and_on_a_real_sigint(tmp_path):
+    """Rank 0 returns, rank 1 hangs: its own timeout and a real Ctrl-C both print rank 0's result and say 1 of 2."""
+    import signal
+    import time
+
+    target = "tests.launch_support:rank_zero_returns_the_others_hang"
+    timed_out = labkit_launch("--timeout", "8", target)
+    assert timed_out.returncode == 1 and "rank 0: 'rank 0 finished'" in timed_out.stdout, timed_out.stderr
+    assert timed_out.stderr.strip().startswith("timed out after 1 of 2 ranks returned (") and "[1]" in timed_out.stderr
+    proc = subprocess.Popen([sys.executable, "-m", "labkit", "launch", "--timeout", "120", target],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**ENV, "TMPDIR": str(tmp_path)})     # the launch folder lands where we can see it
+    try:
+        deadline = time.monotonic() + 120
+        while not list(tmp_path.glob("labkit-launch-*/0.result")) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        time.sleep(1.0)                                # the launcher's next look hands rank 0's result over
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130 and "rank 0: 'rank 0 finished'" in out, err
+    assert err.strip() == "interrupted (Ctrl-C) after 1 of 2 ranks returned"
+
+
+def test_a_rank_killed_after_another_returned_prints_the_one_that_returned():
+    proc = labkit_launch("tests.launch_support:rank_zero_returns_then_rank_one_is_killed")
+    assert proc.returncode == 1 and "rank 0: 'rank 0 finished'" in proc.stdout, proc.stderr
+    assert proc.stderr.startswith("stopped by a failure after 1 of 2 ranks returned: rank 1 of 2 failed running ")
+    assert "rank 1 was killed by SIGKILL" in proc.stderr
 
 
 def test_nodes_flags_are_in_the_help_and_incomplete_ones_are_one_line_exit_2(capsys):

@@ -113,3 +113,29 @@ def test_a_usage_error_leaves_no_empty_run_folder(tmp_path, capsys):
     assert "fewer than the schedule needs" in usage_error(["profile", "--steps", "2", "--run-dir", str(run_dir)],
                                                           capsys)
     assert not (tmp_path / "new").exists()
+
+
+def test_a_real_sigterm_before_the_first_trace_leaves_no_empty_trace_folder(tmp_path):
+    """SIGTERM while the schedule still waits: exit 143, '0 of 1', and the default trace folder is gone again."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from tests.cli.support import ENV
+
+    runs = tmp_path / "runs"
+    proc = subprocess.Popen([sys.executable, "-m", "labkit", "profile", "--dataset", "synthetic", "--model", "mlp",
+                             "--wait", "1000000", "--active", "1", "--no-progress"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env={**ENV, "LABKIT_RUN_DIR": str(runs)})
+    try:
+        deadline = time.monotonic() + 180
+        while not list(runs.glob("profile/mlp-b32-*")) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        time.sleep(0.5)
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 143 and err.strip().endswith("terminated (SIGTERM) after 0 of 1 profiled cycles (traces)")
+    assert not runs.exists()

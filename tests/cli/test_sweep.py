@@ -106,3 +106,16 @@ def test_an_unwritable_results_file_is_a_usage_error_before_any_work(tmp_path, c
     a_file = tmp_path / "f"
     a_file.write_text("")
     assert "--results" in usage_error(SWEEP + ["--results", str(a_file / "rows.jsonl")], capsys)
+
+
+def test_a_budget_the_finder_refuses_after_the_rows_prints_them_and_names_the_option(tmp_path):
+    """--memory-budget below the model's fixed memory: the finished rows are printed and kept, one line in the
+    option's words, exit 1."""
+    results = tmp_path / "rows.jsonl"
+    proc = labkit("sweep", "--dataset", "digits", "--batch-sizes", "8", "--steps", "2", "--memory-budget", "1K",
+                  "--no-ceiling", "--results", str(results), "--no-progress")
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stderr.startswith(f"stopped by a failure during the largest-batch search, after 1 of 1 batch sizes; "
+                                  f"results so far in {results}: --memory-budget=1024 leaves ")
+    assert "memory_budget_bytes" not in proc.stderr and proc.stdout.splitlines()[2].split()[0] == "8"
+    assert len(results.read_text().splitlines()) == 1

@@ -59,3 +59,37 @@ def test_config_by_mode_and_validation():
         LabConfig(nodes=1)
     with pytest.raises(ValueError, match="rates_mbit_s"):
         LabConfig(rates_mbit_s=())
+
+
+@pytest.mark.parametrize("stop, code, words", [("sigint", 130, "interrupted (Ctrl-C)"), ("timeout", 1, "timed out")])
+def test_a_stopped_lab_keeps_every_speed_all_ranks_finished(tmp_path, monkeypatch, stop, code, words):
+    """The ranks report after each speed; a real Ctrl-C (or the job's timeout) after the first keeps it on disk."""
+    import json
+    import os
+    import signal
+    import types
+
+    import labkit.cluster.lab as lab
+    from labkit.cluster.nodes import NodesConfig
+    from labkit.core.results import StoppedEarly
+
+    def first_speed_then_stop(nodes, target, nproc_per_node, params, *, timeout_s, result_dir):
+        for rank in range(4):      # two nodes of two ranks; the second speed never finishes
+            (result_dir / f"rank{rank}.json").write_text(json.dumps({**_rank(rank, rank // 2, rank % 2, "a"),
+                                                                     "by_rate": {"200": {"allreduce": {"n": rank}}}}))
+        if stop == "timeout":
+            raise TimeoutError("link_lab: node 0 did not finish within 1 s")
+        os.kill(os.getpid(), signal.SIGINT)
+        for _ in range(10_000_000):
+            pass
+        pytest.fail("SIGINT did not stop the lab")
+
+    monkeypatch.setattr(lab, "run_job", first_speed_then_stop)
+    results = tmp_path / "links.jsonl"
+    with pytest.raises(StoppedEarly) as stopped:
+        lab.run_link_lab(types.SimpleNamespace(config=NodesConfig.fast()),
+                         LabConfig(rates_mbit_s=(200.0, 800.0)), results=results)
+    assert stopped.value.code == code
+    assert str(stopped.value).startswith(f"{words} after 1 of 2 link speeds; results so far in {results}")
+    rows = [json.loads(line) for line in results.read_text().splitlines()]
+    assert [r["rate_mbit_s"] for r in rows] == [200.0] and [r["allreduce"]["n"] for r in rows[0]["ranks"]] == [0, 1, 2, 3]

@@ -112,7 +112,7 @@ def test_pg_timeout_turns_a_stuck_collective_into_an_error():
 
 @pytest.mark.parametrize("start_method", ["forkserver", "fresh"])
 def test_keyboard_interrupt_stops_all_children(monkeypatch, start_method):
-    def interrupted_wait(procs, timeout_s, run_dir):
+    def interrupted_wait(procs, timeout_s, run_dir, on_result=None):
         assert all(p.poll() is None for p in procs)
         raise KeyboardInterrupt
 

@@ -165,6 +165,14 @@ def test_missing_data_dir_is_one_clear_error(offline, monkeypatch, tmp_path):
     assert err.value.__context__ is None or err.value.__suppress_context__ is False
 
 
+def test_a_folder_where_the_manifest_belongs_is_named_as_such(offline, monkeypatch, tmp_path):
+    (tmp_path / "manifest.json").mkdir()
+    monkeypatch.setenv(data.DATA_DIR_ENV_VAR, str(tmp_path))
+    with pytest.raises(data.DataUnavailableError, match=f"^data folder {tmp_path} \\(from LABKIT_DATA_DIR=.*\\) has a "
+                       "folder named manifest.json where the file belongs; point LABKIT_DATA_DIR at a copy"):
+        data.load_data("digits", root=tmp_path)
+
+
 def test_missing_data_dir_from_the_environment_in_a_fresh_process(tmp_path):
     """What a user sees: one line, not a 31-line traceback."""
     import subprocess

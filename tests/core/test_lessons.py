@@ -68,6 +68,11 @@ def test_the_tally_command_fails_on_a_missing_cut_or_unreadable_log(tmp_path):
                               text=True, timeout=60)
         assert proc.returncode == 1 and proc.stdout == "" and words in proc.stderr
         assert len(proc.stderr.strip().splitlines()) == 1
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("\n")
+    proc = subprocess.run([sys.executable, "-m", "labkit.core.lessons", str(empty)], capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 1 and "holds no lesson tally" in proc.stderr and proc.stdout == ""
     good = tmp_path / "good.jsonl"
     good.write_text('{"notebook": "01", "checked": ["x"], "not_checked": {}}\n')
     assert main([str(good)]) == 0 and main([]) == 2
@@ -134,3 +139,20 @@ def test_one_log_writer_and_reader_for_lesson_and_exercise_tallies(tmp_path, mon
     monkeypatch.delenv("LABKIT_LESSON_LOG")
     append_to_lesson_log({"notebook": "b"})                                            # unset: nothing written
     assert len(log.read_text().splitlines()) == 3
+
+
+def test_a_tally_that_does_not_fit_on_the_disk_leaves_the_log_whole(tmp_path, monkeypatch):
+    from labkit.core.lessons import append_to_lesson_log
+    from labkit.core.results import WriteError
+    from tests.fault_support import fill, tiny_tmpfs
+
+    with tiny_tmpfs(tmp_path) as mount:
+        if mount is None:
+            pytest.skip("cannot mount a tmpfs here (needs root)")
+        log = mount / "lessons.jsonl"
+        log.write_text('{"notebook": "01", "checked": ["x"], "not_checked": {}}\n')
+        fill(mount)
+        monkeypatch.setenv("LABKIT_LESSON_LOG", str(log))
+        with pytest.raises(WriteError, match=f"cannot write {log}: the disk is full"):
+            append_to_lesson_log({"notebook": "02", "checked": ["y" * 20000], "not_checked": {}})
+        assert summarize_lesson_log(log).startswith("lessons: 1 of 1 checked in 1 notebooks")   # no half line

@@ -56,6 +56,19 @@ def test_a_read_only_disk_is_one_line(tmp_path):
             atomic_write_text(mount / "x.json", "{}")
 
 
+def test_a_first_row_that_cannot_be_saved_leaves_no_empty_folder(tmp_path, monkeypatch):
+    with tiny_tmpfs(tmp_path) as mount:
+        if mount is None:                       # no mount allowed here: the same errno from a stand-in write
+            monkeypatch.setattr(results.os, "fsync", raise_enospc)
+            mount = tmp_path
+        else:
+            fill(mount)
+        stream = ResultStream(mount / "ladder" / "deeper" / "ladder.jsonl", 10, "rungs")
+        with pytest.raises(WriteError, match="disk is full"):
+            stream.add({"rung": 0})
+        assert not (mount / "ladder").exists() and stream.rows == [{"rung": 0}] and stream.saved == 0
+
+
 def test_describe_os_error_names_the_common_causes():
     for code, words in ((errno.EACCES, "permission denied"), (errno.EROFS, "read-only"), (errno.ENOSPC, "full")):
         assert words in results.describe_os_error("/p", OSError(code, os.strerror(code)))
@@ -84,6 +97,27 @@ def test_stream_exit_codes_follow_the_shell(tmp_path, error, code, words):
             stream.add({"rung": 0})
             raise error
     assert stop.value.code == code and words in str(stop.value)
+
+
+def test_a_failure_after_finished_rows_keeps_them_and_a_timeout_stays_a_timeout(tmp_path):
+    class RankDied(RuntimeError):
+        pass
+
+    class RankTimeout(RankDied, TimeoutError):
+        pass
+
+    for error, start in ((RankDied("rank 1 was killed\ntraceback"), "stopped by a failure after 1 of 3 sizes"),
+                         (RankTimeout("too slow"), "timed out after 1 of 3 sizes")):
+        stream, shown = ResultStream(tmp_path / "rows.jsonl", 3, "sizes"), []
+        with pytest.raises(StoppedEarly) as stop:
+            with keep_finished(stream, shown.extend, failures=(RankDied,)):
+                stream.add({"size": 1})
+                raise error
+        assert stop.value.code == 1 and str(stop.value).startswith(start) and shown == [{"size": 1}]
+    assert str(stop.value).endswith("(too slow)")
+    with pytest.raises(RankDied):                   # nothing finished: the failure itself, unchanged
+        with keep_finished(ResultStream(None, 3, "sizes"), shown.extend, failures=(RankDied,)):
+            raise RankDied("at once")
 
 
 def test_nothing_finished_points_at_no_file(tmp_path):

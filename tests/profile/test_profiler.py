@@ -100,3 +100,28 @@ def test_profiler_stopped_when_training_raises(tmp_path):
     assert not torch.autograd.profiler._is_profiler_enabled
     s = profile_training(tiny_model(), tiny_loader(), run_dir=tmp_path, active=1)   # a new profile still works
     assert s.profiled_steps == 1
+
+
+def test_an_interrupt_mid_cycle_writes_no_trace_of_the_cut_cycle(tmp_path):
+    """A real Ctrl-C in cycle 1's last step: the profiler's exit must not export that cycle as if it finished."""
+    import os
+    import signal
+
+    class CtrlCInStep7(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin, self.calls = nn.Linear(6, 3), 0
+
+        def forward(self, x):
+            self.calls += 1
+            if self.calls == 8:                     # steps 0-3: cycle 0; 4 wait, 5 warm-up, 6-7 cycle 1
+                os.kill(os.getpid(), signal.SIGINT)
+            return self.lin(x)
+
+    seen = []
+    with pytest.raises(KeyboardInterrupt):
+        profile_training(CtrlCInStep7(), tiny_loader(), run_dir=tmp_path, wait=1, warmup=1, active=2, repeat=3,
+                         on_trace=seen.append)
+    assert seen == [tmp_path / "trace_cycle0.pt.trace.json"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["trace_cycle0.pt.trace.json"]
+    assert step_numbers(load_trace(seen[0])) == [2, 3]

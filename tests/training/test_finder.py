@@ -5,7 +5,7 @@ import pytest
 import torch
 from torch import nn
 
-from labkit.core.models import MLP
+from labkit.core.models import MLP, build_model
 from labkit.memory.model import build_memory_model
 from labkit.training.finder import find_max_batch, search_from_hint, search_largest
 
@@ -160,3 +160,10 @@ def test_finder_takes_a_memory_model_already_built(monkeypatch):
                        memory_model=mm)
     with pytest.raises(ValueError, match="parameters, the model has"):
         find_max_batch(MLP(10, in_features=3 * 8 * 8, hidden=16), SHAPE, memory_budget_bytes=budget, memory_model=mm)
+
+
+@pytest.mark.parametrize("budget", [-5, 0, "2G"])
+def test_a_budget_that_is_not_a_positive_number_of_bytes_is_one_line(budget):
+    model = build_model("small_cnn", 10, (1, 8, 8))
+    with pytest.raises(ValueError, match=r"^memory_budget_bytes must be a number > 0, got .*; bytes, e.g. 2 \* 1024\*\*3$"):
+        find_max_batch(model, (1, 8, 8), memory_budget_bytes=budget, limit=64)
