@@ -27,6 +27,7 @@ class ClusterJob:
     job_name: str = "labkit"
     gpus_per_node: int = 0
     env: tuple[tuple[str, str], ...] = ()     # exported before srun, e.g. (("GLOO_SOCKET_IFNAME", "eth0"),)
+    fork_workers: bool = False                # labkit launch --fork-workers: one torch import per node, ranks forked
 
     def __post_init__(self) -> None:
         if not re.fullmatch(r"[A-Za-z_][\w.]*:[A-Za-z_][\w.]*", self.target):
@@ -46,8 +47,9 @@ class ClusterJob:
 
 def _launch_line(job: ClusterJob, node_rank: str, endpoint: str, rdzv_id: str, local_addr: str | None = None) -> str:
     addr = f" --local-addr {local_addr}" if local_addr else ""
+    fork = " --fork-workers" if job.fork_workers else ""
     return (f"labkit launch --nnodes {job.nodes} --node-rank {node_rank} --nproc-per-node {job.procs_per_node} "
-            f"--rdzv-endpoint {endpoint} --rdzv-id {rdzv_id}{addr} {shlex.quote(job.target)}")
+            f"--rdzv-endpoint {endpoint} --rdzv-id {rdzv_id}{addr}{fork} {shlex.quote(job.target)}")
 
 
 def slurm_script(job: ClusterJob) -> str:

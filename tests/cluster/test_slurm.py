@@ -23,6 +23,7 @@ def test_script_asks_for_one_task_per_node_and_meets_at_the_first_host():
     assert "--rdzv-id $SLURM_JOB_ID" in srun[0] and srun[0].count("'") == 2   # expanded on each node, not here
     assert "export HEAD=" in script                       # the tasks' shells must see it
     assert "--gpus-per-node" not in slurm_script(ClusterJob("a.b:c"))
+    assert "--fork-workers" not in script and "--fork-workers a.b:c" in slurm_script(ClusterJob("a.b:c", fork_workers=True))
 
 
 @pytest.mark.skipif(shutil.which("bash") is None, reason="no bash")

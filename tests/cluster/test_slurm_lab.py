@@ -36,7 +36,7 @@ def test_the_kits_batch_script_runs_torchrun_on_every_node_of_a_real_slurm(slurm
     """sbatch -> one srun task per node -> labkit launch (torchrun, c10d rendezvous at the first host) -> ranks
     numbered node by node, each on its own node's address, one all-reduce across the nodes."""
     job = ClusterJob("labkit.cluster.link_jobs:identity", nodes=2, procs_per_node=2, time_limit="00:05:00",
-                     env=(("GLOO_SOCKET_IFNAME", "eth0"),))
+                     env=(("GLOO_SOCKET_IFNAME", "eth0"),), fork_workers=True)
     with tempfile.TemporaryDirectory() as results:
         Path(results).chmod(0o777)
         done = slurm.sbatch(slurm_script(job), timeout_s=150,
