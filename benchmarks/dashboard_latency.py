@@ -16,6 +16,7 @@ import statistics
 import subprocess
 import sys
 
+import labkit  # noqa: F401  (before torch: sizes its threads to the CPUs this process may use)
 import torch
 
 from labkit.core.clock import interleaved, now_s, process_time_s

@@ -16,6 +16,7 @@ import json
 import statistics
 from pathlib import Path
 
+import labkit  # noqa: F401  (before torch: sizes its threads to the CPUs this process may use)
 import torch
 from torch import nn
 

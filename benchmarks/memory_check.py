@@ -18,6 +18,7 @@ import json
 import sys
 from pathlib import Path
 
+import labkit  # noqa: F401  (before torch: sizes its threads to the CPUs this process may use)
 import torch
 
 from labkit.core.models import build_model
