@@ -5,10 +5,11 @@ smaller work on a CPU laptop or Binder (fast) and the real work on a GPU box (fu
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 from dataclasses import dataclass
-from typing import Mapping, TypeVar
+from typing import Iterator, Mapping, TypeVar
 
 import numpy as np
 import torch
@@ -54,6 +55,22 @@ def get_mode(environ: Mapping[str, str] | None = None, cuda_available: bool | No
 def pick(fast: T, full: T, mode: Mode | None = None) -> T:
     """Choose a work size by mode: ``pick(fast=200, full=50_000)``."""
     return fast if (mode or get_mode()).fast else full
+
+
+@contextlib.contextmanager
+def deterministic_kernels() -> Iterator[None]:
+    """cuDNN's deterministic algorithms and no autotuning while the block runs, then the settings as they were.
+
+    A seed alone does not give the same numbers twice on a GPU: cuDNN chooses convolution algorithms by
+    heuristics or timing, and some accumulate gradients with atomics in whatever order threads finish. No effect
+    on a CPU, whose kernels are deterministic already."""
+    cudnn = torch.backends.cudnn
+    saved = cudnn.deterministic, cudnn.benchmark
+    cudnn.deterministic, cudnn.benchmark = True, False
+    try:
+        yield
+    finally:
+        cudnn.deterministic, cudnn.benchmark = saved
 
 
 def seed_everything(seed: int = 0) -> None:

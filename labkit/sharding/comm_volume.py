@@ -129,11 +129,25 @@ def _nbytes(t) -> int:
     return t.numel() * t.element_size()
 
 
+def all_gather_single(output: torch.Tensor, input: torch.Tensor, **kwargs):
+    """``dist.all_gather_single`` (torch 2.12 on), else its older name ``all_gather_into_tensor``: the same call.
+
+    Looked up when called, so :func:`counting_collectives` counts it; GPU images often ship an older torch."""
+    return (getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor)(output, input, **kwargs)
+
+
+def reduce_scatter_single(output: torch.Tensor, input: torch.Tensor, **kwargs):
+    """``dist.reduce_scatter_single`` (torch 2.12 on), else its older name ``reduce_scatter_tensor``."""
+    return (getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor)(output, input, **kwargs)
+
+
 @contextlib.contextmanager
 def counting_collectives(counter: CommCounter) -> Iterator[CommCounter]:
     """Patch ``torch.distributed``'s collectives (the ones FSDP2 and the kit call) to record into ``counter``."""
     def wrap(name: str, kind: str, full_arg: int, full_kwarg: str):
-        original = getattr(dist, name)
+        original = getattr(dist, name, None)
+        if original is None:                    # torch before 2.12 has no *_single names: nothing to count there
+            return None
 
         def counted(*args, **kwargs):
             full = args[full_arg] if len(args) > full_arg else kwargs[full_kwarg]   # FSDP2 passes keywords
@@ -146,6 +160,7 @@ def counting_collectives(counter: CommCounter) -> Iterator[CommCounter]:
                wrap("all_gather_into_tensor", "all_gather", 0, "output_tensor"),
                wrap("reduce_scatter_single", "reduce_scatter", 1, "input"),
                wrap("reduce_scatter_tensor", "reduce_scatter", 1, "input")]
+    patches = [p for p in patches if p is not None]
     for name, _, counted in patches:
         setattr(dist, name, counted)
     try:

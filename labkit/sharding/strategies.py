@@ -28,8 +28,8 @@ from labkit.core.step import StepOptions, TrainStep
 from labkit.core.validation import checked_int, positive_int, positive_number
 from labkit.memory.device import peak_since
 from labkit.memory.model import build_memory_model
-from labkit.sharding.comm_volume import (CommCounter, bytes_written_by_process, counting_collectives,
-                                         predicted_bytes_per_step, simulated_bytes_per_step)
+from labkit.sharding.comm_volume import (CommCounter, all_gather_single, bytes_written_by_process, counting_collectives,
+                                         predicted_bytes_per_step, reduce_scatter_single, simulated_bytes_per_step)
 from labkit.sharding.memory import STRATEGIES, check_strategy, count_rank_state_bytes, predict_per_rank
 from labkit.training.reference import max_weight_difference, single_process_weights
 
@@ -109,11 +109,11 @@ class Zero1Optimizer:
     def step(self) -> None:
         """Reduce-scatter the gradients, update this rank's slice, all-gather the parameters."""
         reduced = torch.empty_like(self.shard.grad)      # transient: the output must not alias the input
-        dist.reduce_scatter_single(reduced, self.flat_grad, op=dist.ReduceOp.SUM)
+        reduce_scatter_single(reduced, self.flat_grad, op=dist.ReduceOp.SUM)
         self.shard.grad.copy_(reduced.div_(self.world_size))
         self.adam.step()
         with torch.no_grad():
-            dist.all_gather_single(self.flat, self.shard.detach().clone())
+            all_gather_single(self.flat, self.shard.detach().clone())
 
 
 def _wrap(cfg: ShardingConfig, strategy: str):

@@ -6,6 +6,8 @@ kernel running all the time reads 100%. It is still the quickest sign of data st
 """
 from __future__ import annotations
 
+import functools
+
 import statistics
 import threading
 from dataclasses import dataclass
@@ -27,6 +29,16 @@ class UtilizationSummary:
     note: str
 
 
+@functools.lru_cache(maxsize=None)
+def nvml_handle(index: int):
+    """NVML opened once per process and kept (as torch keeps its CUDA context): ``nvmlInit`` enumerates the
+    devices, and a run that opened and shut NVML every time paid that as start-up on every call."""
+    import pynvml
+
+    pynvml.nvmlInit()
+    return pynvml.nvmlDeviceGetHandleByIndex(index)
+
+
 def nvml_device_utilization(index: int = 0) -> tuple[int, int, int] | None:
     """(gpu_util_percent, mem_used_bytes, mem_total_bytes) from NVML, or None when NVML is unavailable."""
     try:
@@ -34,14 +46,10 @@ def nvml_device_utilization(index: int = 0) -> tuple[int, int, int] | None:
     except ImportError:
         return None
     try:
-        pynvml.nvmlInit()
-        try:
-            handle = pynvml.nvmlDeviceGetHandleByIndex(index)
-            util = pynvml.nvmlDeviceGetUtilizationRates(handle)
-            mem = pynvml.nvmlDeviceGetMemoryInfo(handle)
-            return int(util.gpu), int(mem.used), int(mem.total)
-        finally:
-            pynvml.nvmlShutdown()
+        handle = nvml_handle(index)
+        util = pynvml.nvmlDeviceGetUtilizationRates(handle)
+        mem = pynvml.nvmlDeviceGetMemoryInfo(handle)
+        return int(util.gpu), int(mem.used), int(mem.total)
     except pynvml.NVMLError:
         return None
 
@@ -66,9 +74,8 @@ class UtilizationSampler:
             try:
                 import pynvml
 
-                pynvml.nvmlInit()
                 idx = self.device.index if self.device.index is not None else torch.cuda.current_device()
-                handle = pynvml.nvmlDeviceGetHandleByIndex(idx)
+                handle = nvml_handle(idx)
                 return lambda: float(pynvml.nvmlDeviceGetUtilizationRates(handle).gpu)
             except Exception as err:  # noqa: BLE001 - NVML missing or refused: say so, do not guess
                 self._note = f"NVML unavailable ({type(err).__name__}); GPU utilisation not sampled"
@@ -99,13 +106,6 @@ class UtilizationSampler:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=5 * self.interval_s + 1)
-        if self.device.type == "cuda" and not self._note:
-            try:
-                import pynvml
-
-                pynvml.nvmlShutdown()
-            except Exception:  # noqa: BLE001
-                pass
 
     def summary(self) -> UtilizationSummary:
         """Mean utilisation over the samples taken (None when there were none)."""

@@ -20,7 +20,7 @@ from torch.utils.data import Subset
 from labkit.core.clock import now_s
 from labkit.core.data import ImageData, load_data, make_loader, validate_batch_size
 from labkit.core.device import get_device
-from labkit.core.env import pick, seed_everything
+from labkit.core.env import deterministic_kernels, pick, seed_everything
 from labkit.core.models import build_model
 from labkit.core.validation import checked_int, positive_int
 from labkit.memory.device import cuda_baseline_bytes, peak_since
@@ -210,21 +210,22 @@ class BatchSizeDashboard:
         self.history.append(run)
         self._last_plot_s = 0.0                 # a new run plots its first point at once
         self.status.value = f"running {run.label}, lr {run.lr:.4g}, seed {run.seed} ..."
-        seed_everything(run.seed)            # the weights too: repeats of the same settings start alike
-        model = build_model(run.model, data.num_classes, data.image_shape)
-        baseline = cuda_baseline_bytes()
-        cfg = TrainConfig(steps=run.total_steps, lr=run.lr, lr_warmup_steps=5 if self.lr_scaling.value else 0,
-                          device=str(self.device), progress=False, warmup_steps=min(2, run.total_steps - 1),
-                          profile_model=False, seed=run.seed, **TRAIN_KW)
-        result = train(model, make_loader(data.train, run.batch_size, shuffle=True, seed=run.seed), cfg,
-                       val_loader=make_loader(data.val, min(len(data.val), 256)),
-                       callback=lambda rec, progress: self._on_step(run, rec, progress, baseline))
-        run.result, run.stopped = result, result.stopped_early
-        if result.val_accuracy is not None:
-            run.add_accuracy(result.val_accuracy)
-        if self.ceiling_steps and not run.stopped:
-            self.status.value = f"measuring the device-resident ceiling of {run.label} ..."
-            run.ceiling_samples_per_s = self._ceiling(model, run, cfg)
+        with deterministic_kernels():        # seeded and deterministic: the same settings give the same run
+            seed_everything(run.seed)        # the weights too: repeats of the same settings start alike
+            model = build_model(run.model, data.num_classes, data.image_shape)
+            baseline = cuda_baseline_bytes()
+            cfg = TrainConfig(steps=run.total_steps, lr=run.lr, lr_warmup_steps=5 if self.lr_scaling.value else 0,
+                              device=str(self.device), progress=False, warmup_steps=min(2, run.total_steps - 1),
+                              profile_model=False, seed=run.seed, **TRAIN_KW)
+            result = train(model, make_loader(data.train, run.batch_size, shuffle=True, seed=run.seed), cfg,
+                           val_loader=make_loader(data.val, min(len(data.val), 256)),
+                           callback=lambda rec, progress: self._on_step(run, rec, progress, baseline))
+            run.result, run.stopped = result, result.stopped_early
+            if result.val_accuracy is not None:
+                run.add_accuracy(result.val_accuracy)
+            if self.ceiling_steps and not run.stopped:
+                self.status.value = f"measuring the device-resident ceiling of {run.label} ..."
+                run.ceiling_samples_per_s = self._ceiling(model, run, cfg)
         self._refresh_views(run, force=True)
         word = "stopped" if run.stopped else "finished"
         self.status.value = (f"{word} {run.label} (seed {run.seed}): {result.samples_per_s_median:.1f} samples/s "

@@ -40,3 +40,23 @@ def test_seed_everything_reproducible():
     a = torch.rand(4)
     env.seed_everything(3)
     assert torch.equal(a, torch.rand(4))
+
+
+def test_deterministic_kernels_hold_for_the_block_then_restore():
+    import torch
+
+    from labkit.core.env import deterministic_kernels
+
+    cudnn = torch.backends.cudnn
+    before = cudnn.deterministic, cudnn.benchmark
+    cudnn.benchmark = True
+    try:
+        with deterministic_kernels():
+            assert cudnn.deterministic is True and cudnn.benchmark is False
+        assert cudnn.benchmark is True and cudnn.deterministic == before[0]
+        with pytest.raises(RuntimeError):
+            with deterministic_kernels():
+                raise RuntimeError("a run that fails")
+        assert cudnn.benchmark is True                 # restored after an error too
+    finally:
+        cudnn.deterministic, cudnn.benchmark = before

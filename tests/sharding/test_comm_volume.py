@@ -59,3 +59,26 @@ def test_the_ddp_hook_is_accepted_by_ddp():
         model(torch.randn(3, 4)).sum().backward()
     finally:
         dist.destroy_process_group()
+
+
+def test_on_a_torch_without_the_single_names_the_older_names_are_called_and_counted(monkeypatch):
+    """torch before 2.12 (GPU images ship 2.11) has all_gather_into_tensor / reduce_scatter_tensor only."""
+    import torch
+
+    from labkit.sharding.comm_volume import all_gather_single, reduce_scatter_single
+
+    monkeypatch.delattr(dist, "all_gather_single", raising=False)
+    monkeypatch.delattr(dist, "reduce_scatter_single", raising=False)
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        counter = CommCounter(world_size=1)
+        with counting_collectives(counter):
+            out, grads = torch.empty(4), torch.arange(4.0)
+            all_gather_single(out, grads.clone())
+            reduced = torch.empty(4)
+            reduce_scatter_single(reduced, grads)
+        assert torch.equal(out, grads) and torch.equal(reduced, grads)
+        kinds = counter.by_kind()          # gloo may carry reduce_scatter_tensor on an all_reduce: counted too
+        assert kinds["all_gather"] == 1 and kinds["reduce_scatter"] == 1
+    finally:
+        dist.destroy_process_group()

