@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,6 +47,8 @@ class ReportInputs:
     ladder: dict | None = None
     dry_run: bool = False
     notes: list[str] = field(default_factory=list)
+    steps: dict | None = None
+    lessons: str | None = None
 
 
 def junit_file_of(case: ET.Element) -> str:
@@ -59,6 +62,19 @@ def junit_file_of(case: ET.Element) -> str:
     return "/".join(parts[: module + 1]) + ".py"
 
 
+ANSI = re.compile(r"\x1b\[[0-9;]*m|#x1B\[[0-9;]*m")
+
+
+def _one_line(bad: ET.Element, limit: int = 160) -> str:
+    """A failure's message for a table cell: nbval's colour codes and line breaks removed; where the message is
+    only nbval's "cell execution failed", the exception's last line from the body instead."""
+    message = " ".join(ANSI.sub("", bad.get("message") or "").split())
+    body = [ln.strip() for ln in ANSI.sub("", bad.text or "").splitlines() if ln.strip()]
+    last = next((ln for ln in reversed(body) if re.match(r"^[A-Za-z_.]*(Error|Exception|Interrupt)\b", ln)), "")
+    text = last if last and ("execution failed" in message or not message) else message
+    return text[:limit]
+
+
 def parse_junit(path: str | Path) -> list[Outcome]:
     """Per-file outcomes from one pytest ``--junitxml`` file, in file order."""
     counts: dict[str, dict] = {}
@@ -69,7 +85,7 @@ def parse_junit(path: str | Path) -> list[Outcome]:
         if "failure" in kinds or "error" in kinds:
             c["failed" if "failure" in kinds else "errors"] += 1
             bad = case.find("failure") if "failure" in kinds else case.find("error")
-            c["first_failure"] = c["first_failure"] or f"{case.get('name')}: {(bad.get('message') or '')[:120]}"
+            c["first_failure"] = c["first_failure"] or f"{case.get('name')}: {_one_line(bad)}"
         elif "skipped" in kinds:
             c["skipped"] += 1
             reason = (case.find("skipped").get("message") or "").strip()
@@ -103,14 +119,18 @@ def _overhead_section(doc: dict | None) -> list[str]:
     lines = ["### Instrumented loop vs a bare loop", ""]
     if not doc:
         return lines + ["Not available: `benchmarks/loop_overhead.py --json` produced nothing.", ""]
-    lines += [f"Device: {doc.get('device', '?')}. Target: overhead below {OVERHEAD_TARGET:.0%}.", "",
-              "| model | batch | bare step (ms) | instrumented step (ms) | ratio | overhead | target met |",
-              "|---|---|---|---|---|---|---|"]
+    lines += [f"Device: {doc.get('device', '?')}. Target: overhead of the steps below {OVERHEAD_TARGET:.0%}. Start-up: "
+              "what one call of `train` costs once, around its steps (the whole-call ratio includes it).", "",
+              "| model | batch | steps | bare step (ms) | instrumented step (ms) | ratio | overhead | target met "
+              "| start-up (ms) | whole-call ratio |",
+              "|---|---|---|---|---|---|---|---|---|---|"]
     for r in doc["rows"]:
         over = r["ratio"] - 1
-        lines.append(f"| {r['model']} | {r['batch_size']} | {1e3 * r['bare_step_s']:.2f} | "
+        startup = f"{1e3 * r['startup_s']:.1f}" if "startup_s" in r else "not measured"
+        call = f"{r['call_ratio']:.3f}" if "call_ratio" in r else "not measured"
+        lines.append(f"| {r['model']} | {r['batch_size']} | {r.get('steps', '?')} | {1e3 * r['bare_step_s']:.2f} | "
                      f"{1e3 * r['instrumented_step_s']:.2f} | {r['ratio']:.3f} | {over:+.1%} | "
-                     f"{'yes' if over < OVERHEAD_TARGET else 'NO'} |")
+                     f"{'yes' if over < OVERHEAD_TARGET else 'NO'} | {startup} | {call} |")
     return lines + [""]
 
 
@@ -150,6 +170,30 @@ def _ladder_section(doc: dict | None) -> list[str]:
     return lines + [result.to_markdown(link_base="../notebooks/"), ""]
 
 
+def _steps_section(doc: dict | None) -> list[str]:
+    if not doc:
+        return []
+    lanes = doc.get("lanes", 1)
+    lines = ["## Steps: wall time and peak GPU memory", ""]
+    if lanes > 1:
+        lines += [f"The steps marked `alone` ran first, by themselves; the rest ran at the same time in {lanes} lanes, "
+                  "each pinned to its own CPUs and all sharing the one GPU. Those marked `GPU lane` time work on the "
+                  "GPU and ran one after another in lane 1, beside CPU-only steps; any other step's timing verdicts "
+                  "were made with other work on the GPU." + (f" Deadline: {doc['deadline_s']:.0f} s."
+                                                             if doc.get("deadline_s") else ""), ""]
+    lines += ["| step | lane (CPUs) | started (s) | wall (s) | result | peak GPU memory (MiB) |",
+              "|---|---|---|---|---|---|"]
+    for r in doc["steps"]:
+        def num(x, fmt):
+            return "" if x is None else format(x, fmt)
+        lane = f"{r['lane']}, `GPU lane`" if r.get("gpu_timing") else r["lane"]
+        lines.append(f"| {r['name']} | {lane} ({r['cpus']}) | {num(r['started_s'], '.0f')} | "
+                     f"{num(r['wall_s'], '.0f')} | {r['status']} | "
+                     f"{num(r['gpu_peak_mib'], '.0f') if r['started_s'] is not None else ''} |")
+    return lines + ["", "Peak GPU memory: the largest sum over the step's processes of what `nvidia-smi` reported, "
+                    "sampled once a second (CUDA context included).", ""]
+
+
 def render_report(inputs: ReportInputs) -> str:
     """The whole report as Markdown."""
     v = inputs.versions
@@ -161,6 +205,9 @@ def render_report(inputs: ReportInputs) -> str:
     lines += ["## Machine", "", "| item | value |", "|---|---|"]
     lines += [f"| {k} | {v.get(k, 'unknown')} |" for k in ("device", "torch", "cuda", "driver", "tensorflow")]
     lines += [""] + [f"- {n}" for n in inputs.notes] + ([""] if inputs.notes else [])
+    lines += _steps_section(inputs.steps)
+    if inputs.lessons:
+        lines += ["## Lessons (each notebook's checked claims)", "", "```", inputs.lessons, "```", ""]
     lines += _outcome_table("Notebooks (nbval, full mode)", inputs.notebooks)
     lines += _outcome_table("Test files (pytest)", inputs.tests)
     lines += ["## Figures", ""] + _overhead_section(inputs.loop_overhead) + _memory_section(inputs.memory)
@@ -181,6 +228,14 @@ def load_inputs(folder: str | Path, versions: dict, dry_run: bool = False,
             return None
 
     notebooks = [o for xml in sorted(folder.glob("nbval_*.xml")) for o in parse_junit(xml)]
-    tests = parse_junit(folder / "tests.xml") if (folder / "tests.xml").is_file() else []
+    tests = [o for xml in sorted(folder.glob("tests*.xml")) for o in parse_junit(xml)]
+    lessons = None
+    if (folder / "lessons.jsonl").is_file():
+        from labkit.core.lessons import LessonLogError, summarize_lesson_log  # torch-free
+
+        try:
+            lessons = summarize_lesson_log(folder / "lessons.jsonl")
+        except LessonLogError as err:
+            lessons = f"lesson log unusable: {err}"
     return ReportInputs(versions, notebooks, tests, json_or_none("loop_overhead.json"), json_or_none("memory.json"),
-                        json_or_none("ladder.json"), dry_run, list(notes or []))
+                        json_or_none("ladder.json"), dry_run, list(notes or []), json_or_none("steps.json"), lessons)
