@@ -5,13 +5,22 @@
 2. TensorFlow is optional (a GPU box often has only PyTorch): tests marked ``@pytest.mark.tensorflow`` are
    skipped where it is absent, all with the one reason ``labkit.core.procs.tensorflow_missing_reason()``
    gives, so ``make test`` stays green and the skip line says how to install it.
+3. Ctrl-C reaches the tests as a terminal delivers it. A runner that starts them in the background (``cmd &`` in a
+   script) leaves SIGINT ignored, and every child inherits that; the tests that press Ctrl-C on a lab, a sweep or
+   a launch would then wait for an interrupt that never comes. A handler set here is reset to the default in
+   each child at exec, so the children get Ctrl-C again too.
 """
+import signal
+
 import pytest
 
 import labkit  # noqa: F401
 from labkit.core.procs import tensorflow_missing_reason
 
 TENSORFLOW_MARKER = "tensorflow"
+
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def pytest_configure(config: pytest.Config) -> None:
