@@ -12,13 +12,13 @@ from __future__ import annotations
 import os
 import subprocess
 import threading
-import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable
 
 import psutil
 
+from labkit.core.clock import now_s
 from labkit.core.procs import kill_tree
 
 
@@ -52,6 +52,7 @@ class StepRecord:
     gpu_timing: bool = False
 
     def to_dict(self) -> dict:
+        """The record as steps.json holds it."""
         return asdict(self)
 
 
@@ -83,6 +84,7 @@ def plan_lanes(steps: list[Step], lanes: int) -> list[list[Step]]:
 
 
 def cpu_label(cpus: list[int]) -> str:
+    """'0-3' for a run of CPUs, '0,2,5' otherwise, '7' for one."""
     if len(cpus) == 1:
         return str(cpus[0])
     return f"{cpus[0]}-{cpus[-1]}" if cpus == list(range(cpus[0], cpus[-1] + 1)) else ",".join(map(str, cpus))
@@ -119,15 +121,18 @@ class GpuMemorySampler(threading.Thread):
         self._stop_event, self._lock = threading.Event(), threading.Lock()
 
     def watch(self, name: str, pid: int) -> None:
+        """Count the GPU memory of ``pid`` and its descendants as step ``name``'s."""
         with self._lock:
             self.roots[name] = pid
             self.peaks.setdefault(name, 0.0)
 
     def unwatch(self, name: str) -> None:
+        """Stop sampling step ``name`` (its peak is kept)."""
         with self._lock:
             self.roots.pop(name, None)
 
     def sample(self) -> None:
+        """One reading: each watched step's current total, kept where it is its peak so far."""
         usage = self.read()
         if usage is None:
             self.readable = False
@@ -145,16 +150,18 @@ class GpuMemorySampler(threading.Thread):
                 self.peaks[name] = max(self.peaks.get(name, 0.0), total)
 
     def run(self) -> None:
+        """The thread: a sample every ``interval_s`` until :meth:`stop`."""
         while not self._stop_event.wait(self.interval_s):
             self.sample()
 
     def stop(self) -> None:
+        """Ask the thread to end after its current sample."""
         self._stop_event.set()
 
 
 def _run_one(step: Step, record: StepRecord, cpus: list[int], env: dict, cwd: Path, t0: float, deadline: float | None,
              sampler: GpuMemorySampler | None) -> None:
-    now = time.monotonic()
+    now = now_s()
     if deadline is not None and now >= deadline:
         return                                          # stays "not run (deadline)"
     record.started_s = round(now - t0, 1)
@@ -172,7 +179,7 @@ def _run_one(step: Step, record: StepRecord, cpus: list[int], env: dict, cwd: Pa
     if sampler:
         sampler.watch(step.name, proc.pid)
     try:
-        proc.wait(timeout=None if deadline is None else max(0.0, deadline - time.monotonic()))
+        proc.wait(timeout=None if deadline is None else max(0.0, deadline - now_s()))
         record.returncode = proc.returncode
         record.status = "ok" if proc.returncode == 0 else f"failed (exit {proc.returncode})"
     except subprocess.TimeoutExpired:
@@ -180,7 +187,7 @@ def _run_one(step: Step, record: StepRecord, cpus: list[int], env: dict, cwd: Pa
         proc.wait()
         record.status = "stopped at the deadline"
     finally:
-        record.wall_s = round(time.monotonic() - t0 - record.started_s, 1)
+        record.wall_s = round(now_s() - t0 - record.started_s, 1)
         if sampler:
             sampler.unwatch(step.name)
             record.gpu_peak_mib = sampler.peaks.get(step.name) if sampler.readable else None
@@ -195,7 +202,7 @@ def run_steps(steps: list[Step], *, lanes: int = 1, deadline_s: float | None = N
     """Run ``alone`` steps one by one on every CPU, then the rest in ``lanes`` pinned lanes; records in input order."""
     cpus = sorted(cpus if cpus is not None else os.sched_getaffinity(0))
     env = dict(os.environ if env is None else env)
-    t0 = time.monotonic()
+    t0 = now_s()
     deadline = None if deadline_s is None else t0 + deadline_s
     records = {s.name: StepRecord(s.name, "alone" if s.alone else "", "", gpu_timing=s.gpu_timing and not s.alone)
                for s in steps}

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass, field
-from typing import Iterator
+from typing import Any, Iterator
 
 import numpy as np
 import torch
@@ -129,14 +129,14 @@ def _nbytes(t) -> int:
     return t.numel() * t.element_size()
 
 
-def all_gather_single(output: torch.Tensor, input: torch.Tensor, **kwargs):
+def all_gather_single(output: torch.Tensor, input: torch.Tensor, **kwargs: Any) -> Any:
     """``dist.all_gather_single`` (torch 2.12 on), else its older name ``all_gather_into_tensor``: the same call.
 
     Looked up when called, so :func:`counting_collectives` counts it; GPU images often ship an older torch."""
     return (getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor)(output, input, **kwargs)
 
 
-def reduce_scatter_single(output: torch.Tensor, input: torch.Tensor, **kwargs):
+def reduce_scatter_single(output: torch.Tensor, input: torch.Tensor, **kwargs: Any) -> Any:
     """``dist.reduce_scatter_single`` (torch 2.12 on), else its older name ``reduce_scatter_tensor``."""
     return (getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor)(output, input, **kwargs)
 

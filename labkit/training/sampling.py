@@ -11,6 +11,7 @@ import functools
 import statistics
 import threading
 from dataclasses import dataclass
+from typing import Any
 
 import psutil
 import torch
@@ -30,7 +31,7 @@ class UtilizationSummary:
 
 
 @functools.lru_cache(maxsize=None)
-def nvml_handle(index: int):
+def nvml_handle(index: int) -> Any:
     """NVML opened once per process and kept (as torch keeps its CUDA context): ``nvmlInit`` enumerates the
     devices, and a run that opened and shut NVML every time paid that as start-up on every call."""
     import pynvml
