@@ -58,10 +58,15 @@ class CpuShare:
 
     @property
     def share(self) -> float:
-        """Fraction of a core the process got while it wanted one (1.0: never waited for a CPU)."""
+        """Fraction of a core the process got while it wanted one (1.0: never waited for a CPU).
+
+        The totals are summed over the process's threads, and a thread that ends between the two readings (a
+        DataLoader's pin-memory thread) takes its totals with it: a difference can come out negative, so the wait
+        counts from zero and the share stays in (0, 1] (a busy run measured 1.07 of a core, which the verdict's
+        load refused)."""
         if self.waiting_s is not None:
-            wanted_s = self.on_cpu_s + self.waiting_s
-            return 1.0 if wanted_s <= 0 else max(MIN_SHARE, self.on_cpu_s / wanted_s)
+            wanted_s = self.on_cpu_s + max(0.0, self.waiting_s)
+            return 1.0 if wanted_s <= 0 else min(1.0, max(MIN_SHARE, self.on_cpu_s / wanted_s))
         return 1.0 if self.wall_s <= 0 else min(1.0, max(MIN_SHARE, self.on_cpu_s / self.wall_s))
 
     def to_dict(self) -> dict[str, float | None]:

@@ -42,3 +42,15 @@ def test_spinning_processes_are_started_and_always_stopped():
     with pytest.raises(ValueError, match="count"):
         with spinning_cores(-1):
             pass
+
+
+def test_a_thread_that_ended_between_the_readings_never_makes_a_share_above_one():
+    """make test-busy, notebook 04: a DataLoader's threads ended inside the meter and the share read 1.07 of a core,
+    which the verdict's Load refused (a ValueError instead of a verdict)."""
+    from labkit.core.verdict import Load
+
+    lost_wait = CpuShare(on_cpu_s=1.0, waiting_s=-0.07, wall_s=1.0)
+    assert lost_wait.share == 1.0
+    assert CpuShare(on_cpu_s=1.07, waiting_s=0.0, wall_s=1.0).share == 1.0
+    assert CpuShare(on_cpu_s=0.5, waiting_s=0.5, wall_s=1.0).share == 0.5       # a real wait still counts
+    Load({"this kernel": lost_wait.share})
