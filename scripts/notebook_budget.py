@@ -2,14 +2,17 @@
 
 Peak memory is sampled every 0.3 s over the kernel's whole process tree (DataLoader workers and
 torch.distributed ranks included) as PSS — each shared page split among the processes that map it, so
-forked workers are not counted twice — and its anonymous part (heap and tensors). Shared-library pages are
-large for torch's CUDA build (~430 MB per process) and much smaller for the CPU wheel Binder installs.
+forked workers are not counted twice — and its anonymous part (heap and tensors). PyTorch's CUDA build, the
+only one installable on the CI machine, maps CUDA-only libraries (cuBLAS, NVRTC, nvJitLink, libtorch_cuda, ...)
+even on a CPU; Binder installs the CPU wheel, which has none of them. So a third figure, "CPU-wheel PSS", is the
+PSS less the pages of those libraries (each process's share read from /proc/PID/smaps, refreshed every 2 s).
 
     .venv/bin/python scripts/notebook_budget.py notebooks/02_batch_size.ipynb [...]  [--markdown]
 """
 from __future__ import annotations
 
 import argparse
+import re
 import threading
 import time
 from pathlib import Path
@@ -19,6 +22,11 @@ import psutil
 from nbclient import NotebookClient
 
 from labkit.core.clock import now_s
+
+
+# mappings that exist only in PyTorch's CUDA build (the CPU wheel has none of these files)
+CUDA_ONLY = re.compile(r"/site-packages/(nvidia|cuda|triton)/|/torch/lib/lib(torch_cuda|c10_cuda|caffe2_nvrtc)")
+CUDA_REFRESH_S = 2.0
 
 
 def _pss_bytes(pid: int) -> tuple[int, int]:
@@ -35,24 +43,53 @@ def _pss_bytes(pid: int) -> tuple[int, int]:
     return pss, anon
 
 
-def _tree_memory() -> tuple[int, int]:
-    pss = anon = 0
-    for child in psutil.Process().children(recursive=True):
-        p, a = _pss_bytes(child.pid)
-        pss, anon = pss + p, anon + a
-    return pss, anon
+def cuda_only_pss_bytes(smaps: str) -> int:
+    """PSS of the CUDA-only libraries in one /proc/PID/smaps text (bytes)."""
+    total, counting = 0, False
+    for line in smaps.splitlines():
+        head = line.split(maxsplit=5)
+        if head and not head[0].endswith(":"):           # a mapping's header: address perms offset dev inode path
+            counting = len(head) == 6 and bool(CUDA_ONLY.search(head[5]))
+        elif counting and head[0] == "Pss:":
+            total += int(head[1]) * 1024
+    return total
+
+
+class TreeMemory:
+    """The kernel's process tree, sampled: PSS, anonymous PSS and PSS less the CUDA-only libraries (bytes)."""
+
+    def __init__(self) -> None:
+        self.cuda: dict[int, tuple[float, int]] = {}     # pid -> (when read, CUDA-only PSS)
+
+    def _cuda_only(self, pid: int) -> int:
+        when, value = self.cuda.get(pid, (-CUDA_REFRESH_S, 0))
+        if now_s() - when >= CUDA_REFRESH_S:
+            try:
+                value = cuda_only_pss_bytes(Path(f"/proc/{pid}/smaps").read_text())
+            except OSError:
+                value = 0
+            self.cuda[pid] = (now_s(), value)
+        return value
+
+    def sample(self) -> tuple[int, int, int]:
+        """(PSS, anonymous PSS, CPU-wheel PSS) of every process below this one, now."""
+        pss = anon = cuda = 0
+        for child in psutil.Process().children(recursive=True):
+            p, a = _pss_bytes(child.pid)
+            pss, anon, cuda = pss + p, anon + a, cuda + (self._cuda_only(child.pid) if p else 0)
+        return pss, anon, pss - cuda
 
 
 def run_notebook(path: Path, timeout_s: int = 900) -> dict:
     """Execute one notebook in a fresh kernel; return seconds, peak PSS and its anonymous part (bytes)."""
     nb = nbformat.read(path, as_version=4)
-    peak = {"pss": 0, "anon": 0}
-    done = threading.Event()
+    peak = {"pss": 0, "anon": 0, "cpu_wheel": 0}
+    done, tree = threading.Event(), TreeMemory()
 
     def sample() -> None:
         while not done.is_set():
-            pss, anon = _tree_memory()
-            peak["pss"], peak["anon"] = max(peak["pss"], pss), max(peak["anon"], anon)
+            for key, value in zip(("pss", "anon", "cpu_wheel"), tree.sample()):
+                peak[key] = max(peak[key], value)
             time.sleep(0.3)
 
     sampler = threading.Thread(target=sample, daemon=True)
@@ -68,7 +105,8 @@ def run_notebook(path: Path, timeout_s: int = 900) -> dict:
         done.set()
         sampler.join()
     return {"notebook": path.name, "seconds": now_s() - start,
-            "peak_pss_bytes": peak["pss"], "peak_anon_bytes": peak["anon"], "error": error}
+            "peak_pss_bytes": peak["pss"], "peak_anon_bytes": peak["anon"],
+            "peak_cpu_wheel_pss_bytes": peak["cpu_wheel"], "error": error}
 
 
 def main() -> None:
@@ -80,11 +118,13 @@ def main() -> None:
         r = run_notebook(path)
         mib = 1024 ** 2
         if args.markdown:
-            print(f"| `{r['notebook']}` | {r['seconds']:.0f} s | {r['peak_pss_bytes'] / mib:,.0f} MiB "
-                  f"({r['peak_anon_bytes'] / mib:,.0f} MiB anon) | {r['error'] or 'ok'} |")
+            print(f"| `{r['notebook']}` | {r['seconds']:.0f} s | {r['peak_cpu_wheel_pss_bytes'] / mib:,.0f} MiB "
+                  f"({r['peak_pss_bytes'] / mib:,.0f} MiB, {r['peak_anon_bytes'] / mib:,.0f} MiB) | "
+                  f"{r['error'] or 'ok'} |", flush=True)
         else:
-            print(f"{r['notebook']}: {r['seconds']:.1f} s, peak PSS {r['peak_pss_bytes'] / mib:,.0f} MiB "
-                  f"(anonymous {r['peak_anon_bytes'] / mib:,.0f} MiB) {r['error'] or 'ok'}", flush=True)
+            print(f"{r['notebook']}: {r['seconds']:.1f} s, peak PSS {r['peak_pss_bytes'] / mib:,.0f} MiB, "
+                  f"CPU-wheel PSS {r['peak_cpu_wheel_pss_bytes'] / mib:,.0f} MiB, anonymous "
+                  f"{r['peak_anon_bytes'] / mib:,.0f} MiB {r['error'] or 'ok'}", flush=True)
 
 
 if __name__ == "__main__":

@@ -8,16 +8,20 @@ the function and prints its result, so one command line scales from one CPU proc
 from __future__ import annotations
 
 import argparse
-
 import contextlib
 import os
 import signal
 import subprocess
+import tempfile
+from typing import TYPE_CHECKING
 
 from labkit.cli.common import nonnegative_int, positive_float, positive_int, subparser
 from labkit.comm.launch_env import detect_launcher_env
 from labkit.core.results import ResultStream, keep_finished
 from labkit.core.choices import BACKENDS
+
+if TYPE_CHECKING:
+    from labkit.comm.launch_nodes import NodeLaunch
 
 DEFAULT_WORLD_SIZE = 2
 
@@ -57,17 +61,25 @@ def _run_node(args: argparse.Namespace) -> int:
                          "(node 0's HOST:PORT), e.g. --nnodes 2 --node-rank 0 --rdzv-endpoint 10.0.0.1:29400")
     node = NodeLaunch(args.nnodes, args.node_rank, args.nproc_per_node, args.rdzv_endpoint,
                       rdzv_id=args.rdzv_id, local_addr=args.local_addr, max_restarts=args.max_restarts)
-    if args.fork_workers:
-        from labkit.comm.node_agent import run_forked_agent
+    # torchrun's agent leaves torchelastic_* folders and error files in the temporary folder: give it one that goes
+    with tempfile.TemporaryDirectory(prefix="labkit-torchrun-") as tmp:
+        if args.fork_workers:
+            from labkit.comm.node_agent import run_forked_agent
 
-        run_forked_agent(torchrun_nodes_command(args.target, node))
-        return 0
-    proc = subprocess.Popen(torchrun_nodes_command(args.target, node), start_new_session=True)
+            tempfile.tempdir = os.environ["TMPDIR"] = tmp    # this process is the agent; it ends with the job
+            run_forked_agent(torchrun_nodes_command(args.target, node))
+            return 0
+        return _wait_torchrun(subprocess.Popen(torchrun_nodes_command(args.target, node), start_new_session=True,
+                                               env={**os.environ, "TMPDIR": tmp}), node, args.timeout)
+
+
+def _wait_torchrun(proc: subprocess.Popen, node: NodeLaunch, timeout_s: float) -> int:
+    """torchrun's exit code; on timeout, Ctrl-C or SIGTERM its whole process group is stopped first."""
     try:
-        return proc.wait(timeout=args.timeout)
+        return proc.wait(timeout=timeout_s)
     except subprocess.TimeoutExpired:
         _stop_group(proc)
-        raise TimeoutError(f"node {node.node_rank}'s torchrun did not finish within --timeout {args.timeout:g} s; "
+        raise TimeoutError(f"node {node.node_rank}'s torchrun did not finish within --timeout {timeout_s:g} s; "
                            "it was stopped (is every node started, and node 0's endpoint reachable?)") from None
     except BaseException:
         _stop_group(proc)                                   # Ctrl-C or SIGTERM: no worker outlives this node

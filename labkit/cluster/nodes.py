@@ -10,7 +10,7 @@ traffic between nodes leaves through ``eth0``, whose egress a token-bucket filte
 
 Teardown is guaranteed three ways: ``close()`` (the ``with`` block's exit, on error and Ctrl-C), SIGTERM turned into
 an exit while the nodes are up, and the holder itself, which watches its parent and, when it disappears (even after
-``kill -9``), kills every process left in the nodes and deletes them. Nothing is ever created in the host's own
+``kill -9``), kills every process left in the nodes and deletes them and ``scratch`` (the nodes' local disks). Nothing is ever created in the host's own
 network namespace, and ``/run/netns`` is a private tmpfs, so other users' namespaces are never seen or touched.
 """
 from __future__ import annotations
@@ -21,9 +21,11 @@ import os
 import shutil
 import signal
 import subprocess
+import tempfile
 import threading
 from dataclasses import dataclass
-from typing import Any, Iterator, Sequence
+from pathlib import Path
+from typing import Any, Sequence
 
 from labkit.core.clock import Deadline
 from labkit.core.validation import positive_int, positive_number
@@ -44,6 +46,7 @@ for ns in $(ip netns list | cut -d' ' -f1); do
   for pid in $(ip netns pids "$ns"); do kill -9 "$pid" 2>/dev/null; done
   ip netns del "$ns"
 done
+rm -rf "$2"
 """
 
 
@@ -85,8 +88,7 @@ def node_address(node: int) -> str:
 
 def namespace_support() -> tuple[str | None, str]:
     """('root' or 'user', how) when separate network stacks can be built here, else (None, one-line reason)."""
-    missing = [tool for tool in ("ip", "tc", "unshare", "nsenter") if shutil.which(tool) is None]
-    if missing:
+    if missing := [tool for tool in ("ip", "tc", "unshare", "nsenter") if shutil.which(tool) is None]:
         return None, f"{', '.join(missing)} not found: install iproute2 and util-linux"
     mode = "root" if os.geteuid() == 0 else "user"
     argv = ["unshare", "-m", "-n", "true"] if mode == "root" else ["unshare", "-Urnm", "true"]
@@ -110,6 +112,7 @@ class EmulatedNodes:
         self._holder: subprocess.Popen | None = None
         self._procs: list[subprocess.Popen] = []
         self._previous_sigterm: Any = None
+        self.scratch: Path | None = None
 
     # ------------------------------------------------------------------ life cycle
     def __enter__(self) -> "EmulatedNodes":
@@ -127,6 +130,8 @@ class EmulatedNodes:
         self.mode = mode
         self._arm_sigterm()
         try:
+            self.scratch = Path(tempfile.mkdtemp(prefix="labkit-nodes-"))
+            os.chmod(self.scratch, 0o755)
             self._start_holder()
             for node in range(self.config.nodes):
                 self._add_node(node)
@@ -139,7 +144,7 @@ class EmulatedNodes:
     def _start_holder(self) -> None:
         flags = "-mn" if self.mode == "root" else "-Urnm"
         self._holder = subprocess.Popen(["unshare", flags, "--propagation", "private", "sh", "-c", _HOLDER_SCRIPT,
-                                         "holder", str(os.getpid())], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                         "holder", str(os.getpid()), str(self.scratch)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                         stdin=subprocess.DEVNULL, text=True, start_new_session=True)
         line = self._holder.stdout.readline() if self._holder.stdout else ""
         if line.strip() != "ready":
@@ -157,7 +162,7 @@ class EmulatedNodes:
             self.host_run(argv)
 
     def close(self) -> None:
-        """Kill every process the nodes run, delete the nodes and the switch; safe to call twice."""
+        """Kill every process the nodes run, delete the nodes, the switch and ``scratch``; safe to call twice."""
         for proc in self._procs:
             _kill_group(proc)
         self._procs.clear()
@@ -173,6 +178,8 @@ class EmulatedNodes:
             for stream in (holder.stdout, holder.stderr):
                 if stream is not None:
                     stream.close()
+        if self.scratch is not None:
+            shutil.rmtree(self.scratch, ignore_errors=True)
         self._disarm_sigterm()
 
     def _arm_sigterm(self) -> None:
@@ -298,13 +305,6 @@ def _kill_group(proc: subprocess.Popen) -> None:
             os.killpg(proc.pid, signal.SIGKILL)
     with contextlib.suppress(subprocess.TimeoutExpired):
         proc.wait(timeout=10)
-
-
-@contextlib.contextmanager
-def emulated_nodes(config: NodesConfig | None = None) -> Iterator[EmulatedNodes]:
-    """``with emulated_nodes(NodesConfig(nodes=2, rate_mbit_s=200)) as nodes:`` (torn down on any exit)."""
-    with EmulatedNodes(config or NodesConfig.fast()) as nodes:
-        yield nodes
 
 
 def wait_all(procs: Sequence[subprocess.Popen], timeout_s: float) -> list[int | None]:

@@ -51,13 +51,18 @@ def node_command(target: str, node: int, nnodes: int, nproc_per_node: int, timeo
 
 
 def job_env(node: int, result_dir: Path, params: dict[str, Any], threads: int = 1) -> dict[str, str]:
-    """The environment of one node's launcher: this labkit importable, gloo on eth0, the job's parameters."""
+    """The environment of one node's launcher: this labkit importable, gloo on eth0, the job's parameters, and a
+    temporary folder inside ``result_dir`` (torchrun's agent writes ``torchelastic_*`` folders and error files
+    there and never deletes them; the job's folder goes, and they with it)."""
+    tmp = Path(result_dir) / f"tmp-node{node}"
+    tmp.mkdir(exist_ok=True)
+    os.chmod(tmp, 0o1777)                     # ranks in a user namespace write here too
     env = dict(os.environ)
     paths = [p or os.getcwd() for p in sys.path]
     env.update(PYTHONPATH=os.pathsep.join(dict.fromkeys(paths)), GLOO_SOCKET_IFNAME="eth0",
                OMP_NUM_THREADS=str(threads), PYTHONUNBUFFERED="1", LABKIT_NODE_ADDR=node_address(node),
                LABKIT_RESULT_DIR=str(result_dir), LABKIT_JOB=json.dumps(params),
-               TORCH_CPP_LOG_LEVEL="ERROR", LOGLEVEL="WARNING")
+               TORCH_CPP_LOG_LEVEL="ERROR", LOGLEVEL="WARNING", TMPDIR=str(tmp))
     for stale in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID"):
         env.pop(stale, None)
     return env

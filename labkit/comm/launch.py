@@ -297,17 +297,3 @@ def _collect(run_dir: Path, codes: list[int | None], target: str) -> list:
     if len(results) != len(codes):
         raise LaunchError(f"{target}: only {len(results)} of {len(codes)} ranks returned a result")
     return results
-
-
-# ---------------------------------------------------------------------------------------------- torchrun
-def torchrun_command(target: str, nproc_per_node: int, *, nnodes: int = 1, node_rank: int = 0,
-                     master_addr: str = "127.0.0.1", master_port: int | None = None) -> list[str]:
-    """The torchrun command line that runs ``target`` ('package.module:function') through ``labkit launch``."""
-    target_name(target)
-    positive_int(nproc_per_node, "nproc_per_node")
-    nnodes = positive_int(nnodes, "nnodes")
-    checked_int(node_rank, "node_rank", minimum=0, maximum=nnodes - 1, hint=f"nodes are numbered 0..{nnodes - 1}")
-    torchrun = str(Path(sys.executable).with_name("torchrun"))
-    return [torchrun, f"--nnodes={nnodes}", f"--node-rank={node_rank}", f"--nproc-per-node={nproc_per_node}",
-            f"--master-addr={master_addr}", f"--master-port={master_port or free_port()}",
-            "-m", "labkit", "launch", target]

@@ -9,6 +9,7 @@ package imports torch (~3 s per rank on a small CPU), which those demos do not n
 """
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import os
@@ -19,7 +20,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -165,7 +166,8 @@ def _child_env(result_dir: Path, extra: Mapping[str, str] | None) -> dict[str, s
     repo_root = str(Path(mpi_demos.__file__).resolve().parents[2])
     env["PYTHONPATH"] = os.pathsep.join([repo_root] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
     env.setdefault("OMP_NUM_THREADS", "1")
-    env.update(PYTHONUNBUFFERED="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()),
+    # TMPDIR: the run's folder, deleted after it, so torchrun's torchelastic_* folders and error files go with it
+    env.update(PYTHONUNBUFFERED="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), TMPDIR=str(result_dir),
                **{mpi_demos.RESULT_DIR_ENV: str(result_dir)})
     env.update({k: str(v) for k, v in (extra or {}).items()})
     return env
@@ -200,7 +202,7 @@ def run_demo(demo: str, world_size: int, *, launcher: str = "mpiexec", timeout_s
     # backstop if this Python process dies mid-run: Hydra's mpiexec then ends the job by itself
     extra = {"MPIEXEC_TIMEOUT": str(int(timeout_s) + 10), **(env or {})}
     command = wrap(command) if wrap is not None else command
-    with tempfile.TemporaryDirectory(prefix="labkit-mpi-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="labkit-mpi-") as tmp, removing_hydra_leftovers():
         result_dir = Path(tmp)
         os.chmod(result_dir, 0o777)          # ranks in another user namespace write here too
         wall_s, code = _launch(command, result_dir, _child_env(result_dir, extra), timeout_s, demo, world_size)
@@ -210,7 +212,25 @@ def run_demo(demo: str, world_size: int, *, launcher: str = "mpiexec", timeout_s
     return run
 
 
+HYDRA_LEFTOVER = "hydra_hwloc_xmlfile_*"  # MPICH's Hydra writes its topology to /tmp (hard-coded, not TMPDIR)
+
+
+@contextlib.contextmanager
+def removing_hydra_leftovers(folder: Path = Path("/tmp")) -> Iterator[None]:
+    """Delete the Hydra topology files that appear in ``folder`` while the block runs, this user's only: MPICH
+    (5.0.2 seen) deletes its own when the job ends normally, but leaves it behind when a rank calls MPI_Abort."""
+    before = set(folder.glob(HYDRA_LEFTOVER))
+    try:
+        yield
+    finally:
+        for path in set(folder.glob(HYDRA_LEFTOVER)) - before:
+            with contextlib.suppress(OSError):
+                if path.stat().st_uid == os.getuid():
+                    path.unlink()
+
+
 FAILURE_GRACE_S = 1.0  # after one rank reports an error, how long the others get before everything is stopped
+STOP_GRACE_S = 2.0     # SIGTERM gives mpiexec this long to stop its ranks and delete its /tmp files before SIGKILL
 POLL_S = 0.05          # how often the runner looks at the launcher and the ranks' records
 
 
@@ -224,7 +244,7 @@ def _launch(command: list[str], result_dir: Path, env: dict, timeout_s: float, d
         try:
             while proc.poll() is None:
                 if deadline.expired:
-                    kill_tree(proc.pid)
+                    kill_tree(proc.pid, grace_s=STOP_GRACE_S)
                     proc.wait()
                     raise MpiTimeout(f"MPI demo {demo!r} on {world_size} ranks did not finish within "
                                      f"timeout_s={timeout_s:g}; every process was killed. Last launcher output:\n"
@@ -235,7 +255,7 @@ def _launch(command: list[str], result_dir: Path, env: dict, timeout_s: float, d
                     break
                 time.sleep(POLL_S)
         finally:
-            kill_tree(proc.pid)  # no-op after a clean exit; stops everything on an error or Ctrl-C
+            kill_tree(proc.pid, grace_s=STOP_GRACE_S)  # no-op after a clean exit; stops everything on an error or Ctrl-C
     return now_s() - start_s, proc.wait()
 
 

@@ -101,13 +101,24 @@ def _probe_modules() -> dict:
     return {"torch": "torch" in sys.modules, "tensorflow": "tensorflow" in sys.modules}
 
 
-def kill_tree(pid: int) -> None:
-    """Kill a process and all its descendants (a rank may have started data-loader workers)."""
+def kill_tree(pid: int, grace_s: float = 0.0) -> None:
+    """Kill a process and all its descendants (a rank may have started data-loader workers).
+
+    With ``grace_s`` the root first gets SIGTERM and that long to end its family itself: a launcher
+    (mpiexec, torchrun) then stops its ranks and deletes its own temporary files, which SIGKILL would leave
+    behind; whatever is still running afterwards is killed.
+    """
     try:
         parent = psutil.Process(pid)
         family = parent.children(recursive=True) + [parent]
     except psutil.NoSuchProcess:
         return
+    if grace_s > 0:
+        try:
+            parent.terminate()
+        except psutil.NoSuchProcess:
+            pass
+        _, family = psutil.wait_procs(family, timeout=grace_s)
     for proc in family:
         try:
             proc.kill()

@@ -15,8 +15,9 @@ from labkit.cluster.nodes import EmulatedNodes, NodesConfig, namespaces_alive, n
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def _gone(ids: list[str], holder_pid: int) -> None:
+def _gone(ids: list[str], holder_pid: int, scratch: str | None = None) -> None:
     assert namespaces_alive(ids) == [], "a node's network namespace outlived the lab"
+    assert scratch is None or not os.path.exists(scratch), "the nodes' scratch folder outlived the lab"
     assert not os.path.exists(f"/proc/{holder_pid}") or open(f"/proc/{holder_pid}/stat").read().split()[2] == "Z"
 
 
@@ -32,7 +33,8 @@ def test_config_is_validated_with_one_clear_line():
 def test_nodes_have_their_own_stacks_a_shaped_link_and_vanish_on_exit(namespaces_here):
     with EmulatedNodes(NodesConfig(nodes=2, rate_mbit_s=100)) as nodes:
         ids = nodes.namespace_ids()
-        holder = nodes._holder.pid
+        holder, scratch = nodes._holder.pid, str(nodes.scratch)
+        assert nodes.run(1, ["ls", "-d", scratch]).strip() == scratch      # the nodes see their local disks
         assert len(set(ids)) == 2 and os.readlink("/proc/self/ns/net") not in ids
         assert "10.77.0.2/24" in nodes.run(1, ["ip", "-br", "addr", "show", "eth0"])
         assert "rate 100Mbit" in nodes.run(0, ["tc", "qdisc", "show", "dev", "eth0"])
@@ -44,17 +46,17 @@ def test_nodes_have_their_own_stacks_a_shaped_link_and_vanish_on_exit(namespaces
         with pytest.raises(ValueError, match="node must be an integer in 0..1"):
             nodes.run(2, ["true"])
     assert sleeper.poll() is not None
-    _gone(ids, holder)
+    _gone(ids, holder, scratch)
     assert "10.77.0" not in subprocess.run(["ip", "-br", "addr"], capture_output=True, text=True).stdout
 
 
 def test_an_error_inside_the_block_tears_everything_down(namespaces_here):
     with pytest.raises(RuntimeError, match="boom"):
         with EmulatedNodes(NodesConfig()) as nodes:
-            ids, holder = nodes.namespace_ids(), nodes._holder.pid
+            ids, holder, scratch = nodes.namespace_ids(), nodes._holder.pid, str(nodes.scratch)
             nodes.popen(1, ["sleep", "60"])
             raise RuntimeError("boom")
-    _gone(ids, holder)
+    _gone(ids, holder, scratch)
 
 
 @pytest.mark.parametrize("how", [signal.SIGTERM, signal.SIGINT, signal.SIGKILL])
@@ -64,22 +66,23 @@ def test_a_killed_lab_leaves_no_namespace_or_process(namespaces_here, how):
         from labkit.cluster.nodes import EmulatedNodes, NodesConfig
         with EmulatedNodes(NodesConfig()) as nodes:
             sleeper = nodes.popen(1, ["sleep", "60"])
-            print(nodes._holder.pid, sleeper.pid, *nodes.namespace_ids(), flush=True)
+            print(nodes._holder.pid, sleeper.pid, nodes.scratch, *nodes.namespace_ids(), flush=True)
             time.sleep(60)
     """)
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
                             env={**os.environ, "PYTHONPATH": REPO})
-    holder, sleeper, *ids = proc.stdout.readline().split()
+    holder, sleeper, scratch, *ids = proc.stdout.readline().split()
     proc.send_signal(how)
     assert proc.wait(timeout=20) != 0
     procs = [int(holder), int(sleeper)]
     wait_all([], 1.0)
     for _ in range(50):                         # after kill -9 the holder notices within 0.2 s and cleans up
-        if not namespaces_alive(ids) and not any(os.path.exists(f"/proc/{p}/cmdline") and
+        if not namespaces_alive(ids) and not os.path.exists(scratch) and not any(os.path.exists(f"/proc/{p}/cmdline") and
                                                  open(f"/proc/{p}/cmdline").read() for p in procs):
             break
         subprocess.run(["sleep", "0.2"])
     assert namespaces_alive(ids) == []
+    assert not os.path.exists(scratch), "the nodes' scratch folder outlived a killed lab"
     assert not any(os.path.exists(f"/proc/{p}/cmdline") and open(f"/proc/{p}/cmdline").read() for p in procs)
 
 

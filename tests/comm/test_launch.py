@@ -178,23 +178,6 @@ def test_bad_string_targets():
         launch("labkit.comm.demos:no_such_function", 2)
 
 
-# ---- scripts: torchrun runs `labkit launch` on every rank
-def test_same_entry_point_runs_under_torchrun():
-    cmd = ld.torchrun_command("labkit.comm.demos:all_reduce_sum", 2)
-    out = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=120,
-                         env={**os.environ, "OMP_NUM_THREADS": "1"})
-    assert out.returncode == 0, out.stderr[-2000:]
-    for rank in range(2):
-        assert f"[rank {rank}/2] labkit.comm.demos:all_reduce_sum" in out.stdout
-    assert "'after': [12.0, 14.0, 16.0, 18.0]" in out.stdout
-
-
-def test_torchrun_command_checks_its_input():
-    with pytest.raises(ValueError, match="node_rank"):
-        ld.torchrun_command("labkit.comm.demos:all_reduce_sum", 2, nnodes=2, node_rank=2)
-    assert "--nnodes=2" in ld.torchrun_command("labkit.comm.demos:all_reduce_sum", 8, nnodes=2, master_port=29500)
-
-
 # ---- the backend rule, applied before any process starts
 def test_explicit_nccl_on_too_few_gpus_is_refused_up_front(gpus):
     gpus(1)

@@ -1,9 +1,12 @@
 """The MPI lane's runner: detection, bad input, errors, timeouts and cleanup, and the MPI benchmark's rows."""
+from pathlib import Path
+
 import pytest
 
 from labkit.comm import mpi
 from labkit.comm.backend import check_world_size
-from labkit.comm.mpi import MpiRankError, MpiTimeout, MpiUnavailableError, run_demo
+from labkit.comm.mpi import (HYDRA_LEFTOVER, MpiRankError, MpiTimeout, MpiUnavailableError, removing_hydra_leftovers,
+                             run_demo)
 from tests.mpi_lane import INFO, needs_mpi, no_leftover_processes  # noqa: F401 - an autouse fixture
 
 
@@ -79,8 +82,10 @@ def test_bench_rejects_bad_sizes():
 # ------------------------------------------------------------------------------------------ failures never hang
 @needs_mpi
 def test_a_rank_that_raises_brings_back_its_traceback():
+    before = set(Path("/tmp").glob(HYDRA_LEFTOVER))
     with pytest.raises(MpiRankError) as info:
         run_demo("raise_on_rank", 2, oversubscribe=True, echo=False, timeout_s=60, rank=1)
+    assert set(Path("/tmp").glob(HYDRA_LEFTOVER)) - before == set(), "MPI_Abort's Hydra file was left in /tmp"
     assert info.value.rank == 1
     assert "ValueError: rank 1 raises on purpose" in info.value.remote_traceback
     assert "traceback from rank 1" in str(info.value)
@@ -102,3 +107,12 @@ def test_timeout_kills_every_process():
     with pytest.raises(MpiTimeout, match="timeout_s=2"):
         run_demo("sleep", 2, oversubscribe=True, echo=False, timeout_s=2, seconds=120)
     # the autouse fixture then checks that no mpiexec, proxy or rank survived
+
+
+def test_hydra_leftovers_made_inside_the_block_go_and_older_ones_stay(tmp_path):
+    older = tmp_path / "hydra_hwloc_xmlfile_old"
+    older.write_text("x")
+    with removing_hydra_leftovers(tmp_path):
+        (tmp_path / "hydra_hwloc_xmlfile_new").write_text("x")
+        (tmp_path / "other_file").write_text("x")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["hydra_hwloc_xmlfile_old", "other_file"]

@@ -1,0 +1,49 @@
+"""scripts/notebook_budget.py: which pages count as CUDA-only (absent from Binder's CPU wheel), read from smaps."""
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+
+SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "notebook_budget.py"
+spec = importlib.util.spec_from_file_location("notebook_budget", SCRIPT)
+budget = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(budget)
+
+SITE = "/venv/lib/python3.11/site-packages"
+SMAPS = f"""\
+7f00-7f10 r-xp 00000000 fd:00 11 {SITE}/nvidia/cu13/lib/libcublasLt.so.13
+Size:               4096 kB
+Pss:                1000 kB
+7f10-7f20 rw-p 00000000 fd:00 12 {SITE}/torch/lib/libtorch_cuda.so
+Pss:                 200 kB
+7f20-7f30 r-xp 00000000 fd:00 13 {SITE}/torch/lib/libtorch_cpu.so
+Pss:                5000 kB
+7f30-7f40 rw-p 00000000 00:00 0
+Pss:                 700 kB
+7f40-7f50 r-xp 00000000 fd:00 14 {SITE}/triton/_C/libtriton.so
+Pss:                  30 kB
+7f50-7f60 r-xp 00000000 fd:00 15 {SITE}/torch/lib/libc10.so
+Pss:                   7 kB
+"""
+
+
+def test_only_the_cuda_builds_own_libraries_are_counted():
+    assert budget.cuda_only_pss_bytes(SMAPS) == (1000 + 200 + 30) * 1024
+
+
+def test_a_child_running_torch_is_measured_and_the_cpu_wheel_figure_is_no_more_than_its_pss():
+    child = subprocess.Popen([sys.executable, "-c", "import torch, time; print('ready', flush=True); time.sleep(60)"],
+                             stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline().strip() == "ready"
+        pss, anon, cpu_wheel = budget.TreeMemory().sample()
+    finally:
+        child.kill()
+        child.wait()
+    assert pss >= cpu_wheel > 0 and pss > anon > 0
+    if "+cu" in torch.__version__:                    # the CUDA build maps its CUDA-only libraries, even on a CPU
+        assert pss - cpu_wheel > 50 * 1024 ** 2
