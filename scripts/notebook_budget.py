@@ -5,7 +5,8 @@ torch.distributed ranks included) as PSS — each shared page split among the pr
 forked workers are not counted twice — and its anonymous part (heap and tensors). PyTorch's CUDA build, the
 only one installable on the CI machine, maps CUDA-only libraries (cuBLAS, NVRTC, nvJitLink, libtorch_cuda, ...)
 even on a CPU; Binder installs the CPU wheel, which has none of them. So a third figure, "CPU-wheel PSS", is the
-PSS less the pages of those libraries (each process's share read from /proc/PID/smaps, refreshed every 2 s).
+PSS less the pages of those libraries, each process's share read from /proc/PID/smaps (every 2 s, and at once
+when the process grew by 16 MiB). It is an upper bound: the CUDA build's heap is larger too.
 
     .venv/bin/python scripts/notebook_budget.py notebooks/02_batch_size.ipynb [...]  [--markdown]
 """
@@ -27,6 +28,7 @@ from labkit.core.clock import now_s
 # mappings that exist only in PyTorch's CUDA build (the CPU wheel has none of these files)
 CUDA_ONLY = re.compile(r"/site-packages/(nvidia|cuda|triton)/|/torch/lib/lib(torch_cuda|c10_cuda|caffe2_nvrtc)")
 CUDA_REFRESH_S = 2.0
+CUDA_GROWTH_BYTES = 16 * 1024 ** 2
 
 
 def _pss_bytes(pid: int) -> tuple[int, int]:
@@ -59,16 +61,17 @@ class TreeMemory:
     """The kernel's process tree, sampled: PSS, anonymous PSS and PSS less the CUDA-only libraries (bytes)."""
 
     def __init__(self) -> None:
-        self.cuda: dict[int, tuple[float, int]] = {}     # pid -> (when read, CUDA-only PSS)
+        self.cuda: dict[int, tuple[float, int, int]] = {}     # pid -> (when read, its PSS then, CUDA-only PSS)
 
-    def _cuda_only(self, pid: int) -> int:
-        when, value = self.cuda.get(pid, (-CUDA_REFRESH_S, 0))
-        if now_s() - when >= CUDA_REFRESH_S:
+    def _cuda_only(self, pid: int, pss: int) -> int:
+        """Re-read smaps (slow) every CUDA_REFRESH_S, or at once when the process grew: a peak is never stale."""
+        when, pss_then, value = self.cuda.get(pid, (-CUDA_REFRESH_S, 0, 0))
+        if now_s() - when >= CUDA_REFRESH_S or pss > pss_then + CUDA_GROWTH_BYTES:
             try:
                 value = cuda_only_pss_bytes(Path(f"/proc/{pid}/smaps").read_text())
             except OSError:
                 value = 0
-            self.cuda[pid] = (now_s(), value)
+            self.cuda[pid] = (now_s(), pss, value)
         return value
 
     def sample(self) -> tuple[int, int, int]:
@@ -76,19 +79,22 @@ class TreeMemory:
         pss = anon = cuda = 0
         for child in psutil.Process().children(recursive=True):
             p, a = _pss_bytes(child.pid)
-            pss, anon, cuda = pss + p, anon + a, cuda + (self._cuda_only(child.pid) if p else 0)
+            pss, anon, cuda = pss + p, anon + a, cuda + (self._cuda_only(child.pid, p) if p else 0)
         return pss, anon, pss - cuda
 
 
 def run_notebook(path: Path, timeout_s: int = 900) -> dict:
     """Execute one notebook in a fresh kernel; return seconds, peak PSS and its anonymous part (bytes)."""
     nb = nbformat.read(path, as_version=4)
-    peak = {"pss": 0, "anon": 0, "cpu_wheel": 0}
-    done, tree = threading.Event(), TreeMemory()
+    peak = {"pss": 0, "anon": 0, "cpu_wheel": 0, "cell": None}
+    done, tree, running = threading.Event(), TreeMemory(), {"cell": None}
 
     def sample() -> None:
         while not done.is_set():
-            for key, value in zip(("pss", "anon", "cpu_wheel"), tree.sample()):
+            pss, anon, cpu_wheel = tree.sample()
+            if cpu_wheel > peak["cpu_wheel"]:
+                peak["cell"] = running["cell"]
+            for key, value in (("pss", pss), ("anon", anon), ("cpu_wheel", cpu_wheel)):
                 peak[key] = max(peak[key], value)
             time.sleep(0.3)
 
@@ -96,17 +102,18 @@ def run_notebook(path: Path, timeout_s: int = 900) -> dict:
     sampler.start()
     start = now_s()
     try:
-        NotebookClient(nb, timeout=timeout_s, kernel_name="python3",
-                       resources={"metadata": {"path": str(path.parent)}}).execute()
+        NotebookClient(nb, timeout=timeout_s, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}},
+                       on_cell_execute=lambda cell, cell_index: running.update(cell=cell_index)).execute()
         error = ""
     except Exception as err:  # noqa: BLE001 - report and go on to the next notebook
-        error = f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
+        lines = [line for line in str(err).splitlines() if line.strip()] or [""]
+        error = f"{type(err).__name__} in cell {running['cell']}: {lines[-1][:300]}"     # the exception's own line
     finally:
         done.set()
         sampler.join()
     return {"notebook": path.name, "seconds": now_s() - start,
             "peak_pss_bytes": peak["pss"], "peak_anon_bytes": peak["anon"],
-            "peak_cpu_wheel_pss_bytes": peak["cpu_wheel"], "error": error}
+            "peak_cpu_wheel_pss_bytes": peak["cpu_wheel"], "peak_cell": peak["cell"], "error": error}
 
 
 def main() -> None:
@@ -124,7 +131,8 @@ def main() -> None:
         else:
             print(f"{r['notebook']}: {r['seconds']:.1f} s, peak PSS {r['peak_pss_bytes'] / mib:,.0f} MiB, "
                   f"CPU-wheel PSS {r['peak_cpu_wheel_pss_bytes'] / mib:,.0f} MiB, anonymous "
-                  f"{r['peak_anon_bytes'] / mib:,.0f} MiB {r['error'] or 'ok'}", flush=True)
+                  f"{r['peak_anon_bytes'] / mib:,.0f} MiB (peak in cell {r['peak_cell']}) {r['error'] or 'ok'}",
+                  flush=True)
 
 
 if __name__ == "__main__":

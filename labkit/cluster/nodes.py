@@ -10,7 +10,7 @@ traffic between nodes leaves through ``eth0``, whose egress a token-bucket filte
 
 Teardown is guaranteed three ways: ``close()`` (the ``with`` block's exit, on error and Ctrl-C), SIGTERM turned into
 an exit while the nodes are up, and the holder itself, which watches its parent and, when it disappears (even after
-``kill -9``), kills every process left in the nodes and deletes them and ``scratch`` (the nodes' local disks). Nothing is ever created in the host's own
+``kill -9``), kills what is left in the nodes, deletes them and ``scratch``. Nothing is ever created in the host's own
 network namespace, and ``/run/netns`` is a private tmpfs, so other users' namespaces are never seen or touched.
 """
 from __future__ import annotations
@@ -112,7 +112,7 @@ class EmulatedNodes:
         self._holder: subprocess.Popen | None = None
         self._procs: list[subprocess.Popen] = []
         self._previous_sigterm: Any = None
-        self.scratch: Path | None = None
+        self.scratch: Path | None = None     # the nodes' local disks: a temporary folder, from start() to close()
 
     # ------------------------------------------------------------------ life cycle
     def __enter__(self) -> "EmulatedNodes":
@@ -131,7 +131,6 @@ class EmulatedNodes:
         self._arm_sigterm()
         try:
             self.scratch = Path(tempfile.mkdtemp(prefix="labkit-nodes-"))
-            os.chmod(self.scratch, 0o755)
             self._start_holder()
             for node in range(self.config.nodes):
                 self._add_node(node)
@@ -144,8 +143,9 @@ class EmulatedNodes:
     def _start_holder(self) -> None:
         flags = "-mn" if self.mode == "root" else "-Urnm"
         self._holder = subprocess.Popen(["unshare", flags, "--propagation", "private", "sh", "-c", _HOLDER_SCRIPT,
-                                         "holder", str(os.getpid()), str(self.scratch)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                        stdin=subprocess.DEVNULL, text=True, start_new_session=True)
+                                         "holder", str(os.getpid()), str(self.scratch)],
+                                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
+                                        text=True, start_new_session=True)
         line = self._holder.stdout.readline() if self._holder.stdout else ""
         if line.strip() != "ready":
             err = self._holder.stderr.read() if self._holder.stderr else ""

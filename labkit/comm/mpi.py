@@ -255,7 +255,7 @@ def _launch(command: list[str], result_dir: Path, env: dict, timeout_s: float, d
                     break
                 time.sleep(POLL_S)
         finally:
-            kill_tree(proc.pid, grace_s=STOP_GRACE_S)  # no-op after a clean exit; stops everything on an error or Ctrl-C
+            kill_tree(proc.pid, grace_s=STOP_GRACE_S)  # no-op after a clean exit; stops all on an error or Ctrl-C
     return now_s() - start_s, proc.wait()
 
 
