@@ -87,7 +87,7 @@ def run_notebook(path: Path, timeout_s: int = 900) -> dict:
     """Execute one notebook in a fresh kernel; return seconds, peak PSS and its anonymous part (bytes)."""
     nb = nbformat.read(path, as_version=4)
     peak = {"pss": 0, "anon": 0, "cpu_wheel": 0, "cell": None}
-    done, tree, running = threading.Event(), TreeMemory(), {"cell": None}
+    done, tree, running, cell_s = threading.Event(), TreeMemory(), {"cell": None, "since": 0.0}, {}
 
     def sample() -> None:
         while not done.is_set():
@@ -103,17 +103,21 @@ def run_notebook(path: Path, timeout_s: int = 900) -> dict:
     start = now_s()
     try:
         NotebookClient(nb, timeout=timeout_s, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}},
-                       on_cell_execute=lambda cell, cell_index: running.update(cell=cell_index)).execute()
+                       on_cell_execute=lambda cell, cell_index: running.update(cell=cell_index, since=now_s()),
+                       on_cell_executed=lambda cell, cell_index, **_: cell_s.update(
+                           {cell_index: now_s() - running["since"]})).execute()
         error = ""
     except Exception as err:  # noqa: BLE001 - report and go on to the next notebook
-        lines = [line for line in str(err).splitlines() if line.strip()] or [""]
+        text = re.sub(r"\x1b\[[0-9;]*m", "", str(err))                      # the traceback's colours
+        lines = [line for line in text.splitlines() if line.strip()] or [""]
         error = f"{type(err).__name__} in cell {running['cell']}: {lines[-1][:300]}"     # the exception's own line
     finally:
         done.set()
         sampler.join()
     return {"notebook": path.name, "seconds": now_s() - start,
             "peak_pss_bytes": peak["pss"], "peak_anon_bytes": peak["anon"],
-            "peak_cpu_wheel_pss_bytes": peak["cpu_wheel"], "peak_cell": peak["cell"], "error": error}
+            "peak_cpu_wheel_pss_bytes": peak["cpu_wheel"], "peak_cell": peak["cell"], "error": error,
+            "slowest_cells": sorted(cell_s.items(), key=lambda kv: -kv[1])[:3]}
 
 
 def main() -> None:
@@ -131,8 +135,8 @@ def main() -> None:
         else:
             print(f"{r['notebook']}: {r['seconds']:.1f} s, peak PSS {r['peak_pss_bytes'] / mib:,.0f} MiB, "
                   f"CPU-wheel PSS {r['peak_cpu_wheel_pss_bytes'] / mib:,.0f} MiB, anonymous "
-                  f"{r['peak_anon_bytes'] / mib:,.0f} MiB (peak in cell {r['peak_cell']}) {r['error'] or 'ok'}",
-                  flush=True)
+                  f"{r['peak_anon_bytes'] / mib:,.0f} MiB (peak in cell {r['peak_cell']}); slowest cells "
+                  f"{', '.join(f'{i}: {t:.0f} s' for i, t in r['slowest_cells'])}; {r['error'] or 'ok'}", flush=True)
 
 
 if __name__ == "__main__":

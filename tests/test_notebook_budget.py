@@ -47,3 +47,17 @@ def test_a_child_running_torch_is_measured_and_the_cpu_wheel_figure_is_no_more_t
     assert pss >= cpu_wheel > 0 and pss > anon > 0
     if "+cu" in torch.__version__:                    # the CUDA build maps its CUDA-only libraries, even on a CPU
         assert pss - cpu_wheel > 50 * 1024 ** 2
+
+
+def test_a_run_names_its_slowest_cell_and_a_failing_cell_with_its_own_error(tmp_path):
+    import nbformat
+
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell("x = 1"), nbformat.v4.new_code_cell("import time; time.sleep(1.0)"),
+                nbformat.v4.new_code_cell("raise ValueError('the claim failed: 0.9x')")]
+    path = tmp_path / "tiny.ipynb"
+    nbformat.write(nb, path)
+    r = budget.run_notebook(path, timeout_s=120)
+    assert r["slowest_cells"][0][0] == 1 and r["slowest_cells"][0][1] >= 1.0
+    assert r["error"].startswith("CellExecutionError in cell 2:") and "ValueError: the claim failed: 0.9x" in r["error"]
+    assert r["peak_pss_bytes"] >= r["peak_cpu_wheel_pss_bytes"] > 0
