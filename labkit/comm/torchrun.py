@@ -14,6 +14,7 @@ from pathlib import Path
 
 from labkit.comm.launch import free_port, target_name
 from labkit.core.procs import kill_tree
+from labkit.core.results import sigterm_as_interrupt
 from labkit.core.validation import checked_int, positive_int, positive_number
 
 
@@ -37,7 +38,7 @@ def run_torchrun(cmd: list[str], timeout_s: float = 180.0) -> subprocess.Complet
     folders, which it never deletes, go to a temporary folder that is deleted afterwards.
     """
     positive_number(timeout_s, "timeout_s", hint="a number of seconds")
-    with tempfile.TemporaryDirectory(prefix="labkit-torchrun-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="labkit-torchrun-") as tmp, sigterm_as_interrupt():
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
                                 text=True, start_new_session=True,
                                 env={**os.environ, "OMP_NUM_THREADS": "1", "TMPDIR": tmp})
