@@ -68,6 +68,17 @@ def fit_threads_to_machine(env: dict[str, str] | None = None) -> dict[str, str]:
     return chosen
 
 
+def idle_cpus(window_s: float = 0.3) -> float:
+    """CPUs of this process's affinity mask that every program together left idle over ``window_s`` (this
+    process sleeps meanwhile, so it measures the neighbours): 1.0 on a 2-core box with one core busy."""
+    per_cpu = psutil.cpu_percent(interval=window_s, percpu=True)
+    try:
+        allowed = [c for c in os.sched_getaffinity(0) if c < len(per_cpu)]
+    except AttributeError:  # macOS
+        allowed = list(range(len(per_cpu)))
+    return sum(1.0 - per_cpu[c] / 100.0 for c in allowed)
+
+
 def total_ram_bytes() -> int:
     """Physical memory of the machine."""
     return int(psutil.virtual_memory().total)

@@ -16,6 +16,7 @@ from labkit.core.device import device_label, get_device
 from labkit.core.env import get_mode, seed_everything
 from labkit.core.models import build_model, check_model_accepts
 from labkit.core.progress import progress_bar
+from labkit.core.threads import matched_threads
 from labkit.ladder.capabilities import detect_capabilities
 from labkit.ladder.config import LadderConfig, budget_samples
 from labkit.ladder.ddp import measure_ddp
@@ -209,10 +210,11 @@ def run_ladder(config: LadderConfig | None = None, model_fn: Callable | None = N
     ddp_world = caps.ddp_world_size if "ddp" not in config.skip and caps.ddp_world_size >= 2 else 1
     job = LadderJob(config, model_fn, data, str(device), caps, make_loader(data.val, min(256, len(data.val))),
                     budget_samples(config, len(data.train), ddp_world), trainer)
-    rows, probe, notes = climb(job, on_rung)
-    result = LadderResult(rows, device_label(device), str(get_mode()), name, data.name, job.budget_samples,
-                          probe, notes)
-    return with_ceiling(result, job, ceiling_fn) if config.measure_ceiling else result
+    with matched_threads(device) as threads:      # a busy core: fewer threads, or oneDNN's barriers spin
+        rows, probe, notes = climb(job, on_rung)
+        result = LadderResult(rows, device_label(device), str(get_mode()), name, data.name, job.budget_samples,
+                              probe, [*notes, threads.describe()])
+        return with_ceiling(result, job, ceiling_fn) if config.measure_ceiling else result
 
 
 def with_ceiling(result: LadderResult, job: LadderJob, ceiling_fn: Callable | None = None) -> LadderResult:

@@ -51,3 +51,9 @@ def test_import_labkit_before_torch_fits_its_threads_and_after_torch_warns():
     late = subprocess.run([sys.executable, "-W", "always", "-c", "import torch, labkit"], timeout=120, env=env,
                           capture_output=True, text=True)
     assert late.returncode == 0 and "import labkit` first" in late.stderr
+
+
+def test_idle_cpus_counts_only_the_allowed_cpus(monkeypatch):
+    monkeypatch.setattr(machine.psutil, "cpu_percent", lambda interval, percpu: [100.0, 0.0, 50.0, 0.0])
+    monkeypatch.setattr(machine.os, "sched_getaffinity", lambda pid: {0, 1, 2})
+    assert machine.idle_cpus(0.0) == 1.5      # CPU 3 is idle but not ours

@@ -140,3 +140,17 @@ def test_best_ignores_rungs_that_lost_accuracy(fake_result):
     assert LadderResult(rows, "cpu", "fast", "mlp", "synthetic", 64).best.key == "channels_last"
     rows[9] = replace(rows[9], accuracy_ok=True)
     assert LadderResult(rows, "cpu", "fast", "mlp", "synthetic", 64).best.rung == 9
+
+
+def test_the_climb_runs_with_threads_matched_to_the_free_cpus(data, monkeypatch):
+    """A busy core: the ladder climbs with the free CPUs' threads, says so, and gives the pool back."""
+    from labkit.core import threads
+    before, seen = torch.get_num_threads(), []
+    monkeypatch.setattr(threads, "idle_cpus", lambda window_s: 0.0)
+
+    def counting_trainer(*args, **kwargs):
+        seen.append(torch.get_num_threads())
+        return fake_trainer(*args, **kwargs)
+    res = run_ladder(smoke(skip=("ddp",), device="cpu"), model_fn=tiny_mlp, data=data, trainer=counting_trainer)
+    assert seen and set(seen) == {1} and torch.get_num_threads() == before
+    assert any(n.startswith("intra-op threads: 1 of the") for n in res.notes)
