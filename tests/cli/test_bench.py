@@ -50,7 +50,7 @@ def test_allreduce_bench_usage_errors_exit_2(capsys):
 def test_its_own_timeout_keeps_and_prints_the_sizes_that_finished(tmp_path):
     """--timeout-s fires part-way: the finished sizes are printed and on disk; exit 1; 'after N of 3'."""
     results = tmp_path / "rows.jsonl"
-    proc = labkit("allreduce-bench", "--sizes", "1K,2K,64M", "-n", "300", "-w", "0", "--timeout-s", "20",
+    proc = labkit("allreduce-bench", "--sizes", "1K,2K,128M", "-n", "1000", "-w", "0", "--timeout-s", "20",
                   "--results", str(results), "--no-progress")
     assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
     rows = [json.loads(line) for line in results.read_text().splitlines()]
