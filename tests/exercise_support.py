@@ -2,6 +2,12 @@
 answer is caught with that mistake's hint, and an unfilled stub reads 'not attempted yet'."""
 from __future__ import annotations
 
+import importlib
+import importlib.util
+import pkgutil
+
+import labkit
+
 from labkit.core.exercises import CORRECT, NOT_ATTEMPTED, WRONG, Exercise, judge
 
 
@@ -19,3 +25,17 @@ def assert_sound(exercise: Exercise) -> None:
 
     assert judge(exercise, stub).status == NOT_ATTEMPTED
     assert judge(exercise, ...).status == NOT_ATTEMPTED
+
+
+def all_exercises() -> list[Exercise]:
+    """Every Exercise defined in any ``labkit.<package>.exercises`` module, found by walking the package, so an
+    exercise a new notebook adds is covered without editing a list."""
+    found: dict[str, Exercise] = {}
+    for info in pkgutil.iter_modules(labkit.__path__):
+        name = f"labkit.{info.name}.exercises"
+        if not info.ispkg or info.name == "core" or importlib.util.find_spec(name) is None:
+            continue
+        for value in vars(importlib.import_module(name)).values():
+            if isinstance(value, Exercise):
+                found[value.key] = value
+    return [found[k] for k in sorted(found)]

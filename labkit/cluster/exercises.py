@@ -20,8 +20,8 @@ def rank_env_reference(node_rank: int, local_rank: int, nnodes: int, nproc_per_n
             "LOCAL_RANK": local_rank, "LOCAL_WORLD_SIZE": nproc_per_node, "GROUP_RANK": node_rank}
 
 
-def _layout_cases() -> list[dict]:
-    rng = random.Random(12)
+def _layout_cases(seed: int = 12) -> list[dict]:
+    rng = random.Random(seed)
     cases = [{"node_rank": 1, "local_rank": 1, "nnodes": 2, "nproc_per_node": 2}]
     for _ in range(10):
         nnodes, per_node = rng.randint(2, 8), rng.randint(2, 8)
@@ -67,8 +67,8 @@ def slow_link_bytes_reference(nbytes: int, nodes: int, per_node: int) -> dict[st
     return simulated_link_bytes(nbytes, nodes, per_node)
 
 
-def _link_cases() -> list[dict]:
-    rng = random.Random(13)
+def _link_cases(seed: int = 13) -> list[dict]:
+    rng = random.Random(seed)
     cases = []
     for _ in range(6):
         nodes, per_node = rng.randint(2, 4), rng.randint(2, 4)

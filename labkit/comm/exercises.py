@@ -31,8 +31,8 @@ def ring_chunks_reference(rank: int, step: int, world_size: int) -> tuple[int, i
     return sent, received
 
 
-def _ring_cases() -> list[dict]:
-    rng = random.Random(6)
+def _ring_cases(seed: int = 6) -> list[dict]:
+    rng = random.Random(seed)
     cases = []
     for _ in range(12):
         r = rng.randint(2, 9)
@@ -65,8 +65,8 @@ def ring_bytes_sent_reference(nbytes: int, world_size: int) -> int:
     return int(allreduce(arrays, algorithm="ring").bytes_sent.max())
 
 
-def _bytes_cases() -> list[dict]:
-    rng = random.Random(7)
+def _bytes_cases(seed: int = 7) -> list[dict]:
+    rng = random.Random(seed)
     cases = []
     for _ in range(8):
         r = rng.randint(2, 12)
@@ -92,8 +92,8 @@ def busbw_reference(size_bytes: int, time_s: float, world_size: int) -> float:
     return bandwidths_gb_s(size_bytes, time_s, world_size)[1]
 
 
-def _busbw_cases() -> list[dict]:
-    rng = random.Random(8)
+def _busbw_cases(seed: int = 8) -> list[dict]:
+    rng = random.Random(seed)
     return [{"size_bytes": 2 ** rng.randint(10, 30), "time_s": rng.uniform(1e-5, 0.5), "world_size": rng.randint(2, 16)}
             for _ in range(8)]
 
@@ -120,8 +120,8 @@ def ring_neighbours_reference(rank: int, size: int) -> tuple[int, int]:
     return send_to, recv_from
 
 
-def _neighbour_cases() -> list[dict]:
-    rng = random.Random(9)
+def _neighbour_cases(seed: int = 9) -> list[dict]:
+    rng = random.Random(seed)
     cases = [{"rank": 0, "size": 4}, {"rank": 3, "size": 4}]
     for _ in range(8):
         n = rng.randint(2, 10)

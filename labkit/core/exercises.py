@@ -2,29 +2,40 @@
 
 An :class:`Exercise` names a reference (the kit's own function, or a short one next to the lesson code it
 exercises), the cases to run on (random sizes, world sizes, or the numbers the notebook just measured) and the
-typical wrong answers (:class:`Mistake`), each with the hint aimed at it. :func:`judge` runs the learner's
-answer and returns one of three verdicts: not attempted yet (the stub is still ``...``), correct (with the
-numbers of the first case, and what a live ``measure`` found), or wrong (with the hint of the mistake the answer
-matches, else the first case it got wrong). An exception raised by the learner's code is reported as theirs, in
-one short block, never as a traceback of the check. :class:`ExerciseBook` is one notebook's tally, kept apart
-from the lesson tally (``exercises: 3 of 27 attempted, 2 correct``), and ``reveal`` prints a reference.
+typical wrong answers (:class:`Mistake`), each with the hint aimed at it. :func:`judge` returns one of three
+verdicts: not attempted yet (the stub is still ``...``), correct (with the numbers of the first case, and what a
+live ``measure`` found), or wrong (with the hint of the mistake the answer matches, else the first case it got
+wrong). :class:`ExerciseBook` is one notebook's tally, kept apart from the lesson tally, and ``reveal`` prints a
+reference.
+
+The check cannot be fooled by the answer it judges: the reference runs first, on its own deep copies of every
+case; the learner's function runs on other copies, in a guarded thread under a time limit, its prints captured
+and capped, everything it raises (``SystemExit`` and ``KeyboardInterrupt`` included) reported as the learner's
+(:mod:`labkit.core.guard`); types and shapes are checked before values, whole numbers compared exactly
+(:mod:`labkit.core.answers`); and besides the cases a learner is shown, each check draws fresh cases with a new
+seed (when the exercise's ``cases`` takes ``seed``), so a table of the shown answers fails. In a ``measure``
+step every call of the learner's function is guarded the same way and compared with the reference on that call's
+input, so an error there is attributed to the learner, never to the kit.
 
 Why not otter-grader or nbgrader: see the README's "Exercises" section. Torch-free.
 """
 from __future__ import annotations
 
+import copy
 import inspect
-import math
+import random
 import sys
-import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from labkit.core.answers import mismatch, plain, show, show_args
+from labkit.core.clock import Deadline
+from labkit.core.guard import Outcome, describe_output, describe_problem, learner_error, run_guarded  # noqa: F401
 from labkit.core.lessons import LessonLogError, append_to_lesson_log, last_record_per_notebook
 
 NOT_ATTEMPTED, CORRECT, WRONG = "not attempted yet", "correct", "wrong"
-_PACKAGE_DIR = str(Path(__file__).resolve().parents[1])
+TIME_LIMIT_S = 5.0              # all calls of one check together; the exercises' answers take milliseconds
 
 
 @dataclass(frozen=True)
@@ -40,8 +51,9 @@ class Mistake:
 class Exercise:
     """One checked exercise: the task, the reference, the cases it is judged on and the typical mistakes.
 
-    ``cases`` returns a list of keyword-argument dicts (seeded, so a verdict is reproducible); ``measure``
-    (optional) runs after a correct answer and returns a line of live numbers for the verdict.
+    ``cases`` returns a list of keyword-argument dicts, seeded so the shown cases are reproducible; when it
+    takes a ``seed`` argument, each check also judges on ``cases(seed=<fresh>)``, cases the learner has not been
+    shown. ``measure`` (optional) runs after a correct answer and returns a line of live numbers for the verdict.
     """
 
     key: str
@@ -52,6 +64,7 @@ class Exercise:
     hint: str
     rel_tol: float = 1e-6
     measure: Callable[[Callable[..., Any]], str] | None = None
+    time_limit_s: float = TIME_LIMIT_S
 
     def __post_init__(self) -> None:
         if not self.key or not self.task.strip() or not self.hint.strip():
@@ -73,108 +86,120 @@ class Verdict:
         return self.text
 
 
-def _same(got: Any, want: Any, rel_tol: float) -> bool:
-    """Equal for ints, strings, bools and None; close (relative ``rel_tol``) for floats; elementwise for sequences."""
-    if isinstance(want, dict):
-        return isinstance(got, dict) and got.keys() == want.keys() and all(
-            _same(got[k], want[k], rel_tol) for k in want)
-    if isinstance(want, (list, tuple)):
-        return isinstance(got, (list, tuple)) and len(got) == len(want) and all(
-            _same(g, w, rel_tol) for g, w in zip(got, want))
-    if isinstance(want, bool) or isinstance(got, bool) or isinstance(want, str):
-        return got == want
-    if isinstance(want, (int, float)):
-        try:
-            return math.isclose(float(got), float(want), rel_tol=rel_tol, abs_tol=1e-12)
-        except (TypeError, ValueError):
-            return False
-    return bool(got == want)
-
-
-def _show(value: Any, width: int = 70) -> str:
-    """A short, readable rendering of a case's value (floats to 6 digits, long values cut)."""
-    if isinstance(value, float):
-        return f"{value:.6g}"
-    if isinstance(value, dict) and isinstance(value.get("traceEvents"), list):
-        return f"<trace of {len(value['traceEvents'])} events>"
-    if isinstance(value, (list, tuple)) and len(value) > 8:
-        return f"[{', '.join(_show(v) for v in value[:8])}, ... ({len(value)} items)]"
-    text = repr(value)
-    return text if len(text) <= width else text[:width - 5] + " ...]"
-
-
-def _args(case: dict) -> str:
-    return ", ".join(f"{k}={_show(v)}" for k, v in case.items())
-
-
-def learner_error(err: BaseException) -> str:
-    """The learner's exception in one short block: its type, message and the learner's own line that raised it."""
-    frames = [f for f in traceback.extract_tb(err.__traceback__) if not f.filename.startswith(_PACKAGE_DIR)]
-    where = ""
-    if frames:
-        last = frames[-1]
-        where = f"\n  in your code, line {last.lineno}: {(last.line or '').strip()}"
-    return f"your code raised {type(err).__name__}: {err}{where}"
-
-
 def _unfilled(answer: Any) -> bool:
     return answer is None or answer is Ellipsis
 
 
-class _LearnerError(Exception):
-    """Carries an exception raised inside the learner's code out of the comparison loop."""
+class _LearnerError(BaseException):
+    """Carries a fault of the learner's code out of a comparison loop or a ``measure`` step (a BaseException, so
+    kit code that catches ``Exception`` inside ``measure`` cannot swallow it)."""
 
 
-def _run(answer: Callable[..., Any], case: dict) -> Any:
+def _call(fn: Callable[..., Any], case: dict, deadline: Deadline, printed: list[Outcome]) -> Any:
+    """One guarded call of the learner's function on a private copy of ``case``; its fault raises _LearnerError."""
     try:
-        got = answer(**case)
+        inspect.signature(fn).bind(**case)
     except TypeError as err:
-        if not traceback.extract_tb(err.__traceback__)[1:]:      # the call itself failed: the signature differs
-            raise _LearnerError(f"your function cannot be called as f({', '.join(case)}): {err}; keep the stub's "
-                                "argument names") from None
-        raise _LearnerError(learner_error(err)) from None
-    except Exception as err:  # the learner's code: any exception is theirs to see, in one block
-        raise _LearnerError(learner_error(err)) from None
-    return got.tolist() if hasattr(got, "tolist") and not isinstance(got, (int, float)) else got
+        raise _LearnerError(f"your function cannot be called as f({', '.join(case)}): {err}; keep the stub's "
+                            "argument names") from None
+    except ValueError:  # no signature to read (a builtin): let the call itself say
+        pass
+    outcome = run_guarded(fn, case, max(deadline.remaining_s, 1e-3), convert=plain)
+    printed.append(outcome)
+    problem = describe_problem(outcome, deadline.timeout_s)
+    if problem:
+        raise _LearnerError(problem)
+    return outcome.value
+
+
+def fresh_cases(exercise: Exercise, seed: int) -> list[dict]:
+    """Cases drawn with a new seed, not shown to the learner; [] when the exercise's cases take no seed."""
+    try:
+        takes_seed = "seed" in inspect.signature(exercise.cases).parameters
+    except (TypeError, ValueError):
+        takes_seed = False
+    return list(exercise.cases(seed=seed)) if takes_seed else []
 
 
 def _matching_mistake(exercise: Exercise, cases: list[dict], got: list[Any]) -> Mistake | None:
     for mistake in exercise.mistakes:
-        if all(_same(g, mistake.answer(**c), exercise.rel_tol) for g, c in zip(got, cases)):
+        try:
+            theirs = [plain(mistake.answer(**copy.deepcopy(c))) for c in cases]
+        except Exception:  # a typical mistake that cannot even run on some case is not the one made
+            continue
+        if all(mismatch(g, t, exercise.rel_tol) is None for g, t in zip(got, theirs)):
             return mistake
     return None
 
 
-def judge(exercise: Exercise, answer: Any, cases: Sequence[dict] | None = None) -> Verdict:
-    """Run ``answer`` (a function, or a value for a no-argument exercise) on the cases and return the verdict."""
+def _wrong(exercise: Exercise, shown: list[dict], hidden: list[dict], got: list[Any], want: list[Any],
+           seed: int) -> Verdict:
+    """The verdict for an answer that differs somewhere: the first shown case it gets wrong, else a fresh one."""
+    cases = shown + hidden
+    reasons = [mismatch(g, w, exercise.rel_tol) for g, w in zip(got, want)]
+    bad = [i for i, r in enumerate(reasons) if r is not None]
+    mistake = _matching_mistake(exercise, cases, got)
+    hint = f"\n  hint: {mistake.hint if mistake else exercise.hint}"
+    first, why = bad[0], (f" ({reasons[bad[0]]})" if reasons[bad[0]] else "")
+    head = f"[{exercise.key}] wrong"
+    if first < len(shown):
+        text = (f"{head} on {len(bad)} of {len(cases)} cases; e.g. {show_args(cases[first])}: you gave "
+                f"{show(got[first])}{why}, the kit's reference gives {show(want[first])}")
+    else:
+        text = (f"{head} on {len(bad)} of {len(hidden)} fresh cases (drawn for this check with seed {seed}, not "
+                f"shown before), though right on all {len(shown)} shown ones; e.g. {show_args(cases[first])}: you "
+                f"gave {show(got[first])}{why}. Compute the answer from the arguments: a table of shown answers "
+                "fails on new inputs")
+    return Verdict(exercise.key, WRONG, text + hint, mistake.name if mistake else None)
+
+
+def _measured(exercise: Exercise, fn: Callable[..., Any], deadline: Deadline) -> Callable[..., Any]:
+    """The learner's function as ``measure`` sees it: each call guarded and checked against the reference on that
+    call's input, so anything that goes wrong there because of the answer is reported as the learner's."""
+    def call(**kwargs: Any) -> Any:
+        want = plain(exercise.reference(**copy.deepcopy(kwargs)))
+        got = _call(fn, kwargs, deadline, [])
+        reason = mismatch(got, want, exercise.rel_tol)
+        if reason is not None:
+            raise _LearnerError(f"on the measured case {show_args(kwargs)} you gave {show(got)}"
+                                f"{f' ({reason})' if reason else ''}, the kit's reference gives {show(want)}")
+        return got
+    return call
+
+
+def judge(exercise: Exercise, answer: Any, cases: Sequence[dict] | None = None, *,
+          time_limit_s: float | None = None, seed: int | None = None) -> Verdict:
+    """Run ``answer`` (a function, or a value for a no-argument exercise) on the shown cases (``cases``, else the
+    exercise's) and on fresh ones, and return the verdict; ``seed`` fixes the fresh cases (tests)."""
     head = f"[{exercise.key}]"
-    fn = answer if callable(answer) else (lambda **_: answer)
     if _unfilled(answer):
         return Verdict(exercise.key, NOT_ATTEMPTED, f"{head} not attempted yet: {exercise.task}")
-    cases = list(cases) if cases is not None else exercise.cases()
+    fn = answer if callable(answer) else (lambda **_: answer)
+    seed = random.SystemRandom().randrange(2**31) if seed is None else seed
+    shown = list(cases) if cases is not None else list(exercise.cases())
+    hidden = fresh_cases(exercise, seed) if any(shown) else []
+    every = shown + hidden
+    want = [plain(exercise.reference(**copy.deepcopy(c))) for c in every]   # before the learner's code runs
+    deadline, outcomes = Deadline(time_limit_s or exercise.time_limit_s), []
     try:
-        got = [_run(fn, c) for c in cases]
+        got = [_call(fn, c, deadline, outcomes) for c in every]
     except _LearnerError as err:
-        return Verdict(exercise.key, WRONG, f"{head} wrong: {err}")
+        return Verdict(exercise.key, WRONG, f"{head} wrong: {err}{describe_output(outcomes)}")
     if all(_unfilled(g) for g in got):
         return Verdict(exercise.key, NOT_ATTEMPTED, f"{head} not attempted yet (your function returns nothing): "
                                                     f"{exercise.task}")
-    want = [exercise.reference(**c) for c in cases]
-    bad = [i for i, (g, w) in enumerate(zip(got, want)) if not _same(g, w, exercise.rel_tol)]
-    if not bad:
-        live = ""
-        if exercise.measure is not None:
-            live = "\n  measured: " + exercise.measure(fn)
-        return Verdict(exercise.key, CORRECT, f"{head} correct on all {len(cases)} cases, e.g. "
-                                              f"{_args(cases[0])} -> {_show(got[0])}{live}")
-    first = bad[0]
-    mistake = _matching_mistake(exercise, cases, got)
-    hint = mistake.hint if mistake else exercise.hint
-    return Verdict(exercise.key, WRONG, f"{head} wrong on {len(bad)} of {len(cases)} cases; e.g. "
-                                        f"{_args(cases[first])}: you gave {_show(got[first])}, the kit's reference "
-                                        f"gives {_show(want[first])}\n  hint: {hint}",
-                   mistake.name if mistake else None)
-
+    if any(mismatch(g, w, exercise.rel_tol) is not None for g, w in zip(got, want)):
+        verdict = _wrong(exercise, shown, hidden, got, want, seed)
+        return Verdict(verdict.key, WRONG, verdict.text + describe_output(outcomes), verdict.mistake)
+    live = ""
+    if exercise.measure is not None:
+        try:
+            live = "\n  measured: " + exercise.measure(_measured(exercise, fn, Deadline(deadline.timeout_s)))
+        except _LearnerError as err:
+            return Verdict(exercise.key, WRONG, f"{head} right on all {len(every)} cases, but wrong in the live "
+                                                f"measurement: {err}")
+    return Verdict(exercise.key, CORRECT, f"{head} correct on all {len(every)} cases{f' ({len(hidden)} of them fresh)' if hidden else ''}, "
+                                          f"e.g. {show_args(shown[0])} -> {show(got[0])}{live}{describe_output(outcomes)}")
 
 def reference_source(exercise: Exercise) -> str:
     """The reference solution's source code, for a learner who asks for it."""

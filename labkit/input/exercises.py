@@ -25,8 +25,8 @@ def workers_reference(load_s_per_batch: float, step_s: float) -> int:
     return max(1, math.ceil(load_s_per_batch / step_s - 1e-9))
 
 
-def _worker_cases() -> list[dict]:
-    rng = random.Random(16)
+def _worker_cases(seed: int = 16) -> list[dict]:
+    rng = random.Random(seed)
     cases = [{"load_s_per_batch": 0.03, "step_s": 0.01}, {"load_s_per_batch": 0.005, "step_s": 0.02}]
     return cases + [{"load_s_per_batch": round(rng.uniform(0.001, 0.2), 4), "step_s": round(rng.uniform(0.005, 0.05), 4)}
                     for _ in range(8)]
@@ -71,8 +71,8 @@ def threads_reference(cores: int, workers: int) -> int:
     return max(1, cores // (workers + 1))
 
 
-def _thread_cases() -> list[dict]:
-    rng = random.Random(17)
+def _thread_cases(seed: int = 17) -> list[dict]:
+    rng = random.Random(seed)
     return [{"cores": 2, "workers": 1}] + [{"cores": rng.choice([2, 4, 8, 16, 32, 64]), "workers": rng.randint(0, 12)}
                                            for _ in range(9)]
 

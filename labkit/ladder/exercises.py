@@ -16,8 +16,8 @@ def amdahl_reference(fraction: float, part_speedup: float) -> float:
     return 1.0 / ((1.0 - fraction) + fraction / part_speedup)
 
 
-def _amdahl_cases() -> list[dict]:
-    rng = random.Random(20)
+def _amdahl_cases(seed: int = 20) -> list[dict]:
+    rng = random.Random(seed)
     return [{"fraction": round(rng.uniform(0.05, 0.95), 3), "part_speedup": rng.choice([1.5, 2.0, 4.0, 8.0, 100.0])}
             for _ in range(10)]
 
@@ -37,8 +37,8 @@ def rung_mfu_reference(flops_per_sample: float, samples_per_s: float, peak_flops
     return mfu(flops_per_sample * samples_per_s, peak_flops_per_s)
 
 
-def _mfu_cases() -> list[dict]:
-    rng = random.Random(21)
+def _mfu_cases(seed: int = 21) -> list[dict]:
+    rng = random.Random(seed)
     return [{"flops_per_sample": rng.uniform(1e8, 1e10), "samples_per_s": rng.uniform(50, 20_000),
              "peak_flops_per_s": rng.choice([1e12, 67e12, 989e12])} for _ in range(8)]
 

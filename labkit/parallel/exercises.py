@@ -24,8 +24,8 @@ def bubble_reference(stages: int, micro_batches: int) -> float:
     return bubble_fraction(simulate_gpipe([1.0] * stages, [2.0] * stages, micro_batches), stages)
 
 
-def _bubble_cases() -> list[dict]:
-    rng = random.Random(10)
+def _bubble_cases(seed: int = 10) -> list[dict]:
+    rng = random.Random(seed)
     return [{"stages": rng.randint(2, 8), "micro_batches": rng.randint(1, 32)} for _ in range(10)]
 
 
@@ -45,8 +45,8 @@ def micro_batches_reference(stages: int, max_bubble: float) -> int:
     return micro_batches_for_bubble(stages, max_bubble)
 
 
-def _m_cases() -> list[dict]:
-    rng = random.Random(11)
+def _m_cases(seed: int = 11) -> list[dict]:
+    rng = random.Random(seed)
     return [{"stages": rng.randint(2, 16), "max_bubble": rng.choice([0.05, 0.1, 0.2, 0.25, 0.3, 0.5])}
             for _ in range(10)] + [{"stages": 4, "max_bubble": 0.25}]
 
@@ -67,8 +67,8 @@ def speedup_reference(t_comp_s: float, t_sync_s: float, world_size: int) -> floa
     return predicted_speedup(t_comp_s, t_sync_s, world_size)
 
 
-def _speedup_cases() -> list[dict]:
-    rng = random.Random(12)
+def _speedup_cases(seed: int = 12) -> list[dict]:
+    rng = random.Random(seed)
     return [{"t_comp_s": rng.uniform(0.01, 1.0), "t_sync_s": rng.uniform(0.0, 1.0), "world_size": rng.randint(2, 64)}
             for _ in range(10)]
 
@@ -91,8 +91,8 @@ def ring_sync_time_reference(nbytes: int, world_size: int, latency_s: float, ban
     return sync_time_s(nbytes, world_size, latency_s, bandwidth_bytes_per_s, algorithm="ring")
 
 
-def _sync_cases() -> list[dict]:
-    rng = random.Random(13)
+def _sync_cases(seed: int = 13) -> list[dict]:
+    rng = random.Random(seed)
     return [{"nbytes": 4 * rng.randint(1, 25_000_000), "world_size": rng.randint(2, 64),
              "latency_s": rng.choice([5e-6, 2e-5, 1e-4]), "bandwidth_bytes_per_s": rng.choice([1e9, 12.5e9, 4.5e11])}
             for _ in range(10)]
@@ -121,8 +121,8 @@ def shard_reference(num_examples: int, rank: int, world_size: int) -> list[int]:
     return list(DistributedSampler(range(num_examples), world_size, rank, shuffle=False))
 
 
-def _shard_cases() -> list[dict]:
-    rng = random.Random(14)
+def _shard_cases(seed: int = 14) -> list[dict]:
+    rng = random.Random(seed)
     cases = [{"num_examples": 10, "rank": 2, "world_size": 4}]
     for _ in range(10):
         r = rng.randint(2, 8)
@@ -148,8 +148,8 @@ def ddp_lr_reference(base_lr: float, base_batch: int, per_rank_batch: int, world
     return scaled_lr(base_lr, per_rank_batch * world_size, base_batch)
 
 
-def _lr_cases() -> list[dict]:
-    rng = random.Random(15)
+def _lr_cases(seed: int = 15) -> list[dict]:
+    rng = random.Random(seed)
     return [{"base_lr": rng.choice([0.01, 0.05, 0.1]), "base_batch": rng.choice([32, 64, 256]),
              "per_rank_batch": rng.choice([16, 32, 64, 128]), "world_size": rng.choice([2, 4, 8, 16])}
             for _ in range(10)]

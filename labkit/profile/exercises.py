@@ -35,8 +35,8 @@ def _trace(seed: int) -> dict:
     return {"traceEvents": events}
 
 
-def _trace_cases() -> list[dict]:
-    return [{"trace": _trace(seed)} for seed in range(6)]
+def _trace_cases(seed: int = 0) -> list[dict]:
+    return [{"trace": _trace(seed + i)} for i in range(6)]
 
 
 def gpu_busy_reference(trace: dict) -> float:
@@ -121,8 +121,8 @@ def matmul_intensity_reference(m: int, n: int, k: int, bytes_per_element: int) -
     return 2 * m * n * k / ((m * k + k * n + m * n) * bytes_per_element)
 
 
-def _matmul_cases() -> list[dict]:
-    rng = random.Random(32)
+def _matmul_cases(seed: int = 32) -> list[dict]:
+    rng = random.Random(seed)
     return [{"m": rng.choice([1, 8, 64, 512, 4096]), "n": rng.randint(1, 4096), "k": rng.randint(1, 4096),
              "bytes_per_element": rng.choice([2, 4])} for _ in range(10)] + [
         {"m": 1024, "n": 1024, "k": 1024, "bytes_per_element": 4}]

@@ -18,8 +18,8 @@ def zero_bytes_reference(num_params: int, strategy: str, world_size: int) -> int
     return zero_paper_bytes(num_params, strategy, world_size)
 
 
-def _zero_cases() -> list[dict]:
-    rng = random.Random(22)
+def _zero_cases(seed: int = 22) -> list[dict]:
+    rng = random.Random(seed)
     cases = [{"num_params": 7_500_000_000, "strategy": "zero2", "world_size": 64}]
     for strategy in STRATEGIES:
         for _ in range(3):
@@ -59,19 +59,24 @@ ZERO_BYTES = Exercise(
     "gradients, 3 also the parameters (divide by R)")
 
 
-def bytes_sent_reference(strategy: str, param_bytes: int, world_size: int) -> float:
-    """Bytes one rank sends per step with ring collectives (``comm_volume.predicted_bytes_per_step``)."""
-    return predicted_bytes_per_step(strategy, param_bytes, world_size)
+def bytes_sent_reference(strategy: str, param_bytes: int, world_size: int) -> int:
+    """Bytes one rank sends per step with ring collectives (``comm_volume.predicted_bytes_per_step``): a whole
+    number here, since each case's buffer splits into whole 4-byte chunks per rank."""
+    return round(predicted_bytes_per_step(strategy, param_bytes, world_size))
 
 
-def _comm_cases() -> list[dict]:
-    rng = random.Random(23)
-    return [{"strategy": s, "param_bytes": 4 * rng.randint(10**5, 10**9), "world_size": rng.choice([2, 4, 8, 64])}
-            for s in STRATEGIES for _ in range(3)]
+def _comm_cases(seed: int = 23) -> list[dict]:
+    rng = random.Random(seed)
+    cases = []
+    for strategy in STRATEGIES:
+        for _ in range(3):
+            r = rng.choice([2, 3, 4, 6, 8, 64])
+            cases.append({"strategy": strategy, "param_bytes": 4 * r * rng.randint(10**4, 10**8), "world_size": r})
+    return cases
 
 
-def _zero3_like_ddp(strategy: str, param_bytes: int, world_size: int) -> float:
-    return predicted_bytes_per_step("ddp", param_bytes, world_size)
+def _zero3_like_ddp(strategy: str, param_bytes: int, world_size: int) -> int:
+    return round(predicted_bytes_per_step("ddp", param_bytes, world_size))
 
 
 BYTES_SENT = Exercise(

@@ -18,8 +18,8 @@ def replica_loss_reference(per_example_losses: list[float], global_batch: int) -
     return sum(per_example_losses) / global_batch
 
 
-def _loss_cases() -> list[dict]:
-    rng = random.Random(18)
+def _loss_cases(seed: int = 18) -> list[dict]:
+    rng = random.Random(seed)
     cases = []
     for _ in range(8):
         replicas, per_replica = rng.choice([2, 4, 8]), rng.choice([4, 8, 16])
@@ -49,8 +49,8 @@ def loss_scale_reference(scale: float, good_steps: int, grads_finite: bool,
     return scale, good_steps + 1
 
 
-def _scale_cases() -> list[dict]:
-    rng = random.Random(19)
+def _scale_cases(seed: int = 19) -> list[dict]:
+    rng = random.Random(seed)
     cases = [{"scale": 65536.0, "good_steps": 1999, "grads_finite": True, "growth_interval": 2000},
              {"scale": 65536.0, "good_steps": 1500, "grads_finite": False, "growth_interval": 2000},
              {"scale": 1024.0, "good_steps": 10, "grads_finite": True, "growth_interval": 10}]

@@ -26,8 +26,8 @@ def samples_per_s_reference(step_times_s: list[float], batch_size: int, warmup_s
     return batch_size / statistics.median(step_times_s[warmup_steps:])
 
 
-def _step_time_cases() -> list[dict]:
-    rng = random.Random(0)
+def _step_time_cases(seed: int = 0) -> list[dict]:
+    rng = random.Random(seed)
     cases = []
     for _ in range(6):
         warm = rng.randint(1, 3)
@@ -57,8 +57,8 @@ def data_wait_fraction_reference(wait_s: float, compute_s: float) -> float:
     return wait_s / (wait_s + compute_s)
 
 
-def _wait_cases() -> list[dict]:
-    rng = random.Random(1)
+def _wait_cases(seed: int = 1) -> list[dict]:
+    rng = random.Random(seed)
     return [{"wait_s": rng.uniform(0.0, 2.0), "compute_s": rng.uniform(0.1, 2.0)} for _ in range(8)]
 
 
@@ -83,8 +83,8 @@ def busy_fraction_reference(kernels: list[tuple[float, float]], window_s: float)
     return busy / window_s
 
 
-def _kernel_cases() -> list[dict]:
-    rng = random.Random(2)
+def _kernel_cases(seed: int = 2) -> list[dict]:
+    rng = random.Random(seed)
     cases = []
     for _ in range(6):
         starts = sorted(round(rng.uniform(0, 0.9), 3) for _ in range(rng.randint(3, 8)))
@@ -113,8 +113,8 @@ def adam_step_bytes_reference(num_params: int, saved_activation_bytes: int, byte
     return parts.params_bytes + parts.grads_bytes + parts.optimizer_bytes + parts.activations_bytes
 
 
-def _adam_cases() -> list[dict]:
-    rng = random.Random(3)
+def _adam_cases(seed: int = 3) -> list[dict]:
+    rng = random.Random(seed)
     return [{"num_params": rng.randint(10_000, 20_000_000), "saved_activation_bytes": rng.randint(0, 10**9),
              "bytes_per_value": rng.choice([2, 4])} for _ in range(8)]
 
@@ -139,8 +139,8 @@ def warmup_lr_reference(step: int, base_lr: float, base_batch: int, batch_size: 
     return scaled_lr(base_lr, batch_size, base_batch) * warmup_factor(step, warmup_steps)
 
 
-def _lr_cases() -> list[dict]:
-    rng = random.Random(4)
+def _lr_cases(seed: int = 4) -> list[dict]:
+    rng = random.Random(seed)
     cases = []
     for _ in range(10):
         n = rng.randint(2, 10)

@@ -1,5 +1,6 @@
 """The exercise checker: three verdicts, hints aimed at the mistake made, the learner's errors shown as theirs."""
 import json
+import statistics
 
 import pytest
 
@@ -110,3 +111,64 @@ def test_a_renamed_argument_is_explained_and_numpy_answers_are_accepted():
     assert judge(DOUBLE, lambda x: np.int64(2 * x)).status == CORRECT
     pair = Exercise("p", "pair", lambda a: (a, a + 1), lambda: [{"a": 1}], (Mistake("s", lambda a: (a + 1, a), "o"),), "h")
     assert judge(pair, lambda a: np.array([a, a + 1])).status == CORRECT
+
+
+def _seeded_cases(seed: int = 0) -> list[dict]:
+    return [{"xs": [seed + i, 2 * i + 1, 7]} for i in range(3)]
+
+
+def _total(xs: list) -> int:
+    """Sum of xs."""
+    return sum(xs)
+
+
+def _measure_mean(fn) -> str:
+    data = [1.0, 2.0, 3.0]
+    total = fn(xs=data)
+    return f"mean {total / len(data):.2f} of {len(data)} values, median {statistics.median(data)}"
+
+
+TOTAL = Exercise("total", "the sum", _total, _seeded_cases, (Mistake("len", lambda xs: len(xs), "add them"),),
+                 "add the values", measure=_measure_mean)
+
+
+def test_measure_sees_guarded_calls_a_mutating_right_answer_passes_and_a_fault_there_is_the_learners():
+    def empties(xs):
+        result = sum(xs)
+        xs.clear()
+        return result
+
+    ok = judge(TOTAL, empties)
+    assert ok.status == CORRECT and "measured: mean 2.00 of 3 values" in ok.text
+
+    calls = []
+
+    def fails_live(xs):
+        calls.append(1)
+        if len(calls) > 6:              # right on the 6 judged cases, raises on the measured one
+            raise KeyError("live")
+        return sum(xs)
+
+    verdict = judge(TOTAL, fails_live, seed=1)
+    assert verdict.status == WRONG and "your code raised KeyError" in verdict.text and "live measurement" in verdict.text
+    assert "check itself failed" not in verdict.text
+
+
+def test_fresh_cases_catch_a_table_of_shown_answers_without_revealing_their_values():
+    table = {repr(c["xs"]): _total(**c) for c in _seeded_cases()}
+    verdict = judge(TOTAL, lambda xs: table.get(repr(xs), 0), seed=99)
+    assert verdict.status == WRONG and "fresh cases" in verdict.text and "seed 99" in verdict.text
+    assert "reference gives" not in verdict.text
+
+
+def test_the_reference_never_sees_the_learners_changes_and_is_computed_first():
+    seen = []
+    spy = Exercise("spy", "t", lambda xs: seen.append(list(xs)) or sum(xs), lambda: [{"xs": [1, 2]}],
+                   (Mistake("m", lambda xs: 0, "h"),), "h")
+    judge(spy, lambda xs: xs.clear() or 3)
+    assert seen == [[1, 2]]
+
+
+def test_a_number_as_a_string_is_wrong_and_says_so():
+    verdict = judge(DOUBLE, lambda x: str(2 * x))
+    assert verdict.status == WRONG and "a str, not a number" in verdict.text
