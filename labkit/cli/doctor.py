@@ -30,7 +30,7 @@ OPTIONAL = (
     ("tensorflow-cpu", "tensorflow", "the TensorFlow halves of 02, 03, 04, 08 and 09"),
     ("pandas", "pandas", "DataFrame tables"), ("nvidia-ml-py", "pynvml", "GPU utilization sampling"),
     ("mpi4py", "mpi4py", "the MPI lane (`pip install -e .[mpi]`)"),
-    ("HolisticTraceAnalysis", "hta", "trace analysis on GPUs"),
+    ("traceinsight", "hta", "Holistic Trace Analysis of GPU traces (successor of HolisticTraceAnalysis)"),
 )
 
 

@@ -126,6 +126,13 @@ class CycleRecorder:
         self.op_table = prof.key_averages(group_by_input_shape=True).table(sort_by=sort_key, row_limit=self.row_limit)
 
 
+# Holistic Trace Analysis is published as `traceinsight` (Meta's maintained successor; the old
+# `HolisticTraceAnalysis` releases stopped at 0.5.0); its import name is still `hta`. Checked with traceinsight
+# 0.6.1 on a CPU-only torch trace: it parses the trace and lists the ProfilerSteps, but its analyses are of GPU
+# kernels (temporal and idle-time breakdowns fail, kernel tables come back empty), so the kit runs it on GPUs only.
+HTA_PACKAGE, HTA_IMPORT = "traceinsight", "hta"
+
+
 def _gpu_extras(dev: torch.device, run_dir: Path, snapshot: bool, hta: bool) -> dict:
     """CUDA memory snapshot and Holistic Trace Analysis, when asked for and possible (never fatal)."""
     extras: dict = {}
@@ -135,7 +142,8 @@ def _gpu_extras(dev: torch.device, run_dir: Path, snapshot: bool, hta: bool) -> 
         extras["memory_snapshot"] = path   # drag onto https://pytorch.org/memory_viz
     if hta:
         if dev.type != "cuda":
-            extras["hta"] = "skipped: Holistic Trace Analysis reads GPU kernels, and this run is on the CPU"
+            extras["hta"] = ("skipped: Holistic Trace Analysis (`pip install traceinsight`, import hta) analyses GPU "
+                             "kernels; on a CPU-only trace it finds the steps but no kernels to break down")
         else:
             try:
                 from hta.trace_analysis import TraceAnalysis
@@ -143,7 +151,7 @@ def _gpu_extras(dev: torch.device, run_dir: Path, snapshot: bool, hta: bool) -> 
                 extras["hta"] = TraceAnalysis(trace_dir=str(run_dir)).get_temporal_breakdown(visualize=False)
             except Exception as err:  # noqa: BLE001 - optional tool; report, do not fail the profile
                 extras["hta"] = f"skipped: HTA unavailable or failed ({type(err).__name__}: {err}); " \
-                                "pip install HolisticTraceAnalysis"
+                                f"pip install {HTA_PACKAGE} (import name {HTA_IMPORT})"
     return extras
 
 

@@ -125,3 +125,10 @@ def test_an_interrupt_mid_cycle_writes_no_trace_of_the_cut_cycle(tmp_path):
     assert seen == [tmp_path / "trace_cycle0.pt.trace.json"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["trace_cycle0.pt.trace.json"]
     assert step_numbers(load_trace(seen[0])) == [2, 3]
+
+
+def test_hta_advice_names_the_maintained_package_and_its_import(tmp_path):
+    from labkit.profile.profiler import HTA_IMPORT, HTA_PACKAGE, _gpu_extras
+    assert (HTA_PACKAGE, HTA_IMPORT) == ("traceinsight", "hta")
+    text = _gpu_extras(torch.device("cpu"), tmp_path, snapshot=False, hta=True)["hta"]
+    assert "pip install traceinsight" in text and "import hta" in text and "HolisticTraceAnalysis" not in text
