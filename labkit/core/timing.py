@@ -6,7 +6,7 @@ the queue between repeats; on a CPU they are host readings of :mod:`labkit.core.
 """
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, Iterable
 
 import torch
 
@@ -88,7 +88,7 @@ class EventPool:
         self.created += 1
         return torch.cuda.Event(enable_timing=True)
 
-    def give_back(self, events) -> None:
+    def give_back(self, events: Iterable[object]) -> None:
         """Return events whose times have been read (a recorded event may be recorded again)."""
         self._free.extend(e for e in events if isinstance(e, torch.cuda.Event))
 
@@ -134,7 +134,7 @@ class PhaseClock:
         else:
             synchronize(self.device)
 
-    def release(self, marks) -> None:
+    def release(self, marks: Iterable[object]) -> None:
         """Marks already read: their events go back to the pool."""
         if self.mode == "events":
             self.pool.give_back(marks)
