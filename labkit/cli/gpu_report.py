@@ -49,6 +49,7 @@ class ReportInputs:
     notes: list[str] = field(default_factory=list)
     steps: dict | None = None
     lessons: str | None = None
+    checkpoint: dict | None = None
 
 
 def junit_file_of(case: ET.Element) -> str:
@@ -158,6 +159,22 @@ def _memory_section(doc: dict | None) -> list[str]:
     return lines + [""]
 
 
+def _checkpoint_section(doc: dict | None) -> list[str]:
+    lines = ["### Activation checkpointing: time added against the forward's share", ""]
+    if not doc:
+        return lines + ["Not available: `benchmarks/checkpoint_price.py --json` produced nothing.", ""]
+    lines += [f"Device: {doc.get('device', '?')}. Each row: medians of interleaved rounds. Host/step: the host's CPU "
+              "time over the step's time (near 1: the step is launch-bound, and the recompute costs its launches and "
+              "the checkpoint hooks, not its FLOPs).", "",
+              "| model | batch | plain step (ms) | checkpointed (ms) | forward (ms) | time added | forward share "
+              "| host/step | checkpointed host (ms) |", "|---|---|---|---|---|---|---|---|---|"]
+    for r in doc["rows"]:
+        lines.append(f"| {r['model']} | {r['batch']} | {r['plain_step_ms']:.2f} | {r['ckpt_step_ms']:.2f} | "
+                     f"{r['forward_ms']:.2f} | {r['time_added']:+.0%} | {r['forward_share']:.0%} | "
+                     f"{r['host_bound']:.2f} | {r['ckpt_host_ms']:.2f} |")
+    return lines + [""]
+
+
 def _ladder_section(doc: dict | None) -> list[str]:
     from labkit.ladder.report import LadderResult  # torch-free
 
@@ -217,7 +234,7 @@ def render_report(inputs: ReportInputs) -> str:
     lines += _outcome_table("Notebooks (nbval, full mode)", inputs.notebooks)
     lines += _outcome_table("Test files (pytest)", inputs.tests)
     lines += ["## Figures", ""] + _overhead_section(inputs.loop_overhead) + _memory_section(inputs.memory)
-    lines += _ladder_section(inputs.ladder)
+    lines += _checkpoint_section(inputs.checkpoint) + _ladder_section(inputs.ladder)
     return "\n".join(lines).rstrip() + "\n"
 
 
@@ -244,4 +261,5 @@ def load_inputs(folder: str | Path, versions: dict, dry_run: bool = False,
         except LessonLogError as err:
             lessons = f"lesson log unusable: {err}"
     return ReportInputs(versions, notebooks, tests, json_or_none("loop_overhead.json"), json_or_none("memory.json"),
-                        json_or_none("ladder.json"), dry_run, list(notes or []), json_or_none("steps.json"), lessons)
+                        json_or_none("ladder.json"), dry_run, list(notes or []), json_or_none("steps.json"), lessons,
+                        json_or_none("checkpoint.json"))

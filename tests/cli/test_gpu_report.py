@@ -105,7 +105,7 @@ def test_committed_report_is_current(tmp_path):
         assert text == out.read_text(), "re-render: .venv/bin/python scripts/gpu_check.py --dry-run --out docs/gpu-report.md"
     else:
         for section in ("## Machine", "## Notebooks", "## Test files", "### Instrumented loop", "### Memory model",
-                        "### Tuning ladder"):
+                        "### Activation checkpointing", "### Tuning ladder"):
             assert section in text, f"the live report lacks {section}"
 
 
