@@ -1,8 +1,9 @@
 """How much does instrumentation cost? labkit.training.loop.train vs a bare PyTorch loop, same model/batch/device.
 
 Interleaved repeats (bare, instrumented, bare, ...) so that drifting machine load hits both alike;
-the figure is the median of the per-pair time ratios. Target: instrumented/bare < 1.02 over the steps in the
-default mode (CUDA events read once per window on a GPU); what a call of ``train`` costs once, before and after
+the figure is the median of the per-pair time ratios. Target: instrumented/bare < 1.02 over the steps, for both
+instruments: per-phase timing (the default: five pooled CUDA events a step, read a window behind) and whole-step
+timing (``timing='step'``: one event a step, for launch-bound steps where even five event records show); what a call of ``train`` costs once, before and after
 its steps (sampler, memory baseline, summary), is reported on its own as start-up, in ms. The classic per-phase-sync timer
 (``sync_every_step=True``) is measured too: the H100 showed it 25-28% slower than a bare loop. On a CPU
 the script also reports the ratio of process CPU time, which other programs' load barely disturbs.
@@ -49,12 +50,13 @@ def bare_loop(model: nn.Module, batches: list, device: torch.device, lr: float =
 
 
 def instrumented_loop(model: nn.Module, batches: list, device: torch.device, sync_every_step: bool = False,
-                      profile: bool = False) -> tuple[float, float, float]:
+                      profile: bool = False, timing: str = "phases") -> tuple[float, float, float]:
     """labkit.training.loop.train over the same batches (phase marks, records, sampler, callback hook); returns
     (wall seconds of the whole call, process CPU seconds, wall seconds of its steps alone). The difference of the
     two walls is the run's fixed start-up and read-out (sampler, memory baseline, summary), paid once per call."""
     cfg = TrainConfig(steps=len(batches), progress=False, evaluate=False, profile_model=profile,
-                      device=str(device), warmup_steps=0, sync_every_step=sync_every_step, log_every=len(batches))
+                      device=str(device), warmup_steps=0, sync_every_step=sync_every_step, log_every=len(batches),
+                      timing=timing)
     start, cpu_start = now_s(), process_time_s()
     result = train(model, batches, cfg, callback=lambda rec, progress: None)
     return now_s() - start, process_time_s() - cpu_start, result.extra["wall_s"]
@@ -69,24 +71,27 @@ def measure(name: str, batch_size: int, steps: int, repeats: int, device: torch.
         batches = [(x.pin_memory(), y.pin_memory()) for x, y in batches]
     bare_loop(model, batches[:2], device)                       # warm-up: allocator, kernels, threads
     instrumented_loop(model, batches[:2], device)
-    runs = {"bare": [], "cheap": [], "sync": []}
-    ratios, cpu_ratios, sync_ratios, call_ratios, startups = [], [], [], [], []
+    runs = {"bare": [], "cheap": [], "step": [], "sync": []}
+    ratios, cpu_ratios, step_ratios, sync_ratios, call_ratios, startups = [], [], [], [], [], []
     for r in range(repeats):
-        order = ["bare", "cheap", "sync"] if r % 2 == 0 else ["sync", "cheap", "bare"]
+        order = ["bare", "cheap", "step", "sync"] if r % 2 == 0 else ["sync", "step", "cheap", "bare"]
         t = {}
         for which in order:
             t[which] = (bare_loop(model, batches, device) if which == "bare"
-                        else instrumented_loop(model, batches, device, sync_every_step=which == "sync"))
+                        else instrumented_loop(model, batches, device, sync_every_step=which == "sync",
+                                               timing="step" if which == "step" else "phases"))
             runs[which].append(t[which][0] if which == "bare" else t[which][2])
         ratios.append(t["cheap"][2] / t["bare"][0])                 # the steps: the per-step overhead
+        step_ratios.append(t["step"][2] / t["bare"][0])             # whole-step timing: one event a step
         call_ratios.append(t["cheap"][0] / t["bare"][0])            # the whole call, start-up included
         startups.append(t["cheap"][0] - t["cheap"][2])
         cpu_ratios.append(t["cheap"][1] / t["bare"][1])
         sync_ratios.append(t["sync"][2] / t["bare"][0])
-    return dict(model=name, batch_size=batch_size, steps=steps,
+    return dict(model=name, batch_size=batch_size, steps=steps, repeats=repeats,
                 bare_step_s=statistics.median(runs["bare"]) / steps,
                 instrumented_step_s=statistics.median(runs["cheap"]) / steps,
-                ratio=statistics.median(ratios), cpu_ratio=statistics.median(cpu_ratios),
+                ratio=statistics.median(ratios), step_timing_ratio=statistics.median(step_ratios),
+                cpu_ratio=statistics.median(cpu_ratios),
                 sync_every_step_ratio=statistics.median(sync_ratios), call_ratio=statistics.median(call_ratios),
                 startup_s=statistics.median(startups))
 
@@ -114,7 +119,8 @@ def main(argv: list[str] | None = None) -> dict:
         rows.append(m)
         print(f"{name:10s} batch {bs:4d} x {steps:3d} steps: bare {m['bare_step_s'] * 1e3:.2f} ms/step; "
               f"instrumented/bare = {m['ratio']:.4f} (overhead {100 * (m['ratio'] - 1):+.2f}%; whole call "
-              f"{m['call_ratio']:.4f}, start-up {m['startup_s'] * 1e3:.1f} ms); "
+              f"{m['call_ratio']:.4f}, start-up {m['startup_s'] * 1e3:.1f} ms); whole-step timing "
+              f"{m['step_timing_ratio']:.4f}; "
               f"CPU-time ratio {m['cpu_ratio']:.4f}; per-phase sync (sync_every_step=True) "
               f"{m['sync_every_step_ratio']:.4f}")
     report = {"device": label, "rows": rows}

@@ -62,38 +62,96 @@ def machine_versions() -> dict:
 
 # Notebooks whose lessons time work on the GPU: in lanes they run one at a time in the GPU's lane (H200, run in 4
 # free lanes: 03b's fusion bound read 29.9x against 11x and 11's checkpoint price 116% against 45% with notebook
-# 02's batch finder on the same GPU; 03b passed alone). The gloo notebooks beside them use CPUs only.
+# 02's batch finder on the same GPU; 03b passed alone). The gloo notebooks beside them use CPUs only; a GPU-timing
+# verdict that still sees another process computing on the GPU says INCONCLUSIVE and names it (core.gpu_neighbours).
 GPU_TIMING = {"nbval_01_gpu_utilization", "nbval_02_batch_size", "nbval_03_profiling", "nbval_03b_roofline",
-              "nbval_07_synchronous_sgd", "nbval_10_tuning_ladder", "nbval_11_sharding_and_memory", "ladder",
-              "memory_check", "tests"}
-# Planning estimates (s) for one H100 in full mode, from the recorded run's step times (issue 27's arithmetic);
-# a step not listed is planned at 60 s. They only balance the lanes: nothing is judged against them.
-COST_S = {"tests": 600, "nbval_10_tuning_ladder": 280, "nbval_02_batch_size": 200, "nbval_12_cluster": 120,
-          "nbval_07_synchronous_sgd": 90, "nbval_09_multi_gpu_pitfalls": 80, "nbval_06b_mpi": 70, "ladder": 280}
+              "nbval_07_synchronous_sgd", "nbval_10_tuning_ladder", "nbval_11_sharding_and_memory",
+              "checkpoint_price", "memory_check", "tests"}
+# The GPU lane's order: the longest first, so a deadline cuts the cheap steps, not the capstone.
+GPU_LANE_ORDER = ("checkpoint_price", "nbval_10_tuning_ladder", "nbval_02_batch_size", "nbval_11_sharding_and_memory",
+                  "nbval_07_synchronous_sgd", "nbval_03b_roofline", "nbval_01_gpu_utilization", "nbval_03_profiling",
+                  "memory_check", "tests")
+# Planning estimates (s) on one H200 in full mode, from the live run of 26 November 2026 (docs/gpu-report.md, run 2
+# where a step ran there, else run 1); a step not listed is planned at 60 s. They balance the lanes and give the plan
+# written into the report (PLAN_NOTE): nothing is judged against them.
+COST_S = {"gpu_tests": 40, "loop_overhead": 45, "checkpoint_price": 25, "nbval_10_tuning_ladder": 280,
+          "nbval_02_batch_size": 102, "nbval_11_sharding_and_memory": 60, "nbval_07_synchronous_sgd": 57,
+          "nbval_03b_roofline": 26, "nbval_01_gpu_utilization": 26, "nbval_03_profiling": 22, "memory_check": 22,
+          "tests": 60, "nbval_04_input_pipelines": 180, "nbval_06b_mpi": 82, "nbval_05_model_vs_data_parallelism": 53,
+          "nbval_09_multi_gpu_pitfalls": 46, "nbval_06_all_reduce": 37, "nbval_08_tensorflow_distribution": 20,
+          "nbval_12_multi_node": 13, "nbval_00_start_here": 12}
+# Test files that reach a GPU: the instruments and the step alone first; the rest in the GPU lane.
+GPU_TEST_FILES = ("tests/training/test_gpu_instruments.py", "tests/core/test_step.py", "tests/training/test_run_memory.py",
+                  "tests/training/test_sampling.py", "tests/core/test_device.py")
+LANE_TEST_FILES = ("tests/cli/test_bench.py", "tests/cli/test_profile.py", "tests/core/test_gpu_neighbours.py",
+                   "tests/core/test_verdict.py", "tests/training/test_loop.py", "tests/training/test_window.py")
+LENT_SLOT_DEADLINE_S = 560       # a lent GPU's 10-minute slot, less the report and the transfers
+
+
+def _pytest(py: str, work: Path, name: str, files: tuple[str, ...]) -> tuple[str, ...]:
+    return (py, "-m", "pytest", "-q", "-p", "no:cacheprovider", *files, f"--junitxml={work / f'{name}.xml'}")
 
 
 def gpu_check_steps(py: str, work: Path, test_paths: list[str]) -> list[Step]:
-    """Every step of the check, in priority order: the GPU-alone timing steps first."""
-    gpu_tests = ["tests/training/test_gpu_instruments.py", "tests/core/test_step.py"]
-    steps = [Step("gpu_tests", (py, "-m", "pytest", "-q", "-p", "no:cacheprovider", *gpu_tests,
-                                f"--junitxml={work / 'tests_gpu.xml'}"), 60, alone=True, stdout=str(work / "gpu_tests.log")),
+    """Every step of the check: the alone steps, then the GPU lane in GPU_LANE_ORDER, then the CPU-only steps."""
+    steps = [Step("gpu_tests", _pytest(py, work, "tests_gpu", GPU_TEST_FILES), COST_S["gpu_tests"], alone=True,
+                  stdout=str(work / "gpu_tests.log")),
              Step("loop_overhead", (py, "benchmarks/loop_overhead.py", "--json", str(work / "loop_overhead.json")),
-                  30, alone=True, stdout=str(work / "loop_overhead.stdout.txt"))]
+                  COST_S["loop_overhead"], alone=True, stdout=str(work / "loop_overhead.stdout.txt")),
+             Step("checkpoint_price", (py, "benchmarks/checkpoint_price.py", "--json", str(work / "checkpoint.json")),
+                  COST_S["checkpoint_price"], stdout=str(work / "checkpoint_price.stdout.txt"), gpu_timing=True),
+             Step("memory_check", (py, "benchmarks/memory_check.py", "--json", str(work / "memory.json")),
+                  COST_S["memory_check"], stdout=str(work / "memory.stdout.txt"), gpu_timing=True),
+             Step("tests", _pytest(py, work, "tests", tuple(test_paths) or LANE_TEST_FILES), COST_S["tests"],
+                  stdout=str(work / "tests.log"), gpu_timing=True)]
     for nb in sorted((REPO / "notebooks").glob("*.ipynb")):
         name = f"nbval_{nb.stem}"
         steps.append(Step(name, (py, "-m", "pytest", "-q", "--nbval-lax", "--nbval-current-env", "-p", "no:cacheprovider",
                                  f"--nbval-cell-timeout={NOTEBOOK_CELL_TIMEOUT_S}", f"--junitxml={work / f'{name}.xml'}",
                                  str(nb.relative_to(REPO))), COST_S.get(name, 60), stdout=str(work / f"{name}.log"),
                           gpu_timing=name in GPU_TIMING))
-    steps.append(Step("memory_check", (py, "benchmarks/memory_check.py", "--json", str(work / "memory.json")), 60,
-                      stdout=str(work / "memory.stdout.txt"), gpu_timing=True))
-    steps.append(Step("ladder", (py, "-m", "labkit", "ladder", "--no-progress", "--out", str(work / "ladder")),
-                      COST_S["ladder"], stdout=str(work / "ladder.log"), gpu_timing=True))
-    ignore = [f"--ignore={t}" for t in gpu_tests]
-    steps.append(Step("tests", (py, "-m", "pytest", "-q", "-p", "no:cacheprovider", *test_paths, *ignore,
-                                f"--junitxml={work / 'tests.xml'}"), COST_S["tests"], stdout=str(work / "tests.log"),
-                      gpu_timing=True))
-    return steps
+    rank = {name: i for i, name in enumerate(GPU_LANE_ORDER)}
+    return sorted(steps, key=lambda s: (not s.alone, not s.gpu_timing, rank.get(s.name, len(rank)), -s.cost_s))
+
+
+def plan_note(steps: list[Step], lanes: int, deadline_s: float | None) -> str:
+    """The plan in numbers: the alone steps, then the GPU lane one step after another, against the deadline."""
+    alone = sum(s.cost_s for s in steps if s.alone)
+    gpu_lane = sum(s.cost_s for s in steps if s.gpu_timing and not s.alone)
+    others = sum(s.cost_s for s in steps if not s.gpu_timing and not s.alone)
+    other_lanes = max(1, lanes - 1)
+    return (f"Plan (estimates from the recorded H200 step times): alone {alone:.0f} s, then the GPU lane "
+            f"{gpu_lane:.0f} s one step after another beside {others:.0f} s of CPU-only steps in {other_lanes} "
+            f"lane(s) (~{others / other_lanes:.0f} s each): {alone + gpu_lane:.0f} s on the critical path against a "
+            f"deadline of {deadline_s:.0f} s." if deadline_s else
+            f"Plan: alone {alone:.0f} s, GPU lane {gpu_lane:.0f} s, CPU-only {others:.0f} s (no deadline).")
+
+
+def default_lanes() -> int:
+    """One lane per 4 CPUs (at most 4): the GPU's lane and up to three CPU-only lanes."""
+    return max(1, min(4, len(os.sched_getaffinity(0)) // 4))
+
+
+def carried_wheels_env(site: Path) -> dict[str, str]:
+    """A lent GPU box reaches no registry: install the wheels `make gpu-wheels` put in .whl/ for what its Python
+    lacks (into ``site``, never over its own packages) and return the PYTHONPATH every step needs."""
+    import importlib.metadata as md
+
+    wheels = sorted((REPO / ".whl").glob("*.whl"))
+    missing = []
+    for wheel in wheels:
+        name = wheel.name.split("-")[0]
+        try:
+            md.version(name)
+        except md.PackageNotFoundError:
+            missing.append(str(wheel))
+    if missing:
+        site.mkdir(parents=True, exist_ok=True)
+        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-compile",
+                        "--target", str(site), *missing], check=True, timeout=300)
+        print(f"installed {len(missing)} carried wheel(s) of {len(wheels)} into {site}")
+    parts = [str(REPO), *([str(site)] if missing else []), os.environ.get("PYTHONPATH", "")]
+    return {"PYTHONPATH": os.pathsep.join(p for p in parts if p)}
 
 
 def live_run(work: Path, lanes: int = 1, deadline_s: float | None = None, skip: tuple[str, ...] = (),
@@ -101,7 +159,9 @@ def live_run(work: Path, lanes: int = 1, deadline_s: float | None = None, skip: 
     """Every step of the check; writes steps.json; returns how many steps did not end ok (the report is written)."""
     steps = [dataclasses.replace(s, alone=s.alone or s.name in alone)
              for s in gpu_check_steps(sys.executable, work, list(test_paths)) if s.name not in skip]
-    env = {**os.environ, "LABKIT_MODE": "full", "LABKIT_LESSON_LOG": str(work / "lessons.jsonl")}
+    env = {**os.environ, **carried_wheels_env(work / "site"), "LABKIT_MODE": "full",
+           "LABKIT_LESSON_LOG": str(work / "lessons.jsonl")}
+    (work / "plan.txt").write_text(plan_note(steps, lanes, deadline_s))
     started = time.time()
     sampler = GpuMemorySampler()
     sampler.start()
@@ -134,7 +194,8 @@ def dry_run(out: Path) -> int:
     text = render_report(load_inputs(FIXTURES, versions, dry_run=True, notes=DRY_RUN_NOTES))
     missing = [s for s in ("DRY RUN", "## Machine", "## Notebooks", "## Test files", "### Instrumented loop",
                            "### Memory model", "### Tuning ladder") if s not in text]
-    if missing or "Not available" in text:
+    unrecorded = "Not available: `benchmarks/checkpoint_price.py --json` produced nothing."   # no recorded fixture
+    if missing or "Not available" in text.replace(unrecorded, ""):
         print(f"dry run FAILED: the report writer left out {missing or 'a fixture'}", file=sys.stderr)
         return 1
     print(f"dry run ok: report rendered from {FIXTURES.relative_to(REPO)} -> {write_report(text, out)}")
@@ -146,17 +207,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dry-run", action="store_true", help="render from recorded fixtures even on a GPU box")
     parser.add_argument("--out", type=Path, help="report path (default: docs/gpu-report.md live, "
                         "runs/gpu-check/gpu-report-dry-run.md for a dry run)")
-    parser.add_argument("--lanes", type=int, default=1, help="run the steps that need not be alone in this many "
-                        "lanes, each pinned to its share of the CPUs (default 1: one step after another)")
-    parser.add_argument("--deadline-s", type=float, default=None, help="stop what still runs after this many "
-                        "seconds and list what never started (for a GPU lent for minutes)")
+    parser.add_argument("--lanes", type=int, default=default_lanes(), help="run the steps that need not be alone in "
+                        "this many lanes, each pinned to its share of the CPUs (default: one lane per 4 CPUs, at most "
+                        "4; 1: one step after another)")
+    parser.add_argument("--deadline-s", type=float, default=LENT_SLOT_DEADLINE_S, help="stop what still runs after "
+                        "this many seconds and list what never started (default: a lent GPU's 10-minute slot; 0: none)")
     parser.add_argument("--skip", nargs="*", default=[], help="step names to leave out (see steps.json)")
-    parser.add_argument("--tests", nargs="*", default=["tests"], help="test paths of the pytest step")
+    parser.add_argument("--tests", nargs="*", default=[], help="test paths of the GPU lane's pytest step (default: "
+                        "the test files that reach a GPU; `--tests tests` runs the whole suite)")
     parser.add_argument("--alone", nargs="*", default=[], help="step names to run by themselves, before the lanes "
                         "(timing lessons that another step on the GPU would disturb)")
     args = parser.parse_args(argv)
-    if args.lanes < 1 or (args.deadline_s is not None and args.deadline_s <= 0):
-        parser.error("--lanes must be at least 1 and --deadline-s above 0")
+    if args.lanes < 1 or args.deadline_s < 0:
+        parser.error("--lanes must be at least 1 and --deadline-s at least 0 (0: no deadline)")
     if args.dry_run or not cuda_present():
         if not args.dry_run:
             print("no CUDA GPU on this machine: nothing to check live; dry run of the report writer instead")
@@ -168,10 +231,17 @@ def main(argv: list[str] | None = None) -> int:
     work.mkdir(parents=True, exist_ok=True)
     versions = machine_versions()
     (work / "versions.json").write_text(json.dumps(versions, indent=1))   # the report can be rendered again
-    failures = live_run(work, args.lanes, args.deadline_s, tuple(args.skip), tuple(args.tests), tuple(args.alone))
-    text = render_report(load_inputs(work, versions))
-    print(f"wrote {write_report(text, args.out or REPO / 'docs' / 'gpu-report.md')}; {failures} step(s) failed")
-    return 1 if failures else 0
+    failures, crash = 1, None
+    try:
+        failures = live_run(work, args.lanes, args.deadline_s or None, tuple(args.skip), tuple(args.tests),
+                            tuple(args.alone))
+    except (Exception, KeyboardInterrupt) as err:       # the report is written whatever stopped the run
+        crash = f"The check itself stopped early: {type(err).__name__}: {err}"
+    notes = [n for n in ((work / "plan.txt").read_text() if (work / "plan.txt").is_file() else "", crash) if n]
+    text = render_report(load_inputs(work, versions, notes=notes))
+    print(f"wrote {write_report(text, args.out or REPO / 'docs' / 'gpu-report.md')}; {failures} step(s) failed"
+          + (f"; {crash}" if crash else ""))
+    return 1 if failures or crash else 0
 
 
 if __name__ == "__main__":

@@ -18,7 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Mapping
 
-from labkit.core.clock import now_s, process_time_s
+from labkit.core.clock import now_s, process_time_s, timestamp_s
+from labkit.core.gpu_neighbours import gpu_neighbours
 
 _NS = 1e-9
 MIN_SHARE = 1e-3        # a process that ran at all got more than this; keeps a share usable as a divisor
@@ -75,14 +76,19 @@ class CpuShare:
 
 
 class ShareMeter:
-    """``with ShareMeter() as meter: work()`` then ``meter.result``: the CPU share this process got meanwhile."""
+    """``with ShareMeter() as meter: work()`` then ``meter.result``: the CPU share this process got meanwhile, and
+    ``meter.gpu_neighbours``: the processes outside this one's tree that computed on a GPU meanwhile
+    (:mod:`labkit.core.gpu_neighbours`; empty on a machine without a GPU)."""
 
     def __init__(self) -> None:
         self.result: CpuShare | None = None
+        self.gpu_neighbours: dict[str, float] = {}
         self._start: tuple[SchedTotals | None, float, float] | None = None
+        self._stamp_s = 0.0
 
     def __enter__(self) -> "ShareMeter":
         self._start = (sched_totals(), process_time_s(), now_s())
+        self._stamp_s = timestamp_s()
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -92,6 +98,7 @@ class ShareMeter:
             self.result = CpuShare(sched1.on_cpu_s - sched0.on_cpu_s, sched1.waiting_s - sched0.waiting_s, wall_s)
         else:
             self.result = CpuShare(process_time_s() - cpu0, None, wall_s)
+        self.gpu_neighbours = gpu_neighbours(self._stamp_s)
 
     @property
     def share(self) -> float:

@@ -8,7 +8,8 @@ and the spread of its paired rounds) and decides:
 
 * **checked** when the claim holds on the numbers, however busy the machine;
 * **INCONCLUSIVE** only when the machine was measurably busy *and* that load is large enough to explain the
-  gap between claim and measurement: the reason says how much CPU each process got and what to do;
+  gap between claim and measurement: the reason says how much CPU each process got (and which other processes
+  computed on the GPU meanwhile: another process's kernels time-slice with ours) and what to do;
 * **failed** otherwise: on a quiet machine always, and under load whenever the gap is larger than the load
   can explain. A wrong model is never hidden behind a busy machine.
 Torch-free.
@@ -20,7 +21,8 @@ from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
 from labkit.core.clock import percentile
-from labkit.core.contention import describe_shares
+from labkit.core.contention import ShareMeter, describe_shares
+from labkit.core.gpu_neighbours import describe_neighbours
 
 CHECKED, FAILED, INCONCLUSIVE = "checked", "failed", "INCONCLUSIVE"
 BUSY_SHARE = 0.85        # below this share of a core, some process of the run was measurably starved
@@ -39,10 +41,21 @@ def relative_spread(values: Sequence[float]) -> float:
 
 @dataclass(frozen=True)
 class Load:
-    """How busy one timed run was: each process's share of a core (name -> 0..1) and its rounds' spread."""
+    """How busy one timed run was: each process's share of a core (name -> 0..1), its rounds' spread, and the
+    other processes that computed on the GPU meanwhile (label -> the share of the SMs each kept busy)."""
 
     shares: Mapping[str, float] = field(default_factory=dict)
     spread: float = 0.0
+    gpu_neighbours: Mapping[str, float] = field(default_factory=dict)
+
+    @classmethod
+    def from_meters(cls, meters: Mapping[str, ShareMeter], spread: float = 0.0) -> "Load":
+        """The load of a run timed inside ``ShareMeter`` blocks: their CPU shares and every GPU neighbour they saw."""
+        neighbours: dict[str, float] = {}
+        for meter in meters.values():
+            for name, share in meter.gpu_neighbours.items():
+                neighbours[name] = max(share, neighbours.get(name, 0.0))
+        return cls({name: meter.share for name, meter in meters.items()}, spread=spread, gpu_neighbours=neighbours)
 
     def __post_init__(self) -> None:
         bad = {k: v for k, v in self.shares.items() if not (isinstance(v, (int, float)) and 0 < v <= 1.0 + 1e-9)}
@@ -58,13 +71,14 @@ class Load:
 
     @property
     def busy(self) -> bool:
-        """True when the run measurably lacked CPU or its rounds disagreed too much to compare."""
-        return self.worst_share < BUSY_SHARE or self.spread > BUSY_SPREAD
+        """True when the run measurably lacked CPU, shared the GPU, or its rounds disagreed too much to compare."""
+        return self.worst_share < BUSY_SHARE or self.spread > BUSY_SPREAD or bool(self.gpu_neighbours)
 
     @property
     def explainable_factor(self) -> float:
-        """The largest slow-down (or speed-up) this load can explain: 1/worst share, times the rounds' spread."""
-        return (1.0 / self.worst_share) * (1.0 + self.spread)
+        """The largest slow-down (or speed-up) this load can explain: 1/worst share, times the rounds' spread, times
+        one more time slice on the GPU per neighbour that kept its SMs busy (time-slicing gives each its turn)."""
+        return (1.0 / self.worst_share) * (1.0 + self.spread) * (1.0 + sum(self.gpu_neighbours.values()))
 
     def reason(self) -> str:
         """The measured reason, e.g. 'rank 0 got 0.46 of a core; rounds spread 12%: close other programs ...'."""
@@ -72,7 +86,9 @@ class Load:
         starved = {k: v for k, v in self.shares.items() if v < BUSY_SHARE}
         if starved:
             parts.append(describe_shares(starved))
-        if self.spread > BUSY_SPREAD or not starved:
+        if self.gpu_neighbours:
+            parts.append(f"another process computed on the GPU: {describe_neighbours(dict(self.gpu_neighbours))}")
+        if self.spread > BUSY_SPREAD or not (starved or self.gpu_neighbours):
             parts.append(f"rounds spread {self.spread:.0%}")
         return "; ".join(parts) + f": {ADVICE}"
 

@@ -21,6 +21,7 @@ from torch import nn
 from torch.profiler import ProfilerActivity, profile
 from torch.utils.checkpoint import checkpoint
 
+from labkit.core.clock import process_time_s
 from labkit.core.step import TrainStep
 from labkit.core.timing import Stopwatch, synchronize
 from labkit.core.validation import positive_int
@@ -126,22 +127,33 @@ def square_mean_loss(out: torch.Tensor, _targets: object = None) -> torch.Tensor
     return out.float().square().mean()
 
 
-def _train_step_time_s(model: nn.Module, inputs: torch.Tensor) -> float:
-    """One forward+backward of the one step (no update): process CPU time on CPU (robust to other processes),
-    synchronised wall on GPU."""
+def _timed(device: torch.device, fn) -> tuple[float, float]:
+    """(device-honest seconds, host CPU seconds) of ``fn()``: process CPU time for both on a CPU (robust to other
+    processes), synchronised wall and the host's CPU time on a GPU (host ~ wall: the step is launch-bound)."""
+    cpu0 = process_time_s()
+    with Stopwatch(device, cpu_time=True) as watch:
+        fn()
+    return watch.elapsed_s, process_time_s() - cpu0
+
+
+def _train_step_time_s(model: nn.Module, inputs: torch.Tensor) -> tuple[float, float]:
+    """One forward+backward of the one step (no update): (seconds, host CPU seconds), as :func:`_timed` says."""
     step = TrainStep(model, None, loss_fn=square_mean_loss, device=inputs.device)
-    with Stopwatch(inputs.device, cpu_time=True) as watch:
-        step(inputs, None)
-    return watch.elapsed_s
+    return _timed(inputs.device, lambda: step(inputs, None))
 
 
 @dataclass(frozen=True)
 class StepTimeComparison:
-    """Median step times with and without checkpointing, measured interleaved."""
+    """Median step times with and without checkpointing, measured interleaved, and the host's CPU time of each
+    (on a GPU, a step whose host time nears its wall time is launch-bound: the recompute then costs its launches
+    and the checkpoint hooks' Python, not its FLOPs)."""
 
     plain_step_s: float
     checkpointed_step_s: float
     forward_s: float
+    plain_host_s: float = float("nan")
+    checkpointed_host_s: float = float("nan")
+    forward_host_s: float = float("nan")
 
     @property
     def time_added_fraction(self) -> float:
@@ -152,25 +164,26 @@ class StepTimeComparison:
         """Checkpointing every segment recomputes about one forward pass (Chen et al. 2016, Section 4)."""
         return self.forward_s / self.plain_step_s
 
+    @property
+    def host_bound_fraction(self) -> float:
+        """Host CPU time over the step's time: ~1 on a launch-bound GPU step (and always on a CPU)."""
+        return self.plain_host_s / self.plain_step_s
+
 
 def compare_step_time(plain: nn.Module, checkpointed: nn.Module, inputs: torch.Tensor,
                       repeats: int = 5) -> StepTimeComparison:
     """Interleave plain and checkpointed steps (so load hits both alike) and take medians; also time a forward."""
     repeats = positive_int(repeats, "repeats")
-    plain_s, ckpt_s, fwd_s = [], [], []
+    rows = []
     threads = torch.get_num_threads()
     torch.set_num_threads(1)       # CPU time of one thread: idle spinning of a thread pool would blur it
     with preserved_state(plain), preserved_state(checkpointed):
         for _ in range(repeats + 1):                  # the first round warms up and is dropped
-            plain_s.append(_train_step_time_s(plain, inputs))
-            ckpt_s.append(_train_step_time_s(checkpointed, inputs))
-            with Stopwatch(inputs.device, cpu_time=True) as watch:
-                out = plain(inputs)                   # with autograd on: what the recompute costs
-            fwd_s.append(watch.elapsed_s)
-            del out
+            rows.append((*_train_step_time_s(plain, inputs), *_train_step_time_s(checkpointed, inputs),
+                         *_timed(inputs.device, lambda: plain(inputs))))   # with autograd on: what recompute costs
     torch.set_num_threads(threads)
-    return StepTimeComparison(statistics.median(plain_s[1:]), statistics.median(ckpt_s[1:]),
-                              statistics.median(fwd_s[1:]))
+    plain_s, plain_host, ckpt_s, ckpt_host, fwd_s, fwd_host = (statistics.median(col) for col in zip(*rows[1:]))
+    return StepTimeComparison(plain_s, ckpt_s, fwd_s, plain_host, ckpt_host, fwd_host)
 
 
 def bytes_line(bytes_at: dict[int, int]) -> tuple[float, float]:

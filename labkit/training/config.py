@@ -11,6 +11,8 @@ from typing import Any
 from labkit.core.step import StepOptions
 from labkit.core.validation import checked_int, positive_int, positive_number
 
+TIMINGS = ("phases", "step")
+
 
 @dataclass(frozen=True)
 class TrainConfig:
@@ -29,6 +31,7 @@ class TrainConfig:
     compile: bool = False
     sync_every_step: bool = False   # True: a device sync at every phase boundary (the costly classic timer)
     read_every: int = 25            # read timing marks and losses back once per this many steps
+    timing: str = "phases"          # 'phases': data wait, copy, forward, backward, update; 'step': whole steps only
     evaluate: bool = True
     seed: int = 0
     progress: bool = True
@@ -45,6 +48,9 @@ class TrainConfig:
         if self.optimizer not in ("sgd", "adam"):
             raise ValueError(f"optimizer must be 'sgd' or 'adam', got {self.optimizer!r}")
         self.step_options()                                 # validates amp_dtype
+        if self.timing not in TIMINGS:
+            raise ValueError(f"timing must be one of {TIMINGS} ('step' times whole steps only, the cheapest on a "
+                             f"launch-bound GPU step), got {self.timing!r}")
         for name in ("warmup_steps", "lr_warmup_steps"):
             checked_int(getattr(self, name), name, minimum=0)
         for name in ("log_every", "read_every"):

@@ -28,7 +28,7 @@ from labkit.training.config import TrainConfig
 from labkit.training.flops import active_math_mode, checked_mfu, peak_flops_per_s
 from labkit.training.sampling import UtilizationSampler
 from labkit.training.stepper import Stepper
-from labkit.training.window import PendingStep, TrainProgress, settle
+from labkit.training.window import PendingStep, TrainProgress, Window
 
 if TYPE_CHECKING:
     from labkit.core.device_loader import BatchLoader
@@ -136,7 +136,7 @@ def _total_steps(loader, config: TrainConfig) -> int:
 def _summarise(records: list[StepRecord], config: TrainConfig) -> dict:
     """Throughput statistics over steady-state steps (warm-up excluded when enough steps remain)."""
     steady = records[config.warmup_steps:] or records
-    wait = sum(r.data_wait_s for r in steady)
+    wait = sum(r.data_wait_s for r in steady)          # NaN under whole-step timing: the phases were not timed
     busy = sum(r.step_time_s for r in steady)
     rates = [r.samples_per_s for r in steady]
     return dict(samples_per_s_median=statistics.median(rates), samples_per_s_p10=percentile(rates, 10),
@@ -174,36 +174,47 @@ def train(model: nn.Module, train_loader: BatchLoader, config: TrainConfig,
 
 
 class _Run:
-    """The records of one run, read back window by window, and the callback's turn."""
+    """The records of one run, read back window by window, and the callback's turn.
+
+    A window closes every ``read_every`` steps; on a GPU it is read when the next one closes (the GPU has long
+    passed its marks, so nothing waits). A due callback reads everything at once: it needs the newest rows.
+    """
 
     def __init__(self, stepper, clock: PhaseClock, config: TrainConfig, total_steps: int, callback) -> None:
         self.stepper, self.clock, self.config, self.total_steps = stepper, clock, config, total_steps
         self.callback, self.pending, self.records, self.stopped = callback, [], [], False
+        self.in_flight: list[Window] = []
         self.read_every = 1 if config.sync_every_step else config.read_every   # the classic loop reads each loss
 
     def steps(self, batches: Iterator[tuple[int, object]], bar) -> None:
-        """Run every step, reading marks back once per window; a callback asking to stop ends the run."""
+        """Run every step, closing a window when due; a callback asking to stop ends the run."""
         start_mark = self.clock.mark()
         for i, (epoch, batch) in enumerate(batches):
-            phases = self.stepper.step(i, batch)
-            self.pending.append(PendingStep(i, epoch, start_mark, phases["marks"], phases["loss"], phases["samples"]))
-            start_mark = phases["marks"][-1]
+            marks, loss, samples = self.stepper.step(i, batch)
+            self.pending.append(PendingStep(i, epoch, start_mark, marks, loss, samples))
+            start_mark = marks[-1]
             bar.update(1)
             if self.due(i):
-                if self.read_back():
+                if self.close_window(i):
                     break
                 start_mark = self.clock.mark()       # the read-back and callback count nowhere
-        self.read_back(final=True)
+        self.close_window(None)
 
     def due(self, i: int) -> bool:
         n = i + 1
         return n % self.read_every == 0 or (self.callback is not None and n % self.config.log_every == 0)
 
-    def read_back(self, final: bool = False) -> bool:
-        """Turn pending marks into StepRecords; run the callback when due. True = stop asked."""
-        self.records.extend(StepRecord(**row) for row in settle(self.pending, self.clock))
-        self.pending = []
-        if final or self.callback is None or not self.records or len(self.records) % self.config.log_every:
+    def close_window(self, i: int | None) -> bool:
+        """Close the pending steps into a window and read what is ready; ``i=None``: the end, read all.
+        True = the callback asked to stop."""
+        if self.pending:
+            self.in_flight.append(Window(self.pending, self.clock))
+            self.pending = []
+        callback_due = (i is not None and self.callback is not None and (i + 1) % self.config.log_every == 0)
+        keep = 0 if (i is None or callback_due or self.clock.mode != "events") else 1
+        while len(self.in_flight) > keep:
+            self.records.extend(StepRecord(**row) for row in self.in_flight.pop(0).read(self.clock))
+        if not callback_due or not self.records:
             return False
         self.stopped = bool(self.callback(self.records[-1], self.progress()))
         return self.stopped
@@ -238,4 +249,5 @@ def _finish(model, stepper, records, config, device, val_loader, util, stopped, 
                      peak_rss_bytes=util.peak_rss_bytes, utilization_percent=util.mean_percent,
                      utilization_note=util.note, memory=breakdown, final_loss=records[-1].loss,
                      math_mode=mode, peak_flops_per_s=peak, peak_mem_note=mem_note,
-                     extra={"wall_s": wall_s, "wall_samples_per_s": wall_rate, "timing": stepper.clock.mode})
+                     extra={"wall_s": wall_s, "wall_samples_per_s": wall_rate, "timing": stepper.clock.mode,
+                            "timed": config.timing, "events_created": stepper.clock.pool.created})

@@ -6,8 +6,6 @@ kernel running all the time reads 100%. It is still the quickest sign of data st
 """
 from __future__ import annotations
 
-import functools
-
 import statistics
 import threading
 from dataclasses import dataclass
@@ -16,6 +14,7 @@ from typing import Any
 import psutil
 import torch
 
+from labkit.core.gpu_neighbours import nvml_handle
 from labkit.core.validation import positive_number
 
 
@@ -28,16 +27,6 @@ class UtilizationSummary:
     samples: int
     peak_rss_bytes: int | None      # process resident memory (CPU runs)
     note: str
-
-
-@functools.lru_cache(maxsize=None)
-def nvml_handle(index: int) -> Any:
-    """NVML opened once per process and kept (as torch keeps its CUDA context): ``nvmlInit`` enumerates the
-    devices, and a run that opened and shut NVML every time paid that as start-up on every call."""
-    import pynvml
-
-    pynvml.nvmlInit()
-    return pynvml.nvmlDeviceGetHandleByIndex(index)
 
 
 def nvml_device_utilization(index: int = 0) -> tuple[int, int, int] | None:

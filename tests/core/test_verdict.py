@@ -56,3 +56,25 @@ def test_load_validation_and_spread():
     assert relative_spread([1.0, 1.0, 1.0]) == 0.0
     assert relative_spread([0.5, 1.0, 1.5]) == pytest.approx(0.8)
     assert QUIET.worst_share == 1.0 and not QUIET.busy and QUIET.explainable_factor == 1.0
+
+
+def test_another_process_on_the_gpu_makes_a_near_miss_inconclusive_naming_it_but_not_a_wrong_model():
+    """Issue 43: a timing verdict made beside another GPU process is INCONCLUSIVE with that reason, as the CPU
+    verdicts are; a gap far beyond one more time slice still fails."""
+    shared = Load({"this kernel": 1.0}, gpu_neighbours={"pid 4242 on GPU 0 (3.0 GiB)": 0.6})
+    assert shared.busy and shared.explainable_factor == pytest.approx(1.6)
+    near = judge_at_least("fusion is at least 1.5x faster", 1.2, 1.5, load=shared)
+    assert near.state == INCONCLUSIVE and "pid 4242 on GPU 0 (3.0 GiB) kept 60% of the SMs busy" in near.detail
+    assert judge_at_least("fusion is at least 1.5x faster", 1.2, 1.5).state == FAILED        # alone: it fails
+    assert judge_at_least("fusion is at least 1.5x faster", 0.5, 1.5, load=shared).state == FAILED
+
+
+def test_load_from_meters_takes_each_meters_share_and_every_neighbour_once():
+    class Meter:
+        def __init__(self, share, neighbours):
+            self.share, self.gpu_neighbours = share, neighbours
+
+    load = Load.from_meters({"roofs": Meter(0.9, {"pid 1": 0.2}), "ops": Meter(0.5, {"pid 1": 0.4, "pid 2": 0.1})},
+                            spread=0.1)
+    assert dict(load.shares) == {"roofs": 0.9, "ops": 0.5} and load.spread == 0.1
+    assert dict(load.gpu_neighbours) == {"pid 1": 0.4, "pid 2": 0.1}

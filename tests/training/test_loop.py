@@ -94,7 +94,7 @@ def test_marks_and_losses_are_read_once_per_window(data, monkeypatch):
     from labkit.core.timing import PhaseClock
 
     settles = []
-    monkeypatch.setattr(PhaseClock, "settle", lambda self: settles.append(1))
+    monkeypatch.setattr(PhaseClock, "settle", lambda self, upto=None: settles.append(1))
     train(mlp(), loader(data), TrainConfig(steps=10, progress=False, read_every=4, evaluate=False,
                                            profile_model=False))
     assert len(settles) == 3                                              # steps 4, 8 and the final 2
@@ -166,3 +166,68 @@ def test_progress_bar_and_empty_loader(data):
     empty = torch.utils.data.DataLoader(small, batch_size=16, drop_last=True)   # 10 samples -> no batches
     with pytest.raises(ValueError, match="no batches"):
         train(mlp(), empty, TrainConfig(steps=2, progress=False))
+
+
+class _FakeEvent:
+    """A CUDA event stand-in: counts how many were made and the waits on each."""
+
+    made = 0
+
+    def __init__(self, enable_timing=False):
+        type(self).made += 1
+        self.t_ms, self.waits = None, 0
+
+    def record(self):
+        self.t_ms = _FakeEvent.now_ms = getattr(_FakeEvent, "now_ms", 0.0) + 1.0
+
+    def synchronize(self):
+        self.waits += 1
+
+    def elapsed_time(self, end):
+        return end.t_ms - self.t_ms
+
+
+def _fake_cuda_run(monkeypatch, steps: int, read_every: int = 25, timing: str = "phases"):
+    """The loop's read-back machinery on a mocked CUDA clock: (events made, full-device syncs, records)."""
+    from labkit.core import timing as timing_mod
+    from labkit.training.loop import _Run
+
+    syncs = []
+    monkeypatch.setattr(torch.cuda, "Event", _FakeEvent)
+    monkeypatch.setattr(timing_mod, "synchronize", lambda device=None: syncs.append(1))
+    _FakeEvent.made = 0
+    clock = timing_mod.PhaseClock(torch.device("cuda", 0))
+    cfg = TrainConfig(steps=steps, read_every=read_every, timing=timing, progress=False)
+
+    class FakeStepper:
+        def step(self, i, batch):
+            n = 5 if timing == "phases" else 1
+            return tuple(clock.mark() for _ in range(n)), torch.tensor(float(i)), 4
+
+    run = _Run(FakeStepper(), clock, cfg, steps, callback=None)
+    run.steps(((0, None) for _ in range(steps)), type("Bar", (), {"update": lambda self, n: None})())
+    return _FakeEvent.made, len(syncs), run.records
+
+
+@pytest.mark.parametrize("timing", ["phases", "step"])
+def test_a_gpu_run_makes_its_events_once_and_never_drains_the_queue_between_windows(monkeypatch, timing):
+    """Issue 43: on a GPU the loop reuses a fixed pool of events (O(1) allocations per run, not five per step)
+    and reads a window only after the next one closed, waiting on that window's own mark, not the device."""
+    made_100, syncs_100, records = _fake_cuda_run(monkeypatch, 100, timing=timing)
+    made_1000, syncs_1000, records_1000 = _fake_cuda_run(monkeypatch, 1000, timing=timing)
+    marks_per_step = 5 if timing == "phases" else 1
+    window_events = 25 * marks_per_step + 2                  # the steps' marks, the start mark and the ready mark
+    assert made_100 == made_1000 <= 2 * window_events + 1    # two windows in flight at most, whatever the length
+    assert syncs_100 == syncs_1000 == 0                      # each window waits on its own ready mark, never the device
+    assert [r.step for r in records_1000] == list(range(1000)) and records_1000[-1].loss == 999.0
+    assert all(r.step_time_s > 0 for r in records_1000)
+
+
+def test_the_old_per_step_events_would_have_grown_with_the_run(monkeypatch):
+    """The control for the test above: without the pool's reuse, allocations grow with the steps."""
+    from labkit.core.timing import PhaseClock
+
+    monkeypatch.setattr(PhaseClock, "release", lambda self, marks: None)      # never give events back
+    made_100, _, _ = _fake_cuda_run(monkeypatch, 100)
+    made_1000, _, _ = _fake_cuda_run(monkeypatch, 1000)
+    assert made_1000 > 9 * made_100 // 2

@@ -1,4 +1,5 @@
 """One timed training step and the end-of-run probe (FLOPs and memory at the run's batch)."""
+import pytest
 import torch
 
 from labkit.core.data import make_loader, synthetic_data
@@ -35,9 +36,25 @@ def test_step_returns_five_marks_and_runs_under_the_configs_autocast():
     cfg = TrainConfig(steps=1, amp_dtype="bf16" if DEVICE.type == "cpu" else None)
     stepper = Stepper(model, make_optimizer(model, cfg), cfg, DEVICE)
     x, y = next(iter(loader()))
-    phases = stepper.step(0, (x, y))
-    assert len(phases["marks"]) == 5 and phases["samples"] == 8 and torch.isfinite(phases["loss"])
+    marks, loss, samples = stepper.step(0, (x, y))
+    assert len(marks) == 5 and samples == 8 and torch.isfinite(loss)
     assert stepper.last_inputs.shape == (8, *SHAPE) and all(p.grad is None for p in model.parameters())
     with stepper._autocast():
         out = model(stepper.last_inputs)
     assert out.dtype == (torch.bfloat16 if cfg.amp_dtype == "bf16" else torch.float32)
+
+
+def test_whole_step_timing_marks_once_and_leaves_the_phases_untimed():
+    """timing='step': one mark a step (the cheap instrument for launch-bound GPU steps), the phases NaN."""
+    import math
+
+    model = SmallCNN(10, width=4).to(DEVICE)
+    cfg = TrainConfig(steps=3, timing="step", progress=False, evaluate=False, profile_model=False)
+    stepper = Stepper(model, make_optimizer(model, cfg), cfg, DEVICE)
+    marks, loss, samples = stepper.step(0, next(iter(loader())))
+    assert len(marks) == 1 and samples == 8 and torch.isfinite(loss)
+    res = train(SmallCNN(10, width=4), loader(), cfg)
+    assert all(math.isnan(r.forward_s) and math.isnan(r.data_wait_s) and r.step_time_s > 0 for r in res.steps)
+    assert math.isnan(res.data_wait_fraction) and res.extra["timed"] == "step"
+    with pytest.raises(ValueError, match="timing must be one of"):
+        TrainConfig(steps=1, timing="per-phase")

@@ -17,8 +17,14 @@ def test_settle_turns_event_marks_into_gpu_timeline_phases():
     class FakeClock:
         mode, settled = "events", 0
 
-        def settle(self):
+        def settle(self, upto=None):
             self.settled += 1
+
+        def mark(self):
+            return FakeEvent(40)
+
+        def release(self, marks):
+            pass
 
         def elapsed_s(self, a, b):
             return a.elapsed_time(b) / 1e3
