@@ -81,10 +81,13 @@ class SavedBytes:
         self.model, self.norm_modules = model, norm_modules
         self.by_region: dict[str, dict[int, int]] = {"norm": {}, "split": {}}
         self._region = "split"
-        self._params = {p.untyped_storage().data_ptr() for p in model.parameters()}
+        self._params = {(p.to_local() if hasattr(p, "to_local") else p).untyped_storage().data_ptr()
+                        for p in model.parameters()}             # a DTensor's storage is its local shard
         self._norm_outputs: set[int] = set()
 
     def _pack(self, t: torch.Tensor) -> torch.Tensor:
+        if isinstance(t, nn.Parameter):            # FSDP2's gathered weights are Parameters too
+            return t.detach()
         storage = t.untyped_storage()
         key = storage.data_ptr()
         if key not in self._params and not any(key in r for r in self.by_region.values()):

@@ -44,15 +44,16 @@ def one_step(model: nn.Module, x: torch.Tensor, probe: torch.Tensor,
     """Forward + backward through the one step; output, input gradient, parameter gradients, and per phase the
     collectives counted and the bytes this process wrote (its sockets, on gloo)."""
     world_size = dist.get_world_size() if dist.is_initialized() else 1
+    on_sockets = not dist.is_initialized() or dist.get_backend() == "gloo"    # NCCL's bytes skip the process
     counter, phases, grads, out = CommCounter(world_size), {}, {}, {}
     x = x.clone().requires_grad_()
 
     @contextlib.contextmanager
     def phase(name: str) -> Iterator[None]:
         counter.reset()
-        before = bytes_written_by_process()
+        before = bytes_written_by_process() if on_sockets else None
         yield
-        after = bytes_written_by_process()
+        after = bytes_written_by_process() if on_sockets else None
         phases[name] = {"calls": counter.by_kind(), "nominal_bytes": counter.bytes_sent(),
                         "wire_bytes": None if before is None or after is None else after - before}
 
