@@ -264,7 +264,7 @@ def _slow_link_cases() -> list[dict]:
 
 
 SLOW_LINK = Exercise(
-    "slow_link_bytes", "bytes one node sends over the slow link per step with TP inside the nodes or across them",
+    "placement_slow_link_bytes", "bytes one node sends over the slow link per step with TP inside the nodes or across them",
     slow_link_reference, _slow_link_cases,
     (Mistake("swapped", lambda placement, tp_bytes_per_rank, dp_bytes_per_rank, ranks_per_node:
              ranks_per_node * (tp_bytes_per_rank if placement == "tp_inside" else dp_bytes_per_rank),
