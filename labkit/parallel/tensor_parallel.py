@@ -18,6 +18,7 @@ them. Tensors are (batch, sequence, hidden).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Optional
 
 import torch
 import torch.distributed as dist
@@ -29,6 +30,7 @@ from labkit.sharding.comm_volume import all_gather_single, reduce_scatter_single
 
 # The unsplit layer's linears and how Megatron splits each: column = by output features, row = by input features.
 COLUMN, ROW = "column", "row"
+Group = Optional[dist.ProcessGroup]          # None: the default group (every rank)
 SPLITS = {"attn.wq": COLUMN, "attn.wk": COLUMN, "attn.wv": COLUMN, "attn.wo": ROW, "mlp.fc1": COLUMN, "mlp.fc2": ROW}
 
 
@@ -114,25 +116,25 @@ def _seq_first(x: torch.Tensor) -> torch.Tensor:
     return x.transpose(0, 1).contiguous()           # (b, s, h) -> (s, b, h): collectives work on dim 0
 
 
-def gather_sequence(x: torch.Tensor) -> torch.Tensor:
-    """All-gather the sequence shards: (b, s/t, h) on each rank -> (b, s, h) on every rank."""
+def gather_sequence(x: torch.Tensor, group: Group = None) -> torch.Tensor:
+    """All-gather the sequence shards: (b, s/t, h) on each rank -> (b, s, h) on every rank of ``group``."""
     local = _seq_first(x)
-    out = local.new_empty((local.shape[0] * dist.get_world_size(), *local.shape[1:]))
-    all_gather_single(out, local)
+    out = local.new_empty((local.shape[0] * dist.get_world_size(group), *local.shape[1:]))
+    all_gather_single(out, local, group=group)
     return out.transpose(0, 1)
 
 
-def scatter_sequence_sum(x: torch.Tensor) -> torch.Tensor:
+def scatter_sequence_sum(x: torch.Tensor, group: Group = None) -> torch.Tensor:
     """Reduce-scatter along the sequence: partial sums (b, s, h) -> this rank's summed shard (b, s/t, h)."""
     full = _seq_first(x)
-    out = full.new_empty((full.shape[0] // dist.get_world_size(), *full.shape[1:]))
-    reduce_scatter_single(out, full)
+    out = full.new_empty((full.shape[0] // dist.get_world_size(group), *full.shape[1:]))
+    reduce_scatter_single(out, full, group=group)
     return out.transpose(0, 1)
 
 
-def _all_reduce(x: torch.Tensor) -> torch.Tensor:
+def _all_reduce(x: torch.Tensor, group: Group) -> torch.Tensor:
     x = x.contiguous().clone()
-    dist.all_reduce(x)
+    dist.all_reduce(x, group=group)
     return x
 
 
@@ -140,75 +142,79 @@ class CopyToParallel(torch.autograd.Function):
     """Megatron's f: identity forward; backward all-reduces the partial input gradients of the rank's slice."""
 
     @staticmethod
-    def forward(ctx: object, x: torch.Tensor) -> torch.Tensor:
+    def forward(ctx: object, x: torch.Tensor, group: Group = None) -> torch.Tensor:
         """Pass through."""
+        ctx.group = group
         return x.view_as(x)
 
     @staticmethod
-    def backward(ctx: object, grad: torch.Tensor) -> torch.Tensor:
+    def backward(ctx: object, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
         """Sum every rank's contribution to dL/dx."""
-        return _all_reduce(grad)
+        return _all_reduce(grad, ctx.group), None
 
 
 class ReduceFromParallel(torch.autograd.Function):
     """Megatron's g: all-reduce forward (sum the row-parallel partial outputs); identity backward."""
 
     @staticmethod
-    def forward(ctx: object, x: torch.Tensor) -> torch.Tensor:
+    def forward(ctx: object, x: torch.Tensor, group: Group = None) -> torch.Tensor:
         """Sum the partial outputs."""
-        return _all_reduce(x)
+        return _all_reduce(x, group)
 
     @staticmethod
-    def backward(ctx: object, grad: torch.Tensor) -> torch.Tensor:
+    def backward(ctx: object, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
         """Every rank already holds the whole output gradient."""
-        return grad
+        return grad, None
 
 
 class ReduceScatterSequence(torch.autograd.Function):
     """Sequence parallelism's g: reduce-scatter along the sequence forward, all-gather backward."""
 
     @staticmethod
-    def forward(ctx: object, x: torch.Tensor) -> torch.Tensor:
+    def forward(ctx: object, x: torch.Tensor, group: Group = None) -> torch.Tensor:
         """Summed output, this rank's sequence shard."""
-        return scatter_sequence_sum(x)
+        ctx.group = group
+        return scatter_sequence_sum(x, group)
 
     @staticmethod
-    def backward(ctx: object, grad: torch.Tensor) -> torch.Tensor:
+    def backward(ctx: object, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
         """Every rank needs the output gradient of the whole sequence."""
-        return gather_sequence(grad)
+        return gather_sequence(grad, ctx.group), None
 
 
 class GatherLinear(torch.autograd.Function):
     """Sequence parallelism's f fused with the column linears after it (q, k and v share one gather): all-gather the
     sequence, multiply; save the shard only and gather it again in backward (Megatron-LM's way of keeping the norm
-    region's activations at 1/t). Arguments after the shard: weight, bias, weight, bias, ..."""
+    region's activations at 1/t). Arguments after the shard and the group: weight, bias, weight, bias, ..."""
 
     @staticmethod
-    def forward(ctx: object, x_shard: torch.Tensor, *params: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    def forward(ctx: object, x_shard: torch.Tensor, group: Group, *params: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """(b, s/t, h) shard -> one (b, s, out/t) output per (weight, bias) pair."""
         ctx.save_for_backward(x_shard, *params[0::2])
-        x_full = gather_sequence(x_shard)
+        ctx.group = group
+        x_full = gather_sequence(x_shard, group)
         return tuple(F.linear(x_full, w, b) for w, b in zip(params[0::2], params[1::2]))
 
     @staticmethod
-    def backward(ctx: object, *grads: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    def backward(ctx: object, *grads: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
         """Input gradient summed and reduce-scattered back to the shards; weight gradients from the re-gathered input."""
         x_shard, *weights = ctx.saved_tensors
-        x_full = gather_sequence(x_shard)
+        x_full = gather_sequence(x_shard, ctx.group)
         flat_x = x_full.reshape(-1, x_full.shape[-1])
-        grad_x = scatter_sequence_sum(sum(g @ w for g, w in zip(grads, weights)))
-        out: list[torch.Tensor] = [grad_x]
+        grad_x = scatter_sequence_sum(sum(g @ w for g, w in zip(grads, weights)), ctx.group)
+        out: list[torch.Tensor | None] = [grad_x, None]
         for g in grads:
             flat_g = g.reshape(-1, g.shape[-1])
             out += [flat_g.t() @ flat_x, flat_g.sum(dim=0)]
         return tuple(out)
 
 
-def enter_parallel(h: torch.Tensor, linears: list[nn.Module], sequence_parallel: bool) -> tuple[torch.Tensor, ...]:
+def enter_parallel(h: torch.Tensor, linears: list[nn.Module], sequence_parallel: bool,
+                   group: Group = None) -> tuple[torch.Tensor, ...]:
     """The column linears of one block on a replicated (or sequence-sharded) input, with one f (or one gather)."""
     if sequence_parallel:
-        return GatherLinear.apply(h, *(p for lin in linears for p in (lin.weight, lin.bias)))
-    h = CopyToParallel.apply(h)
+        return GatherLinear.apply(h, group, *(p for lin in linears for p in (lin.weight, lin.bias)))
+    h = CopyToParallel.apply(h, group)
     return tuple(F.linear(h, lin.weight, lin.bias) for lin in linears)
 
 
@@ -216,28 +222,29 @@ def enter_parallel(h: torch.Tensor, linears: list[nn.Module], sequence_parallel:
 class ColumnParallelLinear(nn.Module):
     """This rank's rows of ``weight`` (out/t output features) and of the bias; f (or the gather) on the way in."""
 
-    def __init__(self, weight: torch.Tensor, bias: torch.Tensor, sequence_parallel: bool) -> None:
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor, sequence_parallel: bool, group: Group = None) -> None:
         super().__init__()
         self.weight, self.bias = nn.Parameter(weight.clone()), nn.Parameter(bias.clone())
-        self.sequence_parallel = sequence_parallel
+        self.sequence_parallel, self.group = sequence_parallel, group
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Replicated (or sequence-sharded) input -> this rank's output features."""
-        return enter_parallel(x, [self], self.sequence_parallel)[0]
+        return enter_parallel(x, [self], self.sequence_parallel, self.group)[0]
 
 
 class RowParallelLinear(nn.Module):
     """This rank's columns of ``weight`` (in/t input features); g sums the partial outputs, then the whole bias."""
 
-    def __init__(self, weight: torch.Tensor, bias: torch.Tensor, sequence_parallel: bool) -> None:
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor, sequence_parallel: bool, group: Group = None) -> None:
         super().__init__()
         self.weight, self.bias = nn.Parameter(weight.clone()), nn.Parameter(bias.clone())
-        self.sequence_parallel = sequence_parallel
+        self.sequence_parallel, self.group = sequence_parallel, group
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """This rank's input features -> the summed output (or its sequence shard)."""
         partial = F.linear(x, self.weight)
-        total = ReduceScatterSequence.apply(partial) if self.sequence_parallel else ReduceFromParallel.apply(partial)
+        g = ReduceScatterSequence if self.sequence_parallel else ReduceFromParallel
+        total = g.apply(partial, self.group)
         return total + self.bias
 
 
@@ -263,9 +270,10 @@ def shard_state(full: dict[str, torch.Tensor], rank: int, world_size: int) -> di
 class ParallelBlock(nn.Module):
     """One rank's part of ``Block``: the same parameter names, each linear replaced by its column or row shard."""
 
-    def __init__(self, block: Block, rank: int, world_size: int, sequence_parallel: bool = False) -> None:
+    def __init__(self, block: Block, rank: int, world_size: int, sequence_parallel: bool = False,
+                 group: Group = None) -> None:
         super().__init__()
-        self.sequence_parallel = sequence_parallel
+        self.sequence_parallel, self.group = sequence_parallel, group       # rank: this rank's place in group
         self.ln1, self.ln2 = (nn.LayerNorm(n.normalized_shape) for n in (block.ln1, block.ln2))
         self.ln1.load_state_dict(block.ln1.state_dict()), self.ln2.load_state_dict(block.ln2.state_dict())
         self.attn, self.mlp = nn.Module(), nn.Module()
@@ -276,12 +284,12 @@ class ParallelBlock(nn.Module):
             kind = ColumnParallelLinear if split == COLUMN else RowParallelLinear
             setattr(getattr(self, owner), name, kind(shard_tensor(full.weight.data, split, rank, world_size),
                                                      shard_tensor(full.bias.data, split, rank, world_size),
-                                                     sequence_parallel))
+                                                     sequence_parallel, group))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """x: (b, s, h) on every rank, or this rank's (b, s/t, h) sequence shard under sequence parallelism."""
         a, m, sp = self.attn, self.mlp, self.sequence_parallel
-        q, k, v = enter_parallel(self.ln1(x), [a.wq, a.wk, a.wv], sp)      # this rank's heads, whole sequence
+        q, k, v = enter_parallel(self.ln1(x), [a.wq, a.wk, a.wv], sp, self.group)      # this rank's heads, whole sequence
         x = x + a.wo(attend(q, k, v, self.head_dim))                       # g: one all-reduce (or reduce-scatter)
         return x + m.fc2(F.gelu(m.fc1(self.ln2(x))))
 
