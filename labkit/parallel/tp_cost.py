@@ -1,6 +1,6 @@
 """What tensor and sequence parallelism cost and save, as formulas, and the saved activations counted by region.
 
-Bytes: Narayanan et al. 2021 (SC21, arXiv:2104.04473, Section 3.3): with tensor parallelism each layer does two
+Bytes: Narayanan et al. 2021 (SC21, arXiv:2104.04473): with tensor parallelism each layer does two
 all-reduces in the forward pass and two in the backward pass, each over the b*s*h activations; a ring all-reduce
 sends 2(t-1)/t of its buffer per rank (Patarasuk & Yuan 2009). Sequence parallelism swaps each all-reduce for a
 reduce-scatter plus an all-gather, (t-1)/t each: the same ideal volume (Korthikanti et al. 2022, Section 4.2.2).
