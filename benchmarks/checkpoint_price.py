@@ -4,9 +4,10 @@ Notebook 11's claim that checkpointing every block costs "about one extra forwar
 read 116% time added against a 45% forward share on an H200 (ResNet-18 at batch 64, 32x32 images). This benchmark
 takes the claim apart on whatever device it runs on: for each model and batch, interleaved rounds of the plain step,
 the checkpointed step and a forward alone, each as device-honest time (synchronised wall on a GPU, process CPU time on
-a CPU) and as the host's CPU time. On a GPU, host time near the step's wall time means the step is launch-bound: the
-host, not the GPU, sets its pace, and the recompute then costs its kernel launches plus the checkpoint hooks' Python,
-not its FLOPs.
+a CPU) and as the host's launch time (until the step's Python returned, before the wait: CUDA's synchronize spins, so
+the host's CPU time always equals the wall and tells nothing). On a GPU, launch time near the step's wall time means
+the step is launch-bound: the host, not the GPU, sets its pace, and the recompute then costs its kernel launches plus
+the checkpoint hooks' Python, not its FLOPs.
 
     python benchmarks/checkpoint_price.py --json runs/checkpoint_price.json
 """
@@ -32,9 +33,9 @@ def measure(workload: str, batch: int, device: torch.device, repeats: int) -> di
     x = torch.randn(batch, *shape, device=device)
     t = compare_step_time(model, with_checkpointing(model, segments), x, repeats=repeats)
     return dict(model=workload, batch=batch, plain_step_ms=1e3 * t.plain_step_s, ckpt_step_ms=1e3 * t.checkpointed_step_s,
-                forward_ms=1e3 * t.forward_s, plain_host_ms=1e3 * t.plain_host_s, ckpt_host_ms=1e3 * t.checkpointed_host_s,
-                forward_host_ms=1e3 * t.forward_host_s, time_added=t.time_added_fraction,
-                forward_share=t.predicted_added_fraction, host_bound=t.host_bound_fraction)
+                forward_ms=1e3 * t.forward_s, plain_launch_ms=1e3 * t.plain_launch_s, ckpt_launch_ms=1e3 * t.checkpointed_launch_s,
+                forward_launch_ms=1e3 * t.forward_launch_s, time_added=t.time_added_fraction,
+                forward_share=t.predicted_added_fraction, launch_bound=t.launch_bound_fraction)
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -46,16 +47,16 @@ def main(argv: list[str] | None = None) -> dict:
     device = get_device()
     batches = args.batches or pick(fast=[4, 16], full=[16, 64, 256, 1024])
     rows = []
-    print(f"checkpoint price on {device_label(device)}: time added vs the forward's share; host/step near 1 = "
+    print(f"checkpoint price on {device_label(device)}: time added vs the forward's share; launch/step near 1 = "
           "launch-bound")
     for workload in ("resnet18", "transformer"):
         for batch in batches:
             r = measure(workload, batch, device, args.repeats)
             rows.append(r)
-            print(f"{workload:11s} b{batch:5d}: plain {r['plain_step_ms']:8.2f} ms (host {r['plain_host_ms']:7.2f}), "
-                  f"ckpt {r['ckpt_step_ms']:8.2f} ms (host {r['ckpt_host_ms']:7.2f}), forward {r['forward_ms']:7.2f} ms "
-                  f"(host {r['forward_host_ms']:6.2f}); added {r['time_added']:+.0%} vs forward share "
-                  f"{r['forward_share']:.0%}; host/step {r['host_bound']:.2f}")
+            print(f"{workload:11s} b{batch:5d}: plain {r['plain_step_ms']:8.2f} ms (launch {r['plain_launch_ms']:7.2f}), "
+                  f"ckpt {r['ckpt_step_ms']:8.2f} ms (launch {r['ckpt_launch_ms']:7.2f}), forward {r['forward_ms']:7.2f} ms "
+                  f"(launch {r['forward_launch_ms']:6.2f}); added {r['time_added']:+.0%} vs forward share "
+                  f"{r['forward_share']:.0%}; launch/step {r['launch_bound']:.2f}")
     report = {"device": device_label(device), "rows": rows}
     if args.json is not None:
         args.json.parent.mkdir(parents=True, exist_ok=True)

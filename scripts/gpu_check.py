@@ -227,7 +227,10 @@ def main(argv: list[str] | None = None) -> int:
     from labkit.cli.gpu_report import load_inputs, render_report
 
     work = run_path("gpu-check")
-    shutil.rmtree(work, ignore_errors=True)       # a failed step must show "not available", never an older result
+    previous = work.with_name("gpu-check.previous")     # a failed step must show "not available", never an older
+    shutil.rmtree(previous, ignore_errors=True)          # result; the older run is kept aside, not deleted (a rerun
+    if work.exists():                                    # by mistake must not destroy the evidence of a lent GPU)
+        work.rename(previous)
     work.mkdir(parents=True, exist_ok=True)
     versions = machine_versions()
     (work / "versions.json").write_text(json.dumps(versions, indent=1))   # the report can be rendered again

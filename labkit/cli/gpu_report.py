@@ -163,15 +163,21 @@ def _checkpoint_section(doc: dict | None) -> list[str]:
     lines = ["### Activation checkpointing: time added against the forward's share", ""]
     if not doc:
         return lines + ["Not available: `benchmarks/checkpoint_price.py --json` produced nothing.", ""]
-    lines += [f"Device: {doc.get('device', '?')}. Each row: medians of interleaved rounds. Host/step: the host's CPU "
-              "time over the step's time (near 1: the step is launch-bound, and the recompute costs its launches and "
-              "the checkpoint hooks, not its FLOPs).", "",
-              "| model | batch | plain step (ms) | checkpointed (ms) | forward (ms) | time added | forward share "
-              "| host/step | checkpointed host (ms) |", "|---|---|---|---|---|---|---|---|---|"]
+    launch = "launch_bound" in doc["rows"][0] if doc["rows"] else True
+    col, key, ms = (("launch/step", "launch_bound", "ckpt_launch_ms") if launch else
+                    ("host CPU/step", "host_bound", "ckpt_host_ms"))
+    lines += [f"Device: {doc.get('device', '?')}. Each row: medians of interleaved rounds. Compute sets the pace where "
+              "the plain step grows with the batch; where it does not (launch-bound), the recompute costs its kernel "
+              "launches and the checkpoint hooks, not its FLOPs. " + (
+                  "Launch/step: the host's time until the step's Python returned over the step's time (near 1: "
+                  "launch-bound)." if launch else "Host CPU/step is ~1 on every row because CUDA's synchronize spins on "
+                  "the host: it cannot tell the regimes apart (this run predates the launch-time column)."), "",
+              f"| model | batch | plain step (ms) | checkpointed (ms) | forward (ms) | time added | forward share "
+              f"| {col} | checkpointed, {col.split('/')[0]} (ms) |", "|---|---|---|---|---|---|---|---|---|"]
     for r in doc["rows"]:
         lines.append(f"| {r['model']} | {r['batch']} | {r['plain_step_ms']:.2f} | {r['ckpt_step_ms']:.2f} | "
                      f"{r['forward_ms']:.2f} | {r['time_added']:+.0%} | {r['forward_share']:.0%} | "
-                     f"{r['host_bound']:.2f} | {r['ckpt_host_ms']:.2f} |")
+                     f"{r[key]:.2f} | {r[ms]:.2f} |")
     return lines + [""]
 
 

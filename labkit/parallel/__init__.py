@@ -1,9 +1,11 @@
-"""Model vs data parallelism: split models and pipelines, synchronous SGD, when replicas pay, and the classic
-multi-GPU pitfalls on the PyTorch side (notebooks 05, 07, 09).
+"""Model vs data parallelism: split models and pipelines, synchronous SGD, when replicas pay, the classic
+multi-GPU pitfalls on the PyTorch side, and the split inside a layer (notebooks 05, 07, 09, 13).
 
 costmodel (the formulas: T_comp vs T_sync, the GPipe bubble) < model_parallel (split by layers, memory per
 stage, the recommendation) < pipeline (the bubble simulated and measured); sync_sgd (from scratch, = DDP) <
 scaling (measured on real processes, compared with the model) < speedup (the explorer's maths); published
 (cited scaling points); plots (charts of the measurements, kept out of what ranks import); sync_sgd_mpi (sync
-SGD under mpiexec); data_pitfalls and rank_pitfalls. A rank's device is labkit.comm.worker.rank_device.
+SGD under mpiexec); data_pitfalls and rank_pitfalls. Inside the layer (13): tensor_parallel (Megatron's split and
+sequence parallelism by hand) < tp_dtensor (the same with parallelize_module) < tp_runs (on real ranks) <
+tp_report, tp_compare (against DP and ZeRO-3); tp_cost (the formulas). A rank's device is labkit.comm.worker.rank_device.
 """

@@ -100,3 +100,20 @@ def recorded_h100_figures(reference_path: str | Path | None = None,
                                gpu_resident_samples_per_s=resident, tf32_batch=batch,
                                strict_fp32_samples_per_s=fp32, tf32_samples_per_s=tf32,
                                **_ladder_figures(ladder, ref["device"]))
+
+
+RECORDED_H200 = RECORDED_H100.parent / "gpu_check_h200"
+_TIMED = {"phases": "per phase (data wait, copy, forward, backward, update)", "step": "whole steps only"}
+
+
+def instrument_note(result: object) -> str:
+    """Which instrument timed ``result`` (a :class:`labkit.training.loop.RunResult`) and what each costs over a bare
+    loop on a GPU, from the recorded H200 run (``tests/fixtures/gpu_check_h200/loop_overhead.json``), labelled as
+    recorded: a launch-bound step pays for every event the loop records."""
+    timed = result.extra.get("timed", "phases")
+    doc = json.loads((RECORDED_H200 / "loop_overhead.json").read_text())
+    costs = "; ".join(f"{r['model']} at batch {r['batch_size']} ({1e3 * r['bare_step_s']:.1f} ms a step): per phase "
+                      f"{r['ratio'] - 1:+.1%}, whole steps {r['step_timing_ratio'] - 1:+.1%}" for r in doc["rows"])
+    return (f"this run was timed {_TIMED[timed]} ({result.extra.get('timing', '?')} clock). Recorded, not measured "
+            f"now ({doc['device']}, 27 November 2026), over a bare loop: {costs}. On a CPU the marks are clock reads, "
+            "nearly free; on a launch-bound GPU step pass TrainConfig(timing='step') to time whole steps only.")

@@ -120,3 +120,30 @@ def test_a_live_run_starts_from_an_empty_work_folder(tmp_path, monkeypatch):
     monkeypatch.setattr(script, "live_run", lambda work, *rest: (0 if not stale.exists() else 99))
     monkeypatch.setattr(script, "machine_versions", lambda: json.loads((script.FIXTURES / "versions.json").read_text()))
     assert script.main(["--out", str(tmp_path / "report.md")]) == 0
+    assert (tmp_path / "gpu-check.previous" / "ladder.json").is_file()      # the older run is kept aside, not lost
+
+
+def test_a_check_that_crashes_still_writes_its_report_and_fails(tmp_path, monkeypatch):
+    """Whatever stops the run (here an exception inside it), the report is written with the reason, and exit is 1."""
+    script = load_script()
+    monkeypatch.setattr(script, "cuda_present", lambda: True)
+    monkeypatch.setenv("LABKIT_RUN_DIR", str(tmp_path))
+
+    def crash(*args):
+        raise RuntimeError("pip could not install the carried wheels")
+
+    monkeypatch.setattr(script, "live_run", crash)
+    monkeypatch.setattr(script, "machine_versions", lambda: json.loads((script.FIXTURES / "versions.json").read_text()))
+    out = tmp_path / "report.md"
+    assert script.main(["--out", str(out)]) == 1
+    assert "The check itself stopped early: RuntimeError: pip could not install the carried wheels" in out.read_text()
+
+
+def test_the_gpu_lane_runs_the_longest_first_and_the_plan_is_written_down():
+    script = load_script()
+    steps = script.gpu_check_steps("python3", Path("/tmp/w"), [])
+    assert [s.name for s in steps if s.alone] == ["loop_overhead", "gpu_tests"]
+    lane = [s.name for s in steps if s.gpu_timing and not s.alone]
+    assert lane[:2] == ["checkpoint_price", "nbval_10_tuning_ladder"] and lane[-1] == "tests"
+    note = script.plan_note(steps, 4, 560)
+    assert "against a deadline of 560 s" in note and "3 lane(s)" in note

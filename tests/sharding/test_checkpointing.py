@@ -56,3 +56,21 @@ def test_step_time_comparison_and_largest_batch():
 
 def test_bytes_line_through_two_batches():
     assert checkpointing.bytes_line({4: 500, 2: 300}) == (100.0, 100.0)
+
+
+def test_on_a_cpu_the_launch_time_is_the_step_and_the_work_sets_the_pace():
+    model, x = _model(), torch.randn(64, 16)
+    times = checkpointing.compare_step_time(model, checkpointing.with_checkpointing(model, ["0", "1"]), x, repeats=2)
+    assert times.plain_launch_s == times.plain_step_s and times.launch_bound_fraction == 1.0
+    assert checkpointing.pace(times, on_gpu=False) == "compute"
+
+
+def test_the_pace_on_a_gpu_follows_the_hosts_launch_time():
+    """The recorded H200 regimes (docs/gpu-report.md): a launch-bound small step, a compute-bound large one."""
+    def comparison(step_ms, launch_ms):
+        return checkpointing.StepTimeComparison(step_ms / 1e3, 2 * step_ms / 1e3, step_ms / 3e3,
+                                                plain_launch_s=launch_ms / 1e3)
+
+    assert checkpointing.pace(comparison(7.9, 7.6), on_gpu=True) == "launch"        # the GPU waited for launches
+    assert checkpointing.pace(comparison(44.3, 8.0), on_gpu=True) == "compute"      # the host waited for the GPU
+    assert checkpointing.pace(comparison(12.5, 8.0), on_gpu=True) == "mixed"        # neither clearly: not judged

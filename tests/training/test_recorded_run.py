@@ -35,3 +35,15 @@ def test_a_missing_fixture_is_one_clear_error(tmp_path):
     with pytest.raises(FileNotFoundError, match="tests/fixtures"):
         recorded_ladder(tmp_path / "nope.json")
     assert recorded_ladder() == json.loads(RECORDED_LADDER.read_text())
+
+
+def test_the_instrument_note_names_the_mode_and_reads_the_recorded_h200_costs():
+    from types import SimpleNamespace
+
+    from labkit.training.recorded_run import instrument_note
+
+    note = instrument_note(SimpleNamespace(extra={"timed": "step", "timing": "events"}))
+    assert note.startswith("this run was timed whole steps only (events clock)")
+    assert "Recorded, not measured now (NVIDIA H200 (cuda:0)" in note
+    assert "resnet18 at batch 128 (7.9 ms a step): per phase +1.0%, whole steps +1.3%" in note
+    assert "small_cnn at batch 256 (1.9 ms a step): per phase +13.4%, whole steps +5.3%" in note

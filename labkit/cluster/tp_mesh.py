@@ -1,0 +1,141 @@
+"""Where tensor parallelism goes: a 2 x 2 mesh (TP x DP) on two emulated nodes of two ranks, placed two ways.
+
+``tp_inside``: each node's two ranks form a TP group, and each DP group pairs one rank of each node, so only the
+gradient all-reduce crosses the shaped link. ``dp_inside``: the opposite, so TP's four all-reduces per layer cross
+it. The same layer (``labkit.parallel.tensor_parallel``), the same global batch, one training step each through the
+kit's one step, timed in interleaved rounds; the bytes over the slow link are read from each node's ``eth0``
+counters (as :mod:`labkit.cluster.link_jobs` does). Run under ``labkit launch --nnodes 2`` (:func:`run_placements`).
+"""
+from __future__ import annotations
+
+import statistics
+from dataclasses import asdict
+
+import torch
+import torch.distributed as dist
+
+from labkit.cluster.link_jobs import _join, shape_own_link, tx_bytes
+from labkit.cluster.linkfit import expected_payload_bytes_s
+from labkit.cluster.nodes import EmulatedNodes, NodesConfig
+from labkit.cluster.rankside import Place, job_params, report
+from labkit.cluster.run import JobResult, run_job
+from labkit.core.contention import ShareMeter
+from labkit.core.clock import now_s
+from labkit.core.step import TrainStep
+from labkit.core.verdict import Load, relative_spread
+from labkit.parallel.sync_sgd import sync_gradients
+from labkit.parallel.tensor_parallel import LayerShape, ParallelBlock, build_block
+from labkit.parallel.tp_cost import tp_bytes_per_layer
+from labkit.parallel.tp_runs import layer_inputs, probe_loss
+from labkit.sharding.comm_volume import ring_bytes_sent
+
+PLACEMENTS = ("tp_inside", "dp_inside")
+
+
+def mesh_members(placement: str, nodes: int, per_node: int) -> tuple[list[list[int]], list[list[int]]]:
+    """(TP groups, DP groups) as lists of global ranks (node-major numbering: rank = node * per_node + local)."""
+    if placement not in PLACEMENTS:
+        raise ValueError(f"placement must be one of {PLACEMENTS}, got {placement!r}")
+    inside = [[n * per_node + k for k in range(per_node)] for n in range(nodes)]
+    across = [[n * per_node + k for n in range(nodes)] for k in range(per_node)]
+    return (inside, across) if placement == "tp_inside" else (across, inside)
+
+
+def _my_group(members: list[list[int]], rank: int) -> tuple[object, list[int]]:
+    """Create every group of ``members`` (all ranks must, in the same order); return this rank's and its ranks."""
+    mine = None
+    for ranks in members:
+        group = dist.new_group(ranks)
+        if rank in ranks:
+            mine = (group, ranks)
+    return mine  # type: ignore[return-value]
+
+
+def placement_step(me: Place, placement: str, shape: LayerShape) -> TrainStep:
+    """This rank's step for ``placement``: its TP part of the layer, its DP share of the batch, SGD."""
+    nodes = me.world_size // me.local_world_size
+    tp_members, dp_members = mesh_members(placement, nodes, me.local_world_size)
+    (tp_group, tp_ranks), (dp_group, dp_ranks) = _my_group(tp_members, me.rank), _my_group(dp_members, me.rank)
+    tp_rank, dp_rank = tp_ranks.index(me.rank), dp_ranks.index(me.rank)
+    model = ParallelBlock(build_block(shape), tp_rank, len(tp_ranks), group=tp_group)
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+
+    def dp_sync(m: torch.nn.Module) -> None:
+        sync_gradients(m, lambda t: dist.all_reduce(t, group=dp_group), len(dp_ranks), bucket=True)
+
+    step = TrainStep(model, opt, loss_fn=probe_loss, grad_hook=dp_sync)
+    step.feed = tuple(v.chunk(len(dp_ranks), dim=0)[dp_rank].contiguous() for v in layer_inputs(shape))  # type: ignore[attr-defined]
+    return step
+
+
+def tp_mesh_job() -> dict:
+    """Both placements, one warm-up step each, then interleaved rounds: seconds per step (the slowest rank's, after
+    a barrier) and this node's eth0 bytes per step."""
+    me = _join()
+    params = job_params()
+    if params.get("rate_mbit_s"):
+        shape_own_link(me, float(params["rate_mbit_s"]), params)
+    shape = LayerShape(**params.get("shape", {}))
+    steps = {p: placement_step(me, p, shape) for p in PLACEMENTS}
+    for step in steps.values():
+        step(*step.feed)                                    # warm-up: connections, buffers
+    out: dict = {p: {"step_s": [], "tx_bytes": []} for p in PLACEMENTS}
+    with ShareMeter() as meter:
+        for r in range(int(params.get("rounds", 5))):
+            for p in PLACEMENTS[r % 2:] + PLACEMENTS[:r % 2]:
+                dist.barrier()
+                before, start = tx_bytes(), now_s()
+                steps[p](*steps[p].feed)
+                dist.barrier()
+                out[p]["step_s"].append(now_s() - start)
+                out[p]["tx_bytes"].append(tx_bytes() - before)
+    return report({**me.as_dict(), **out, "cpu_share": meter.share}, me.rank)
+
+
+def run_placements(nodes: EmulatedNodes, shape: LayerShape, rounds: int = 5, rate_mbit_s: float | None = None,
+                   timeout_s: float = 120.0) -> JobResult:
+    """Run :func:`tp_mesh_job` on 2 ranks per node of ``nodes`` (re-shaping the link first when a rate is given)."""
+    params = {"shape": asdict(shape), "rounds": rounds, "rate_mbit_s": rate_mbit_s,
+              "burst_bytes": nodes.config.burst_bytes, "limit_bytes": nodes.config.limit_bytes}
+    return run_job(nodes, "labkit.cluster.tp_mesh:tp_mesh_job", nproc_per_node=2, params=params, timeout_s=timeout_s)
+
+
+def predicted_node_bytes(placement: str, shape: LayerShape, per_node: int = 2, nodes: int = 2) -> float:
+    """Payload bytes one node sends over the slow link per step: its ranks' bytes in the groups that cross, each a
+    ring of ``nodes`` ranks (TP: 4 all-reduces of the DP share's activations; DP: the TP part's fp32 gradients)."""
+    tp_size, dp_size = (per_node, nodes) if placement == "tp_inside" else (nodes, per_node)
+    block = build_block(shape)
+    replicated = 6 * shape.d_model
+    local_params = (sum(p.numel() for p in block.parameters()) - replicated) // tp_size + replicated
+    if placement == "tp_inside":
+        return per_node * ring_bytes_sent("all_reduce", 4 * local_params, dp_size)
+    return per_node * tp_bytes_per_layer(shape.batch // dp_size, shape.seq_len, shape.d_model, tp_size)
+
+
+def placement_rows(results: list[dict], shape: LayerShape, rate_mbit_s: float) -> list[dict]:
+    """Per placement: bytes over the slow link per node per step (eth0, the busier node; median over rounds) beside
+    the prediction, the link's time for them at the shaped rate, and the median step (the slowest rank's)."""
+    rows = []
+    for p in PLACEMENTS:
+        per_round = list(zip(*(r[p]["tx_bytes"] for r in results if r["local_rank"] == 0)))
+        steps = list(zip(*(r[p]["step_s"] for r in results)))
+        predicted = predicted_node_bytes(p, shape)
+        rows.append({"placement": p, "eth0_bytes": statistics.median(max(b) for b in per_round),
+                     "predicted_bytes": predicted, "link_ms": 1e3 * predicted / expected_payload_bytes_s(rate_mbit_s),
+                     "step_ms": 1e3 * statistics.median(max(s) for s in steps)})
+    return rows
+
+
+def placement_load(results: list[dict]) -> Load:
+    """Each rank's CPU share over the rounds and the spread of the per-round dp_inside / tp_inside step ratio."""
+    rounds = len(results[0]["tp_inside"]["step_s"])
+    ratios = [max(r["dp_inside"]["step_s"][i] for r in results) / max(r["tp_inside"]["step_s"][i] for r in results)
+              for i in range(rounds)]
+    return Load({f"rank {r['rank']}": min(1.0, max(r["cpu_share"], 1e-3)) for r in results},
+                spread=relative_spread(ratios))
+
+
+def measure_placements(shape: LayerShape, rounds: int = 5, config: NodesConfig | None = None) -> list[dict]:
+    """Build the two nodes, run both placements, tear the nodes down (always); every rank's report."""
+    with EmulatedNodes(config or NodesConfig.fast()) as nodes:
+        return run_placements(nodes, shape, rounds=rounds).results
