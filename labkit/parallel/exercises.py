@@ -179,12 +179,13 @@ def shard_weight_reference(weight: list[list[int]], split: str, rank: int, world
     return shard_tensor(torch.tensor(weight), split, rank, world_size).tolist()
 
 
-def _shard_weight_cases() -> list[dict]:
-    rng = random.Random(38)
+def _shard_weight_cases(seed: int = 38) -> list[dict]:
+    rng = random.Random(seed)
     cases = []
     for split in ("column", "row") * 3:
         t = rng.choice([2, 4])
-        rows, cols = t * rng.randint(1, 3), t * rng.randint(1, 3) + (t if split == "row" else 1)
+        a, b = rng.sample([1, 2, 3], 2)     # both sides split evenly (any split is possible), never square
+        rows, cols = t * a, t * b
         weight = [[rng.randint(-9, 9) for _ in range(cols)] for _ in range(rows)]
         cases.append({"weight": weight, "split": split, "rank": rng.randrange(t), "world_size": t})
     return cases
@@ -210,9 +211,10 @@ SHARD_WEIGHT = Exercise(
     rel_tol=0.0)
 
 
-def tp_bytes_reference(batch: int, seq_len: int, hidden: int, world_size: int, bytes_per_element: int) -> float:
-    """Bytes one rank sends per layer, forward + backward (Narayanan et al. 2021, four ring all-reduces of b*s*h)."""
-    return tp_bytes_per_layer(batch, seq_len, hidden, world_size, bytes_per_element)
+def tp_bytes_reference(batch: int, seq_len: int, hidden: int, world_size: int, bytes_per_element: int) -> int:
+    """Bytes one rank sends per layer, forward + backward (Narayanan et al. 2021, four ring all-reduces of b*s*h):
+    a whole number, compared exactly (the cases' sequence lengths split evenly over the ranks)."""
+    return round(tp_bytes_per_layer(batch, seq_len, hidden, world_size, bytes_per_element))
 
 
 def tp_bytes_cases_for(batch: int, seq_len: int, hidden: int, world_size: int,
@@ -223,8 +225,8 @@ def tp_bytes_cases_for(batch: int, seq_len: int, hidden: int, world_size: int,
     return [first] + _tp_bytes_cases()
 
 
-def _tp_bytes_cases() -> list[dict]:
-    rng = random.Random(39)
+def _tp_bytes_cases(seed: int = 39) -> list[dict]:
+    rng = random.Random(seed)
     return [{"batch": rng.randint(1, 16), "seq_len": rng.choice([128, 512, 2048]), "hidden": rng.choice([64, 1024, 4096]),
              "world_size": rng.choice([2, 4, 8]), "bytes_per_element": rng.choice([2, 4])} for _ in range(8)]
 
@@ -233,10 +235,10 @@ TP_BYTES = Exercise(
     "tp_bytes_per_layer", "bytes one rank sends per transformer layer (forward + backward) under tensor parallelism",
     tp_bytes_reference, _tp_bytes_cases,
     (Mistake("forward_only", lambda batch, seq_len, hidden, world_size, bytes_per_element:
-             tp_bytes_per_layer(batch, seq_len, hidden, world_size, bytes_per_element) / 2,
+             round(tp_bytes_per_layer(batch, seq_len, hidden, world_size, bytes_per_element) / 2),
              "the backward pass all-reduces too: f's backward, once per block, so four all-reduces per layer"),
      Mistake("no_ring_factor", lambda batch, seq_len, hidden, world_size, bytes_per_element:
-             4.0 * batch * seq_len * hidden * bytes_per_element,
+             4 * batch * seq_len * hidden * bytes_per_element,
              "a ring all-reduce of N bytes sends 2(t-1)/t x N per rank, not N")),
     "4 all-reduces per layer (2 forward, 2 backward), each over b*s*h elements; a ring sends 2(t-1)/t of it per rank")
 
@@ -256,8 +258,8 @@ def slow_link_reference(placement: str, tp_bytes_per_rank: float, dp_bytes_per_r
     return ranks_per_node * crossing
 
 
-def _slow_link_cases() -> list[dict]:
-    rng = random.Random(40)
+def _slow_link_cases(seed: int = 40) -> list[dict]:
+    rng = random.Random(seed)
     return [{"placement": p, "tp_bytes_per_rank": float(rng.randint(10**5, 10**9)),
              "dp_bytes_per_rank": float(rng.randint(10**5, 10**9)), "ranks_per_node": rng.choice([2, 4, 8])}
             for p in PLACEMENTS * 4]
