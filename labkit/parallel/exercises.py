@@ -1,8 +1,9 @@
-"""Checked exercises for notebooks 05, 07 and 09: the pipeline bubble, the speed-up of replicas, T_sync, the
-shard a rank reads and the LR of a data-parallel job.
+"""Checked exercises for notebooks 05, 05b, 07 and 09: the pipeline bubble, the activations and the action order
+of a pipeline schedule, the speed-up of replicas, T_sync, the shard a rank reads and the LR of a data-parallel job.
 
-References: the GPipe schedule simulator (:mod:`labkit.parallel.pipeline`), the cost model
-(:mod:`labkit.parallel.costmodel`), torch's ``DistributedSampler`` and the kit's LR rule.
+References: the GPipe schedule simulator (:mod:`labkit.parallel.pipeline`), the schedules' action orders
+(:mod:`labkit.parallel.schedule_sim`, checked against torch's live ``Schedule1F1B`` in notebook 05b), the cost
+model (:mod:`labkit.parallel.costmodel`), torch's ``DistributedSampler`` and the kit's LR rule.
 """
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from torch.utils.data import DistributedSampler
 from labkit.core.exercises import Exercise, Mistake
 from labkit.parallel.costmodel import micro_batches_for_bubble, predicted_speedup, sync_time_s
 from labkit.parallel.pipeline import bubble_fraction, simulate_gpipe
+from labkit.parallel.schedule_sim import gpipe_order, one_f_one_b_order, peak_in_flight
 from labkit.training.batch_rules import scaled_lr
 
 
@@ -59,6 +61,75 @@ MICRO_BATCHES = Exercise(
      Mistake("over_b", lambda stages, max_bubble: math.ceil((stages - 1) / max_bubble),
              "solve (p-1)/(m+p-1) <= b for m: m >= (p-1)(1-b)/b, not (p-1)/b")),
     "solve (p-1)/(m+p-1) <= b for the smallest whole m")
+
+
+# ------------------------------------------------------------------------------------ 05b: schedules
+def activations_held_reference(schedule: str, stages: int, stage: int, micro_batches: int) -> int:
+    """Most micro-batches whose activations ``stage`` holds at once under 'gpipe' or '1f1b' (PipeDream-Flush):
+    counted on the schedule's action order (forwards done minus backwards done)."""
+    if schedule not in ("gpipe", "1f1b"):
+        raise ValueError(f"schedule must be 'gpipe' or '1f1b', got {schedule!r}")
+    order = gpipe_order(micro_batches) if schedule == "gpipe" else one_f_one_b_order(stages, stage, micro_batches)
+    return peak_in_flight(order)
+
+
+def _held_cases() -> list[dict]:
+    rng = random.Random(16)
+    cases = [{"schedule": "1f1b", "stages": 4, "stage": 0, "micro_batches": 2}]
+    for _ in range(12):
+        p = rng.randint(2, 8)
+        cases.append({"schedule": rng.choice(["gpipe", "1f1b"]), "stages": p, "stage": rng.randrange(p),
+                      "micro_batches": rng.randint(p, 4 * p)})
+    return cases
+
+
+ACTIVATIONS_HELD = Exercise(
+    "activations_held", "how many micro-batches' activations a stage holds at its peak, GPipe vs 1F1B",
+    activations_held_reference, _held_cases,
+    (Mistake("always_m", lambda schedule, stages, stage, micro_batches: micro_batches,
+             "that is GPipe: 1F1B starts each micro-batch's backward as soon as it can, so a stage never holds "
+             "more than the micro-batches still ahead of it in the pipe"),
+     Mistake("always_p", lambda schedule, stages, stage, micro_batches:
+             micro_batches if schedule == "gpipe" else stages,
+             "under 1F1B stage s holds p - s micro-batches: the last stage only one (its backward follows at once)"),
+     Mistake("no_cap", lambda schedule, stages, stage, micro_batches:
+             micro_batches if schedule == "gpipe" else stages - stage,
+             "with fewer micro-batches than p - s, a stage cannot hold more than m")),
+    "GPipe: every forward before any backward; 1F1B: p - s forwards fill the pipe, then one backward per forward")
+
+
+def one_f_one_b_reference(stages: int, stage: int, micro_batches: int) -> list[str]:
+    """The actions of stage ``stage`` of ``stages`` under 1F1B, in order: ['F0', 'F1', 'B0', 'F2', ...]."""
+    return one_f_one_b_order(stages, stage, micro_batches)
+
+
+def _order_cases() -> list[dict]:
+    rng = random.Random(17)
+    cases = [{"stages": 2, "stage": 0, "micro_batches": 4}, {"stages": 4, "stage": 3, "micro_batches": 4},
+             {"stages": 4, "stage": 0, "micro_batches": 2}]
+    for _ in range(8):
+        p = rng.randint(2, 6)
+        cases.append({"stages": p, "stage": rng.randrange(p), "micro_batches": rng.randint(1, 3 * p)})
+    return cases
+
+
+def _no_warmup(stages: int, stage: int, micro_batches: int) -> list[str]:
+    """Alternates from the start, F0 B0 F1 B1 ...: right for the last stage only."""
+    return [a for i in range(micro_batches) for a in (f"F{i}", f"B{i}")]
+
+
+ONE_F_ONE_B_ORDER = Exercise(
+    "one_f_one_b_order", "the order of the forward and backward actions of one 1F1B stage",
+    one_f_one_b_reference, _order_cases,
+    (Mistake("gpipe", lambda stages, stage, micro_batches: gpipe_order(micro_batches),
+             "that is GPipe (all forwards, then all backwards): 1F1B starts backwards once the pipe is full"),
+     Mistake("same_warmup", lambda stages, stage, micro_batches:
+             one_f_one_b_order(stages, 0, micro_batches),
+             "the warm-up depends on the stage: stage s runs p - s forwards before its first backward"),
+     Mistake("no_warmup", _no_warmup,
+             "B0 can only start once micro-batch 0 has gone through the p - s - 1 later stages and come back; "
+             "meanwhile stage s keeps the pipe full: p - s forwards before its first backward")),
+    "stage s: F0 .. F(p-s-1), then B0, F(p-s), B1, ... until the forwards run out, then the remaining backwards")
 
 
 # ------------------------------------------------------------------------------------ 07: replicas
