@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import functools
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any, Callable
 
 import torch
 import torch.distributed as dist
@@ -25,7 +26,7 @@ from labkit.comm.launch import LaunchTimeout, RankFailedError, launch
 from labkit.comm.worker import rank_device
 from labkit.core.validation import positive_int
 from labkit.parallel.schedule_sim import Span, makespan_s
-from labkit.parallel.schedule_trace import ActivationMeter, StageTracer
+from labkit.parallel.schedule_trace import ActivationMeter, Post, StageTracer
 
 # schedule -> (stages per rank, placement of stages on ranks): what each needs, checked by probe_layouts
 LAYOUTS = {"ScheduleGPipe": (1, "loop"), "Schedule1F1B": (1, "loop"), "ScheduleInterleaved1F1B": (2, "loop"),
@@ -101,7 +102,9 @@ def reference(cfg: PipeConfig, micro_batches: int, device: torch.device | str = 
 
 
 # ---------------------------------------------------------------------------------------------- on each rank
-def _build(name: str, cfg: PipeConfig, m: int, rank: int, p: int, device: torch.device, loss_fn, scale_grads: bool):
+def _build(name: str, cfg: PipeConfig, m: int, rank: int, p: int, device: torch.device,
+           loss_fn: Callable[..., torch.Tensor], scale_grads: bool
+           ) -> tuple[Any, StageTracer, list[int], list[nn.Module]]:
     """This rank's stages (traced) and the schedule driving them."""
     v, style = LAYOUTS[name]
     placement = stage_ranks(p, v, style)
@@ -157,8 +160,8 @@ def run_one(run: dict, cfg: PipeConfig, repeats: int, stall_rank: int | None = N
             raise PipelineHang(f"rank {rank} of {p}: {name} (m={m}) stopped {tracer.where()} "
                                f"({type(err).__name__}: {str(err).splitlines()[0][:160]})") from err
         if rep:
-            result["repeats"].append({"spans": tracer.spans, "peak_bytes": tracer.meter.peak_bytes,
-                                      "messages": tracer.messages, "message_bytes": tracer.message_bytes,
+            result["repeats"].append({"spans": tracer.spans, "posts": tracer.posts, "messages": tracer.messages,
+                                      "peak_bytes": tracer.meter.peak_bytes, "message_bytes": tracer.message_bytes,
                                       "cpu_share": tracer.cpu_share()})
     if last:
         result["loss_error"] = max(abs(float(a) * (m if run.get("loss_over_m") else 1) - b)
@@ -169,14 +172,14 @@ def run_one(run: dict, cfg: PipeConfig, repeats: int, stall_rank: int | None = N
 
 def probe_layouts(cfg: PipeConfig, names: tuple[str, ...]) -> dict[str, dict[int, str]]:
     """On a rank: does each schedule accept 1 and 2 stages per rank? 'ok' or the first line of its refusal."""
-    rank, p = dist.get_rank(), dist.get_world_size()
+    rank, p, device = dist.get_rank(), dist.get_world_size(), rank_device()
     found: dict[str, dict[int, str]] = {}
     for name in names:
         found[name] = {}
         for v in (1, 2):
             modules = build_stage_modules(cfg, p * v)
             placement = stage_ranks(p, v, "v" if LAYOUTS[name][1] == "v" and v == 2 else "loop")
-            stages = [pipelining.PipelineStage(modules[s], s, p * v, torch.device("cpu"))
+            stages = [pipelining.PipelineStage(modules[s].to(device), s, p * v, device)
                       for s in range(p * v) if placement[s] == rank]
             try:
                 getattr(pipelining, name)(stages[0] if v == 1 and LAYOUTS[name][0] == 1 else stages, 2 * p,
@@ -216,6 +219,7 @@ class ScheduleRun:
     grad_ratio: float
     scale_grads: bool = True
     loss_over_m: bool = False
+    posts: list[Post] = field(default_factory=list)
 
 
 def _merge(run: dict, per_rank: list[dict]) -> ScheduleRun:
@@ -230,7 +234,7 @@ def _merge(run: dict, per_rank: list[dict]) -> ScheduleRun:
                        {r["rank"]: rep["cpu_share"] for r, rep in zip(per_rank, reps)},
                        max(r.get("loss_error", 0.0) for r in per_rank), max(r["grad_error"] for r in per_rank),
                        max(r["grad_ratio"] for r in per_rank), run.get("scale_grads", True),
-                       bool(run.get("loss_over_m")))
+                       bool(run.get("loss_over_m")), [p for rep in reps for p in rep["posts"]])
 
 
 def run_schedules(runs: list[dict], cfg: PipeConfig | None = None, *, ranks: int = 2, repeats: int = 2,

@@ -52,11 +52,16 @@ def plot_timeline(events: list[Event], ax: Axes | None = None, title: str = "") 
 KIND_COLOURS = {"F": "C0", "B": "C1", "I": "C2", "W": "C4"}
 
 
-def plot_schedule(spans: list[Span], ax: Axes | None = None, title: str = "") -> Axes:
+def plot_schedule(spans: list[Span], ax: Axes | None = None, title: str = "", posts: list | None = None) -> Axes:
     """The familiar schedule picture from a live run: a row per rank, F blue, B orange, I green, W purple; a
-    rank's second stage hatched; the micro-batch number on each box; white is the bubble."""
+    rank's second stage hatched; the micro-batch number on each box; white is the bubble. ``posts`` (sends and
+    receives a rank posted) are ticks: a send a black triangle above its row, a receive a grey one below."""
     ax = ax or plt.subplots(figsize=(9, 1.6))[1]
     t0 = min(s.start_s for s in spans)
+    for p in posts or []:
+        send = p.what.startswith("send")
+        ax.plot(1e3 * (p.time_s - t0), p.rank + (-0.45 if send else 0.45), "v" if send else "^", ms=3,
+                color="k" if send else "0.6")
     first_stage = {r: min(s.stage for s in spans if s.rank == r) for r in {s.rank for s in spans}}
     for s in spans:
         start_ms, width_ms = 1e3 * (s.start_s - t0), 1e3 * s.duration_s

@@ -17,8 +17,9 @@ from labkit.parallel.schedule_sim import (bubble_of_ideal, bubble_of_total, cros
 if TYPE_CHECKING:
     from labkit.parallel.pipeline_schedules import ScheduleRun
 
-# The replay uses one mean host gap and one mean hop for every action, where the live run's gaps vary (Python
-# bookkeeping, waits on sends, the OS taking the core away on a shared machine): 20% covers that on a quiet box.
+# The replay uses one mean host gap and one mean hop for every action, where the live run's vary (Python
+# bookkeeping, the OS taking the core away on a shared machine). Measured within 8% of every schedule's live
+# makespan at a quarter of a core per rank here; 20% leaves room for a disturbed step.
 REPLAY_BAND = 0.20
 
 RULES = {"ScheduleGPipe": "simplest; holds every micro-batch's activations until the backward pass",
@@ -39,8 +40,8 @@ def run_load(run: "ScheduleRun") -> Load:
 def bubble_row(run: "ScheduleRun") -> dict:
     """Formula, ideally timed, replayed and live bubble (of the total time), the live one also of the ideal."""
     p = run.ranks
-    hop_s, gap_s = measured_gaps(run.spans)
-    durations_only, with_gaps = replay(run.spans), replay(run.spans, hop_s, gap_s)
+    hop_s, gap_s = measured_gaps(run.spans, run.posts)
+    durations_only, with_gaps = replay(run.spans), replay(run.spans, hop_s, gap_s, run.posts)
     formula = formula_bubble_of_ideal(run.schedule, run.stages_per_rank, p, run.micro_batches)
     ideal = ideally_timed(run.spans)
     return {"schedule": run.schedule, "m": run.micro_batches, "v": run.stages_per_rank,
@@ -82,3 +83,12 @@ def tradeoff_row(run: "ScheduleRun", per_micro_batch: dict[int, float]) -> dict:
 def action_order(run: "ScheduleRun", rank: int) -> list[str]:
     """The live order of one rank's actions, e.g. ['F0', 'F1', 'B0', ...] (stage index dropped)."""
     return [s.label for s in sorted((s for s in run.spans if s.rank == rank), key=lambda s: s.start_s)]
+
+
+def early_sends(run: "ScheduleRun") -> list:
+    """Sends posted before the action that produced their tensor had ended (none, if the clocks line up): an
+    activation after its stage's forward, a gradient after its stage's backward (B, or I when split)."""
+    ends = {(s.stage, s.kind, s.micro_batch): s.end_s for s in run.spans}
+    made_by = {"send F": "F", "send B": "BI"}
+    return [p for p in run.posts if p.what in made_by
+            and p.time_s < min(ends.get((p.stage, k, p.micro_batch), float("inf")) for k in made_by[p.what])]

@@ -107,11 +107,40 @@ def _producer(done: dict, stage: int, kinds: str, mb: int):
     return next((done[(stage, k, mb)] for k in kinds if (stage, k, mb) in done), None)
 
 
-def replay(spans: Sequence[Span], hop_s: float = 0.0, gap_s: float = 0.0) -> list[Span]:
+def _key(span: Span) -> tuple[int, str, int]:
+    return span.stage, span.kind, span.micro_batch
+
+
+def send_carriers(spans: Sequence[Span], posts: Sequence | None) -> dict[tuple[int, str, int], tuple[int, str, int]]:
+    """For each action whose output went to another rank: the action on its rank after which the send was posted
+    (itself, unless torch deferred the send: DualPipeV posts an overlapped pair's sends after both halves).
+    ``posts`` are the live run's sends (``schedule_trace.Post``: rank, stage, what, micro_batch, time_s)."""
+    found, carriers = _finder(spans), {}
+    for p in posts or []:
+        if not p.what.startswith("send"):
+            continue
+        made = _producer(found, p.stage, "F" if p.what == "send F" else "BI", p.micro_batch)
+        before = [s for s in spans if s.rank == p.rank and s.end_s <= p.time_s]
+        if made is not None and before:
+            carriers[_key(made)] = _key(max(before, key=lambda s: s.end_s))
+    return carriers
+
+
+def _ready_s(dep: Span, rank: int, done: dict, carriers: dict, hop_s: float) -> float | None:
+    """When ``dep``'s output can be used on ``rank``: at once on its own rank, else hop_s after its send leaves."""
+    if dep.rank == rank:
+        return dep.end_s
+    carrier = done.get(carriers.get(_key(dep), _key(dep)))
+    return None if carrier is None else carrier.end_s + hop_s
+
+
+def replay(spans: Sequence[Span], hop_s: float = 0.0, gap_s: float = 0.0, posts: Sequence | None = None
+           ) -> list[Span]:
     """Each rank's measured actions in their measured order and durations: an action starts once its rank is
-    free (plus ``gap_s`` of host work between actions) and its inputs are there (plus ``hop_s`` across ranks)."""
+    free (plus ``gap_s`` of host work between actions) and its inputs are there (plus ``hop_s`` across ranks,
+    counted from the action after which the live run posted the send, when ``posts`` are given)."""
     queues = {r: sorted((s for s in spans if s.rank == r), key=lambda s: s.start_s) for r in {s.rank for s in spans}}
-    last_stage = max(s.stage for s in spans)
+    last_stage, carriers = max(s.stage for s in spans), send_carriers(spans, posts)
     free = {r: None for r in queues}
     done: dict[tuple[int, str, int], Span] = {}
     out: list[Span] = []
@@ -121,12 +150,12 @@ def replay(spans: Sequence[Span], hop_s: float = 0.0, gap_s: float = 0.0) -> lis
             while queue:
                 span = queue[0]
                 deps = [_producer(done, *d) for d in _dependencies(span, last_stage)]
-                if any(d is None for d in deps):
+                ready = [None if d is None else _ready_s(d, r, done, carriers, hop_s) for d in deps]
+                if any(t is None for t in ready):
                     break
-                ready = [d.end_s + (hop_s if d.rank != r else 0.0) for d in deps]
                 start = max([0.0 if free[r] is None else free[r] + gap_s] + ready)
                 new = replace(span, start_s=start, end_s=start + span.duration_s)
-                done[(new.stage, new.kind, new.micro_batch)], free[r] = new, new.end_s
+                done[_key(new)], free[r] = new, new.end_s
                 out.append(new)
                 queue.pop(0)
                 progressed = True
@@ -136,20 +165,27 @@ def replay(spans: Sequence[Span], hop_s: float = 0.0, gap_s: float = 0.0) -> lis
     return out
 
 
-def measured_gaps(spans: Sequence[Span]) -> tuple[float, float]:
-    """(hop_s, gap_s) medians from a live run: the wait from a producer on another rank to its consumer, and the
-    host time between two actions of a rank whose inputs were already there."""
+def measured_gaps(spans: Sequence[Span], posts: Sequence | None = None) -> tuple[float, float]:
+    """(hop_s, gap_s) means from a live run: the wait from a send leaving (the producer's end, or the live post
+    when ``posts`` are given) to the consumer on another rank starting, and the host time between two actions
+    of a rank whose inputs were already there."""
     found, last_stage = _finder(spans), max(s.stage for s in spans)
+    sent = {}
+    for p in posts or []:
+        made = _producer(found, p.stage, "F" if p.what == "send F" else "BI", p.micro_batch) \
+            if p.what.startswith("send") else None
+        if made is not None:
+            sent[_key(made)] = max(p.time_s, made.end_s)
     hops, gaps = [], []
     for r in {s.rank for s in spans}:
         mine = sorted((s for s in spans if s.rank == r), key=lambda s: s.start_s)
-        for prev, span in zip(mine, mine[1:]):
+        for prev, span in zip([None] + mine, mine):
             deps = [_producer(found, *d) for d in _dependencies(span, last_stage)]
-            remote = [d for d in deps if d is not None and d.rank != r]
-            latest = max((d.end_s for d in remote), default=float("-inf"))
-            if latest > prev.end_s:
+            latest = max((sent.get(_key(d), d.end_s) for d in deps if d is not None and d.rank != r),
+                         default=float("-inf"))
+            if latest > (float("-inf") if prev is None else prev.end_s):
                 hops.append(span.start_s - latest)
-            else:
+            elif prev is not None:
                 gaps.append(span.start_s - prev.end_s)
     return (max(0.0, statistics.fmean(hops)) if hops else 0.0, max(0.0, statistics.fmean(gaps)) if gaps else 0.0)
 

@@ -10,6 +10,7 @@ saved_activation_bytes`` counts for one forward, followed over a whole step. Run
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Callable
 
 import torch
@@ -64,6 +65,18 @@ class ActivationMeter:
         return torch.autograd.graph.saved_tensors_hooks(self._pack, lambda s: s.tensor if isinstance(s, _Saved) else s)
 
 
+@dataclass(frozen=True)
+class Post:
+    """A send or receive this rank posted (torch completes it asynchronously): when, for which stage and bytes."""
+
+    rank: int
+    stage: int
+    what: str             # 'send F' (activation), 'send B' (gradient), 'recv F', 'recv B'
+    micro_batch: int
+    time_s: float
+    nbytes: int
+
+
 def _message_bytes(ops: list) -> int:
     return sum(op.tensor.numel() * op.tensor.element_size() for op in ops)
 
@@ -75,6 +88,7 @@ class StageTracer:
     def __init__(self, rank: int, device: torch.device, meter: ActivationMeter) -> None:
         self.rank, self.device, self.meter = rank, device, meter
         self.spans: list[Span] = []
+        self.posts: list[Post] = []
         self.messages = self.message_bytes = 0
         self.last_done, self.last_recv = "nothing yet", "none"
 
@@ -96,18 +110,21 @@ class StageTracer:
 
         stage.forward_one_chunk, stage.backward_one_chunk = forward_one_chunk, backward_one_chunk
         stage.backward_weight_one_chunk = backward_weight_one_chunk
-        for name, what in (("get_fwd_send_ops", None), ("get_bwd_send_ops", None),
-                           ("get_fwd_recv_ops", "activation"), ("get_bwd_recv_ops", "gradient")):
+        for name, what in (("get_fwd_send_ops", "send F"), ("get_bwd_send_ops", "send B"),
+                           ("get_fwd_recv_ops", "recv F"), ("get_bwd_recv_ops", "recv B")):
             setattr(stage, name, self._ops(getattr(stage, name), s, what))
 
-    def _ops(self, build: Callable[[int], list], stage: int, recv_of: str | None) -> Callable[[int], list]:
+    def _ops(self, build: Callable[[int], list], stage: int, what: str) -> Callable[[int], list]:
         def ops(chunk: int) -> list:
             out = build(chunk)
-            if out and recv_of is None:
+            if out:
+                self.posts.append(Post(self.rank, stage, what, chunk, now_s(), _message_bytes(out)))
+            if out and what.startswith("send"):
                 self.messages += len(out)
                 self.message_bytes += _message_bytes(out)
             elif out:
-                self.last_recv = f"the {recv_of} for stage {stage}, micro-batch {chunk}"
+                payload = "activation" if what == "recv F" else "gradient"
+                self.last_recv = f"the {payload} for stage {stage}, micro-batch {chunk}"
             return out
         return ops
 
@@ -122,7 +139,7 @@ class StageTracer:
 
     def reset(self) -> None:
         """Forget the last step's spans and counts (the peak restarts from what is held now)."""
-        self.spans, self.messages, self.message_bytes = [], 0, 0
+        self.spans, self.posts, self.messages, self.message_bytes = [], [], 0, 0
         self.last_done, self.last_recv = "nothing yet in this step", "none"
         self.meter.peak_bytes = self.meter.live_bytes
 

@@ -4,6 +4,7 @@ import pytest
 from labkit.parallel import schedule_report as report
 from labkit.parallel import schedule_sim as sim
 from labkit.parallel.pipeline_schedules import ScheduleRun
+from labkit.parallel.schedule_trace import Post
 
 
 def gpipe_run(m: int = 4, p: int = 2, schedule: str = "ScheduleGPipe", bytes_per_mb: int = 1000) -> ScheduleRun:
@@ -44,3 +45,11 @@ def test_load_messages_memory_and_tradeoff():
 def test_memory_per_micro_batch_needs_a_gpipe_run():
     with pytest.raises(ValueError, match="needs a ScheduleGPipe run"):
         report.bytes_per_micro_batch(gpipe_run(schedule="Schedule1F1B"))
+
+
+def test_a_send_posted_before_its_forward_ended_is_caught():
+    run = gpipe_run(m=2, p=2)
+    f0 = next(s for s in run.spans if (s.rank, s.kind, s.micro_batch) == (0, "F", 0))
+    on_time, early = Post(0, 0, "send F", 0, f0.end_s, 64), Post(0, 0, "send F", 0, f0.end_s - 0.5, 64)
+    assert report.early_sends(ScheduleRun(**{**vars(run), "posts": [on_time]})) == []
+    assert report.early_sends(ScheduleRun(**{**vars(run), "posts": [on_time, early]})) == [early]

@@ -1,6 +1,7 @@
 """The schedule maths of labkit.parallel.schedule_sim: both bubble normalisations, the formulas, the replay, the
 orders, checked against hand-worked schedules and the kit's GPipe simulator."""
 from dataclasses import replace
+from types import SimpleNamespace
 
 import pytest
 
@@ -99,3 +100,14 @@ def test_hops_and_span_validation():
     with pytest.raises(ValueError, match="kind must be one of"):
         sim.Span(0, 0, "X", 0, 0.0, 1.0)
     assert sim.Span(0, 1, "W", 3, 1.0, 1.5).label == "W3"
+
+
+def test_a_deferred_send_delays_its_consumer_in_the_replay():
+    """DualPipeV-style: rank 0 posts F0's send only after its next action, so rank 1 waits for that one too."""
+    spans = [sim.Span(0, 0, "F", 0, 0.0, 1.0), sim.Span(0, 0, "F", 1, 1.0, 3.0), sim.Span(1, 1, "F", 0, 3.0, 4.0)]
+    deferred = [SimpleNamespace(rank=0, stage=0, what="send F", micro_batch=0, time_s=3.0)]
+    assert sim.send_carriers(spans, deferred) == {(0, "F", 0): (0, "F", 1)}
+    assert sim.makespan_s(sim.replay(spans)) == pytest.approx(3.0)               # F0 of stage 1 right after 1.0
+    assert sim.makespan_s(sim.replay(spans, posts=deferred)) == pytest.approx(4.0)
+    assert sim.measured_gaps(spans, deferred)[0] == pytest.approx(0.0)           # the wait was the deferral
+    assert sim.measured_gaps(spans)[0] == pytest.approx(2.0)                    # without posts: a 2 s "hop"

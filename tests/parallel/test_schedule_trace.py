@@ -80,7 +80,10 @@ def test_the_tracer_times_each_action_and_counts_messages():
                                                                     (3, 1, "B1")]
     assert all(s.end_s >= s.start_s for s in tracer.spans)
     assert (tracer.messages, tracer.message_bytes) == (1, 4 * 8 * 4)
+    assert [(p.what, p.stage, p.micro_batch, p.nbytes) for p in tracer.posts] == [("recv F", 1, 0, 128),
+                                                                                  ("send F", 1, 0, 128)]
+    assert tracer.posts[1].time_s >= tracer.spans[0].end_s
     assert tracer.where() == "after B1 of stage 1, waiting on the activation for stage 1, micro-batch 0"
     assert 0 < tracer.cpu_share() <= 1
     tracer.reset()
-    assert tracer.spans == [] and tracer.messages == 0 and "nothing yet" in tracer.where()
+    assert tracer.spans == tracer.posts == [] and tracer.messages == 0 and "nothing yet" in tracer.where()
