@@ -1,10 +1,15 @@
 """torch's pipeline schedules on real gloo ranks (labkit.parallel.pipeline_schedules): exact against one process,
 the scale_grads pitfall, the orders, the messages, the memory bound, and a hang that names its rank and action."""
+import os
+import tempfile
+from pathlib import Path
+
 import psutil
 import pytest
 import torch
 from torch import nn
 
+from labkit.comm.launch import RUN_DIR_PREFIX
 from labkit.parallel import pipeline_schedules as ps
 from labkit.parallel import schedule_report as report
 from labkit.parallel import schedule_sim as sim
@@ -94,3 +99,4 @@ def test_a_rank_that_stops_sending_is_named_with_the_action_it_waited_on():
     line = str(err.value)
     assert "\n" not in line and "rank 1 of 2" in line and "waiting on the activation for stage 1" in line
     assert {p.pid for p in psutil.Process().children(recursive=True)} <= before
+    assert not list(Path(tempfile.gettempdir()).glob(f"{RUN_DIR_PREFIX}{os.getpid()}-*"))   # its run folder too
