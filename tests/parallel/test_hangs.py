@@ -1,0 +1,41 @@
+"""Provoked hangs on real gloo ranks: each ends within its timeout, the reader names the culprit, nothing is left."""
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+import psutil
+import pytest
+
+from labkit.parallel.hangs import provoke
+
+
+def leftovers(before: set[int]) -> tuple[list[int], list[str]]:
+    """Processes this test process started that still run, and hang folders left in the temp folder."""
+    kids = [p.pid for p in psutil.Process().children(recursive=True) if p.pid not in before]
+    return kids, [p.name for p in Path(tempfile.gettempdir()).glob("labkit-hang-*")]
+
+
+@pytest.mark.parametrize("bad", [dict(scenario="nope"), dict(scenario="skipped", tool="nope"),
+                                 dict(scenario="skipped", world_size=1), dict(scenario="skipped", culprit=5),
+                                 dict(scenario="skipped", hang_step=3, steps=3),
+                                 dict(scenario="skipped", pg_timeout_s=0)])
+def test_bad_input_is_one_clear_error(bad):
+    with pytest.raises(ValueError):
+        provoke(**bad)
+
+
+def test_a_skipped_collective_times_out_and_the_flight_record_names_the_rank():
+    before = {p.pid for p in psutil.Process().children(recursive=True)}
+    ev = provoke("skipped", world_size=3, pg_timeout_s=2.0, timeout_s=60)
+    assert ev.hung and "timed out" in ev.first_error().lower() and not ev.error_names(2)
+    assert 1.5 < ev.max_waited_s() < 30
+    assert ev.divergence.culprits == (2,) and ev.divergence.kind == "missing"
+    assert ev.wall_s < 60
+    assert leftovers(before) == ([], [])
+
+
+def test_a_straggler_is_named_by_monitored_barrier_and_its_stack_shows_the_loader():
+    ev = provoke("straggler", "monitored_barrier", world_size=3, pg_timeout_s=2.0, timeout_s=60)
+    assert ev.error_names(2) and "monitoredBarrier" in ev.first_error() + str(ev.errors)
+    assert "_loader_batch" in ev.stack
