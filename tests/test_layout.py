@@ -271,6 +271,8 @@ OWN_STEP_ALLOWED = {
                                                "with the combined batch's",
     "parallel.pipeline._run_pipeline": "GPipe by hand: each stage's backward on the gradient its neighbour sent",
     "sharding.strategies.Zero1Optimizer.step": "ZeRO-1 by hand is an optimizer: its step calls Adam on the shard",
+    "parallel.drift._train": "drift by hand: each bug sits between the backward, the gradient all-reduce and the "
+                             "update of one rank",
 }
 _OPTIMIZER_NAMES = ("opt", "scaler", "adam")
 

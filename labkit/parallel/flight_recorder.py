@@ -43,11 +43,14 @@ def fr_trace_pickle(stack_traces: bool = True) -> bytes | None:
 
     Only the main thread may ask for the stack traces: torch 2.14 symbolizes them under the GIL, and a second
     thread asking for them while the main thread waits in a gloo collective blocks (measured here)."""
-    try:
-        from torch._C._distributed_c10d import _dump_fr_trace  # lazy: private API, absent before torch 2.7
+    try:  # NCCL keeps its own recorder; gloo's is the generic one (private APIs: absent in older builds)
+        if dist.is_initialized() and dist.get_backend() == "nccl":
+            from torch._C._distributed_c10d import _dump_nccl_trace as dump  # lazy: private, build-dependent
+        else:
+            from torch._C._distributed_c10d import _dump_fr_trace as dump  # lazy: private, build-dependent
     except ImportError:
         return None
-    return _dump_fr_trace(True, stack_traces, False)
+    return dump(True, stack_traces, False)
 
 
 def dump_rank(folder: str | Path, note: dict | None = None, stacks: bool = False, blob: bytes | None = None) -> None:
@@ -136,6 +139,23 @@ def read_dumps(folder: str | Path, world_size: int) -> dict[int, list[Entry] | N
         path = Path(folder) / f"rank{rank}.pkl"
         out[rank] = entries_of(pickle.loads(path.read_bytes())) if path.exists() else None
     return out
+
+
+def entry_states(folder: str | Path, world_size: int) -> dict[str, int]:
+    """How many recorded entries read each state ("scheduled", "started", "completed") across the dumps: on gloo
+    the recorder never moves an entry past "scheduled", finished or not (the caveat this makes measurable)."""
+    states: Counter = Counter()
+    for rank in range(world_size):
+        path = Path(folder) / f"rank{rank}.pkl"
+        if path.exists():
+            states.update(str(e.get("state")) for e in pickle.loads(path.read_bytes()).get("entries", []))
+    return dict(states)
+
+
+def as_plain(records: dict[int, list[Entry] | None]) -> dict[int, list[dict]]:
+    """Records as plain dicts ({rank: [{'seq', 'op', 'sizes'}]}, [] for a rank without a dump): an exercise's input."""
+    return {r: [{"seq": e.seq, "op": e.op, "sizes": [list(s) for s in e.sizes]} for e in es or []]
+            for r, es in records.items()}
 
 
 @dataclass(frozen=True)

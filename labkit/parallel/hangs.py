@@ -32,12 +32,12 @@ from labkit.comm.launch import LaunchTimeout, RankFailedError, launch
 from labkit.comm.worker import rank_device
 from labkit.core.clock import now_s
 from labkit.core.validation import checked_int, positive_number
-from labkit.parallel.flight_recorder import Divergence, StallWatchdog, diagnose, dump_rank, read_dumps, recorder_env
-from labkit.parallel.flight_recorder import stuck_stack
+from labkit.parallel.flight_recorder import (Divergence, StallWatchdog, as_plain, diagnose, dump_rank, entry_states,
+                                             read_dumps, recorder_env, stuck_stack)
 
 SCENARIOS = ("none", "skipped", "order", "shapes", "straggler", "dead")
 TOOLS = ("default", "detail", "monitored_barrier")
-STEP_S = 0.3                   # each step's compute, slept: gives the recorder's watchdog time to write
+STEP_S = 0.2                   # each step's compute, slept: gives the recorder's watchdog time to write
 GRAD_NUMEL = 64                # the stand-in gradient each step all-reduces
 DETAIL_ENV = {"TORCH_DISTRIBUTED_DEBUG": "DETAIL"}
 NCCL_ENV = {"TORCH_NCCL_BLOCKING_WAIT": "1"}   # NCCL raises the timeout in the rank that waited, as gloo does
@@ -112,6 +112,8 @@ class HangEvidence:
     divergence: Divergence
     stack: str                           # the culprit's innermost frames if it was still running at stall_s
     backend: str
+    records: dict                        # rank -> [{"seq", "op", "sizes"}]: what each rank's flight record holds
+    states: dict                         # recorded entries per state: on gloo all "scheduled" (see flight_recorder)
 
     @property
     def hung(self) -> bool:
@@ -124,6 +126,13 @@ class HangEvidence:
             if rank != self.culprit and self.errors[rank].get("error"):
                 return self.errors[rank]["error"].splitlines()[0][:240]
         return self.launcher_said.splitlines()[0][:240] if self.launcher_said else ""
+
+    def recorder_missing_reason(self) -> str | None:
+        """None when the flight recorder recorded this run; else why its records cannot be judged here."""
+        if any(self.records.values()):
+            return None
+        return ("the flight recorder recorded nothing on this torch build and backend (its gloo support and the "
+                f"_dump_fr_trace API are recent; torch {torch.__version__} here)")
 
     def max_waited_s(self) -> float | None:
         """How long the longest-waiting rank sat in its collective before the error (None: nobody raised)."""
@@ -171,10 +180,10 @@ def provoke(scenario: str, tool: str = "default", *, world_size: int = 3, culpri
         wall = now_s() - start
         errors = _notes(folder, world_size)
         records = read_dumps(folder, world_size)
-        verdict = diagnose(records)
+        verdict, states = diagnose(records), entry_states(folder, world_size)
         stack = stuck_stack(folder, culprit)
     return HangEvidence(scenario, tool, culprit, world_size, pg_timeout_s, wall, said, errors, verdict, stack,
-                        choice.backend)
+                        choice.backend, as_plain(records), states)
 
 
 def _notes(folder: str, world_size: int) -> dict:
