@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import tempfile
 import time
@@ -133,6 +134,12 @@ class HangEvidence:
             return None
         return ("the flight recorder recorded nothing on this torch build and backend (its gloo support and the "
                 f"_dump_fr_trace API are recent; torch {torch.__version__} here)")
+
+    def error_rows(self) -> list[dict]:
+        """One row per rank that raised: how long it had waited, and its message without gloo's source path."""
+        return [{"rank": r, "waited (s)": None if e.get("waited_s") is None else round(e["waited_s"], 2),
+                 "error (first line)": re.sub(r"\[/[^\]]*\] ?", "", e["error"].splitlines()[0])[:160]}
+                for r, e in sorted(self.errors.items())]
 
     def max_waited_s(self) -> float | None:
         """How long the longest-waiting rank sat in its collective before the error (None: nobody raised)."""

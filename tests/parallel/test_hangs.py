@@ -39,3 +39,16 @@ def test_a_straggler_is_named_by_monitored_barrier_and_its_stack_shows_the_loade
     ev = provoke("straggler", "monitored_barrier", world_size=3, pg_timeout_s=2.0, timeout_s=60)
     assert ev.error_names(2) and "monitoredBarrier" in ev.first_error() + str(ev.errors)
     assert "_loader_batch" in ev.stack
+
+
+def test_error_rows_drop_gloos_source_path_and_an_empty_record_is_not_judged():
+    from labkit.parallel.flight_recorder import Divergence
+    from labkit.parallel.hangs import HangEvidence
+
+    err = "RuntimeError: [/__w/pytorch/third_party/gloo/unbound_buffer.cc:78] Timed out waiting 2000ms for recv"
+    ev = HangEvidence("skipped", "default", 2, 3, 2.0, 5.0, "rank 0 failed", {0: {"error": err, "waited_s": 2.014}},
+                      Divergence(None, (), "agree", None), "", "gloo", {0: [], 1: [], 2: []}, {})
+    assert ev.error_rows() == [{"rank": 0, "waited (s)": 2.01,
+                                "error (first line)": "RuntimeError: Timed out waiting 2000ms for recv"}]
+    assert "recorded nothing" in ev.recorder_missing_reason() and ev.max_waited_s() == 2.014
+    assert not ev.error_names(2) and ev.first_error().startswith("RuntimeError")
