@@ -36,7 +36,7 @@ def diagnosed_rank(target: str, folder: str, stall_s: float) -> dict:
         try:
             value = fn()
         except Exception as err:
-            dump_rank(folder, {"rank": dist.get_rank(), "error": f"{type(err).__name__}: {err}"[:1500]})
+            dump_rank(folder, {"rank": dist.get_rank(), "error": f"{type(err).__name__}: {err}"[:4000]})
             raise
     dump_rank(folder, {"rank": dist.get_rank(), "error": None})
     prints = fingerprints(value) if isinstance(value, nn.Module) else None

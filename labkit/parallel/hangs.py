@@ -1,18 +1,21 @@
 """Distributed hangs provoked on purpose, on real ranks under a short timeout, and the tool that names the cause.
 
-Five ways one rank leaves the others waiting in a collective (pytorch#132644, #115964; the shapes and order
+Six ways one rank leaves the others waiting in a collective (pytorch#132644, #115964; the shapes and order
 checks of ``TORCH_DISTRIBUTED_DEBUG=DETAIL``, torch.distributed docs "Debugging torch.distributed applications"):
 
 - ``skipped``: one rank skips a step's all-reduce (it saw a NaN loss only it had), the others wait for it;
 - ``order``: one rank calls barrier() and all_reduce() in the other order (a checkpoint saved at a different place);
 - ``shapes``: one rank all-reduces a gradient of another size (its model was built with another config);
 - ``straggler``: one rank is stuck in its data loader (a dead file system), the others time out;
-- ``dead``: one rank is killed (the OOM killer's SIGKILL), the others wait on a peer that is gone.
+- ``dead``: one rank is killed (the OOM killer's SIGKILL), the others wait on a peer that is gone;
+- ``unused``: under DDP one rank stops using a parameter (an auxiliary head); DDP on that rank waits for a gradient
+  that never comes, and raises at its next forward; ``TORCH_DISTRIBUTED_DEBUG=INFO`` names the parameters.
 
 :func:`provoke` runs one on ``world_size`` gloo ranks (NCCL with blocking wait on a GPU box) with the flight
 recorder on, and returns what the learner sees by default (each rank's error and after how long), every rank's
 flight record read by :func:`labkit.parallel.flight_recorder.diagnose`, and the stack of the stuck rank.
-``tool="detail"`` adds DETAIL's checks; ``tool="monitored_barrier"`` puts a monitored barrier before each step.
+``tool="detail"`` adds DETAIL's checks (``"info"``: INFO's); ``tool="monitored_barrier"`` puts a monitored barrier
+before each step.
 """
 from __future__ import annotations
 
@@ -27,6 +30,8 @@ from datetime import timedelta
 
 import torch
 import torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
 
 from labkit.comm.backend import choose_backend
 from labkit.comm.launch import LaunchTimeout, RankFailedError, launch
@@ -36,11 +41,11 @@ from labkit.core.validation import checked_int, positive_number
 from labkit.parallel.flight_recorder import (Divergence, StallWatchdog, as_plain, diagnose, dump_rank, entry_states,
                                              read_dumps, recorder_env, stuck_stack)
 
-SCENARIOS = ("none", "skipped", "order", "shapes", "straggler", "dead")
-TOOLS = ("default", "detail", "monitored_barrier")
+SCENARIOS = ("none", "skipped", "order", "shapes", "straggler", "dead", "unused")
+TOOLS = ("default", "detail", "info", "monitored_barrier")
 STEP_S = 0.2                   # each step's compute, slept: gives the recorder's watchdog time to write
 GRAD_NUMEL = 64                # the stand-in gradient each step all-reduces
-DETAIL_ENV = {"TORCH_DISTRIBUTED_DEBUG": "DETAIL"}
+DEBUG_ENV = {"detail": {"TORCH_DISTRIBUTED_DEBUG": "DETAIL"}, "info": {"TORCH_DISTRIBUTED_DEBUG": "INFO"}}
 NCCL_ENV = {"TORCH_NCCL_BLOCKING_WAIT": "1"}   # NCCL raises the timeout in the rank that waited, as gloo does
 
 
@@ -73,12 +78,31 @@ def _step(scenario: str, is_culprit: bool, step: int, hang_step: int, state: dic
     state["entered_s"] = None
 
 
+class _TwoHeads(nn.Module):
+    """A model with an auxiliary head that a rank may leave out of its loss (the ``unused`` scenario)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.body, self.aux = nn.Linear(8, 1), nn.Linear(8, 1)
+
+    def forward(self, x: torch.Tensor, use_aux: bool) -> torch.Tensor:
+        return self.body(x) + self.aux(x) if use_aux else self.body(x)
+
+
+def _ddp_step(model: nn.Module, use_aux: bool, state: dict) -> None:
+    """One DDP step: forward (which checks the last step's reduction finished), backward (the all-reduces)."""
+    state["entered_s"] = now_s()
+    model(torch.randn(4, 8, device=rank_device()), use_aux).sum().backward()
+    state["entered_s"] = None
+
+
 def hang_worker(scenario: str, culprit: int, folder: str, steps: int, hang_step: int, tool: str,
                 stall_s: float, stuck_s: float, step_s: float = STEP_S) -> dict:
     """One rank of a provoked hang: the loop, with a watchdog that dumps a rank still busy after ``stall_s``."""
     rank, state = dist.get_rank(), {"entered_s": None}
     watchdog_group = (dist.new_group(backend="gloo", timeout=timedelta(seconds=stall_s))
                       if tool == "monitored_barrier" else None)
+    ddp = (DistributedDataParallel(_TwoHeads().to(rank_device())) if scenario == "unused" else None)
     with StallWatchdog(folder, stall_s):
         try:
             for step in range(steps):
@@ -88,11 +112,14 @@ def hang_worker(scenario: str, culprit: int, folder: str, steps: int, hang_step:
                 if watchdog_group is not None:      # every rank checks in before the step's collectives
                     dist.monitored_barrier(group=watchdog_group, timeout=timedelta(seconds=stall_s),
                                            wait_all_ranks=True)
-                _step(scenario, rank == culprit, step, hang_step, state)
+                if ddp is not None:                 # the culprit stops using the head from hang_step on
+                    _ddp_step(ddp, not (rank == culprit and step >= hang_step), state)
+                else:
+                    _step(scenario, rank == culprit, step, hang_step, state)
         except Exception as err:
             waited = None if state["entered_s"] is None else now_s() - state["entered_s"]
             dump_rank(folder, {"rank": rank, "step": state["step"], "waited_s": waited,
-                               "error": f"{type(err).__name__}: {err}"[:1500]})
+                               "error": f"{type(err).__name__}: {err}"[:4000]})
             raise
     dump_rank(folder, {"rank": rank, "step": steps, "waited_s": None, "error": None})
     return {"rank": rank, "steps": steps}
@@ -172,7 +199,7 @@ def provoke(scenario: str, tool: str = "default", *, world_size: int = 3, culpri
     positive_number(pg_timeout_s, "pg_timeout_s", hint="a number of seconds")
     stall_s = pg_timeout_s / 2 if stall_s is None else positive_number(stall_s, "stall_s")
     choice = choose_backend(world_size)
-    env = {**recorder_env(), **(DETAIL_ENV if tool == "detail" else {}), **(NCCL_ENV if choice.uses_gpus else {})}
+    env = {**recorder_env(), **DEBUG_ENV.get(tool, {}), **(NCCL_ENV if choice.uses_gpus else {})}
     start, said = now_s(), ""
     with tempfile.TemporaryDirectory(prefix="labkit-hang-") as folder:
         try:

@@ -52,3 +52,10 @@ def test_error_rows_drop_gloos_source_path_and_an_empty_record_is_not_judged():
                                 "error (first line)": "RuntimeError: Timed out waiting 2000ms for recv"}]
     assert "recorded nothing" in ev.recorder_missing_reason() and ev.max_waited_s() == 2.014
     assert not ev.error_names(2) and ev.first_error().startswith("RuntimeError")
+
+
+def test_ddp_with_a_parameter_one_rank_did_not_use_raises_there_and_info_names_the_parameters():
+    ev = provoke("unused", "info", world_size=3, pg_timeout_s=2.0, timeout_s=60)
+    named = [ln for ln in ev.errors[2]["error"].splitlines() if "Parameters which did not receive grad" in ln]
+    assert named and "aux.weight" in named[0] and "body.weight" not in named[0]
+    assert ev.divergence.culprits == (2,)
