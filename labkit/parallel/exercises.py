@@ -17,6 +17,7 @@ import random
 from torch.utils.data import DistributedSampler
 
 from labkit.core.exercises import Exercise, Mistake
+from labkit.parallel.hang_exercises import HANG_POINT, STUCK_RANK  # noqa: F401 - notebook 09b's, checked as ex.*
 from labkit.parallel.costmodel import micro_batches_for_bubble, predicted_speedup, sync_time_s
 from labkit.parallel.pipeline import bubble_fraction, simulate_gpipe
 from labkit.parallel.schedule_sim import gpipe_order, one_f_one_b_order, peak_in_flight
