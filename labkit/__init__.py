@@ -27,7 +27,6 @@ def _fit_threads_before_torch() -> None:
                        "first", RuntimeWarning, stacklevel=3)
 
 
-_fit_threads_before_torch()
 
 
 def _load_triton_before_tensorflow() -> None:
@@ -48,7 +47,17 @@ def _load_triton_before_tensorflow() -> None:
     import triton  # noqa: F401
 
 
-_load_triton_before_tensorflow()
+def _set_up_process() -> None:
+    """Fit the threads, load Triton: a Ctrl-C or SIGTERM meanwhile waits until this is done (never a half-loaded
+    library), then ends the `labkit` command with its one line, or reaches a notebook as usual."""
+    from labkit.core.results import exit_for_signal, signals_deferred, started_as_command  # lazy: set-up only
+
+    with signals_deferred(exit_for_signal if started_as_command() else None):
+        _fit_threads_before_torch()
+        _load_triton_before_tensorflow()
+
+
+_set_up_process()
 
 __version__ = "0.1.0"
 

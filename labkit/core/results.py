@@ -232,15 +232,45 @@ def sigterm_as_interrupt() -> Iterator[None]:
             signal.signal(sig, old)
 
 
+SIGNAL_WORDS = {signal.SIGINT: "interrupted", signal.SIGTERM: "terminated (SIGTERM)"}
+
+
+def exit_for_signal(signum: int) -> None:
+    """End a command the way an interrupt ends it everywhere in the kit: one line on stderr, exit 130 or 143."""
+    import sys  # lazy: the one place that prints
+
+    print(SIGNAL_WORDS.get(signum, f"stopped by signal {signum}"), file=sys.stderr)
+    raise SystemExit(128 + signum)
+
+
+def started_as_command() -> bool:
+    """True when this process is the `labkit` command (``python -m labkit`` or the console script), not a notebook."""
+    import sys  # lazy: only start-up asks
+
+    argv = list(getattr(sys, "orig_argv", []))
+    as_module = any(a == "-m" and b == "labkit" for a, b in zip(argv, argv[1:]))
+    return as_module or (len(argv) > 1 and Path(argv[1]).name == "labkit")
+
+
 @contextlib.contextmanager
-def signals_deferred() -> Iterator[None]:
-    """Hold Ctrl-C and SIGTERM until the block ends (a framework import they would leave half done), then deliver."""
+def signals_deferred(on_arrival: Callable[[int], None] | None = None) -> Iterator[None]:
+    """Hold Ctrl-C and SIGTERM until the block ends (a framework import they would leave half done), then deliver.
+
+    The first one that arrives is recorded by a Python-level handler and raised again, with the handlers that were
+    there before, as the block ends. Python runs such handlers in the main thread whichever thread the kernel
+    picked, so this holds even where a library thread (OpenBLAS, OpenMP) that does not block the signal exists
+    already; a blocked signal mask on the main thread alone does not (the kernel then delivers to that thread).
+    """
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    held = {signal.SIGINT, signal.SIGTERM}
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, held)
+    arrived: list[int] = []     # ``on_arrival``: what to do instead of delivering it (exit_for_signal)
+    previous = {sig: signal.signal(sig, lambda signum, frame: arrived.append(signum))
+                for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         yield
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+        for sig, old in previous.items():
+            signal.signal(sig, signal.SIG_DFL if old is None else old)
+        if arrived:       # now: ``on_arrival(signum)``, or the handlers that were there before
+            (on_arrival or signal.raise_signal)(arrived[0])
