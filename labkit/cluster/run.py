@@ -103,6 +103,9 @@ def run_job(nodes: EmulatedNodes, target: str, nproc_per_node: int = 2, params: 
             for log in logs:
                 log.close()
             nodes.kill_all()                    # a worker that outlived its launcher goes too
+            for proc in procs:                  # and the launchers the first fault left running are reaped
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    proc.wait(timeout=10)
         wall_s = now_s() - start
         outputs = [(run_dir / f"node{k}.log").read_text(errors="replace") for k in range(nnodes)]
         _raise_for(watch, outputs, target, timeout_s)
