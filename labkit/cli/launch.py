@@ -157,7 +157,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     nodes = p.add_argument_group("several machines (one torchrun per node, c10d rendezvous)")
     nodes.add_argument("--nnodes", type=positive_int, default=None,
                        help="machines in the job; with it this command runs torchrun for this node")
-    nodes.add_argument("--node-rank", type=nonnegative_int, default=None, help="this machine's number, 0..nnodes-1")
+    nodes.add_argument("--node-rank", type=nonnegative_int, default=None,
+                       help="this machine's name in the kit's messages, 0..nnodes-1 (0 on the endpoint's host). "
+                            "With c10d rendezvous torchrun ignores it (and warns): the rendezvous numbers the nodes "
+                            "itself (GROUP_RANK, nodes sorted by address), so RANK need not follow it")
     nodes.add_argument("--nproc-per-node", type=positive_int, default=1, help="ranks on this machine (default 1)")
     nodes.add_argument("--rdzv-endpoint", default=None, help="node 0's HOST:PORT, where the nodes meet")
     nodes.add_argument("--rdzv-id", default="labkit", help="the job's name, the same on every node")
