@@ -16,8 +16,8 @@ import signal
 import sys
 from typing import Sequence
 
-from labkit.core.results import (SIGNAL_WORDS, StoppedEarly, Terminated, WriteError, describe_os_error,
-                                 sigterm_as_interrupt, signals_deferred)
+from labkit.core.interrupts import SIGNAL_WORDS, signals_deferred
+from labkit.core.results import StoppedEarly, Terminated, WriteError, describe_os_error, sigterm_as_interrupt
 
 # Subcommands that live in their own modules; each has `add_parser(subparsers)`.
 SUBCOMMAND_MODULES = ("labkit.cli.doctor", "labkit.cli.sweep", "labkit.cli.profile", "labkit.cli.memory",

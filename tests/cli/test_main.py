@@ -18,6 +18,7 @@ import time
 import pytest
 
 from labkit.cli import main as cli
+from labkit.core.clock import now_s
 
 from tests.cli.support import available, labkit
 
@@ -135,11 +136,16 @@ def test_every_subcommand_refuses_a_bad_environment_value_alike(argv, capsys, mo
                                           (signal.SIGTERM, 2.0)])
 def test_an_interrupt_at_any_moment_of_start_up_is_one_line(sig, delay_s, tmp_path):
     """The probe: Ctrl-C or SIGTERM while `sweep` loads the kit, numpy and torch: exit 130/143, one line, no
-    traceback, no segfault (before, a thread that did not block the signal let it interrupt torch's import)."""
+    traceback, no segfault (before, a thread that did not block the signal let it interrupt torch's import).
+    The delay counts from the end of Python's own start-up (as long as `python -c pass` takes now: on a busy
+    machine 0.1 s after exec is still inside `site`, where Python's defaults apply)."""
     env = {**os.environ, "LABKIT_OFFLINE": "1", "LABKIT_RUN_DIR": str(tmp_path)}
+    started_s = now_s()
+    subprocess.run([sys.executable, "-c", "pass"], check=True, timeout=60)
+    python_start_s = now_s() - started_s       # the interpreter and site, before the kit's first line: Python's
     proc = subprocess.Popen([sys.executable, "-m", "labkit", "sweep", "--batch-sizes", "16", "--steps", "2"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-    time.sleep(delay_s)
+    time.sleep(python_start_s + delay_s)
     proc.send_signal(sig)
     _, err = proc.communicate(timeout=120)
     assert (proc.returncode, err) == (128 + sig, "interrupted\n" if sig == signal.SIGINT

@@ -149,39 +149,3 @@ def test_a_swallowed_sigterm_stops_the_work_at_the_next_finished_row(tmp_path):
             stream.add({"rung": 0})
             pytest.fail("the swallowed SIGTERM was lost")
     assert stop.value.code == 143 and read_json_lines(stream.path) == [{"rung": 0}]
-
-
-def test_a_signal_taken_by_another_thread_still_waits_for_the_deferred_block():
-    """The start-up probe's crash: a library thread that does not block SIGINT takes it (pthread_kill forces the
-    kernel's choice here); the block still finishes, and the interrupt comes after it."""
-    import threading
-
-    from labkit.core.results import signals_deferred
-
-    stop = threading.Event()
-    worker = threading.Thread(target=stop.wait, daemon=True)
-    worker.start()
-    finished = []
-    try:
-        with pytest.raises(KeyboardInterrupt):
-            with signals_deferred():
-                signal.pthread_kill(worker.ident, signal.SIGINT)
-                for _ in range(2_000_000):          # Python would run a raising handler in here
-                    pass
-                finished.append(True)
-            for _ in range(2_000_000):
-                pass
-    finally:
-        stop.set()
-    assert finished == [True] and signal.getsignal(signal.SIGINT) is signal.default_int_handler
-
-
-def test_a_deferred_signal_can_end_the_command_with_one_line(capsys):
-    from labkit.core.results import exit_for_signal, signals_deferred
-
-    with pytest.raises(SystemExit) as stop:
-        with signals_deferred(exit_for_signal):
-            os.kill(os.getpid(), signal.SIGTERM)
-            for _ in range(1_000_000):
-                pass
-    assert stop.value.code == 143 and capsys.readouterr().err == "terminated (SIGTERM)\n"
