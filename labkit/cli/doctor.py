@@ -173,8 +173,8 @@ def _encoding_note(encoding: str) -> str:
     """'' for a UTF-8 terminal, else what the commands do about it (labkit.cli.main replaces what it cannot show)."""
     if encoding.lower().replace("-", "").replace("_", "") in ("utf8", "utf8sig"):
         return ""
-    return (" — not UTF-8: characters it cannot show (—, ×, µ) print as '?'; for the real ones "
-            "`export PYTHONIOENCODING=utf-8` or a UTF-8 locale")
+    return (" (not UTF-8: the characters it cannot show print as '?'; for the real ones "
+            "`export PYTHONIOENCODING=utf-8` or use a UTF-8 locale)")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -110,7 +110,8 @@ def _printable_anywhere() -> None:
     rather than failing a report half-printed with a UnicodeEncodeError (a ValueError: it would read as exit 2)."""
     for stream in (sys.stdout, sys.stderr):
         reconfigure = getattr(stream, "reconfigure", None)
-        if reconfigure is not None and (getattr(stream, "errors", None) or "strict") == "strict":
+        encoding = (getattr(stream, "encoding", None) or "").lower().replace("-", "").replace("_", "")
+        if reconfigure is not None and encoding not in ("utf8", "utf8sig"):   # the C locale: surrogateescape fails too
             reconfigure(errors="replace")
 
 

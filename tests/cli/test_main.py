@@ -152,10 +152,13 @@ def test_an_interrupt_at_any_moment_of_start_up_is_one_line(sig, delay_s, tmp_pa
                                       else "terminated (SIGTERM)\n"), err[-3000:]
 
 
-def test_a_terminal_that_is_not_utf8_still_gets_the_report():
-    """PYTHONIOENCODING=latin-1: what it cannot show prints as '?', never a codec error read as a usage error."""
-    env = {**os.environ, "PYTHONIOENCODING": "ascii", "LABKIT_OFFLINE": "1"}
+@pytest.mark.parametrize("terminal, encoding", [({"PYTHONIOENCODING": "latin-1"}, b"iso8859-1"),
+                                                ({"LC_ALL": "C", "PYTHONUTF8": "0", "PYTHONIOENCODING": ""}, b"ascii")])
+def test_a_terminal_that_is_not_utf8_still_gets_the_report(terminal, encoding):
+    """PYTHONIOENCODING=latin-1 or the C locale without UTF-8 mode: what it cannot show prints as '?', never a
+    codec error read as a usage error (exit 2)."""
+    env = {**{k: v for k, v in os.environ.items() if k != "LANG"}, "LABKIT_OFFLINE": "1", **terminal}
     proc = subprocess.run([sys.executable, "-m", "labkit", "doctor", "--no-network"], capture_output=True,
                           env=env, timeout=120)
     assert proc.returncode in (0, 1) and b"Traceback" not in proc.stderr, proc.stderr[-2000:]
-    assert b"Terminal     ascii" in proc.stdout and b"not UTF-8" in proc.stdout
+    assert b"Terminal     " + encoding in proc.stdout and b"not UTF-8" in proc.stdout
