@@ -2,7 +2,8 @@
 sends over the slow link in a flat ring vs a two-level all-reduce.
 
 The first reference is torchrun's numbering (node by node, the nodes in the order c10d rendezvous gives them, not
-``--node-rank``'s), checked on random layouts and on the places this run's ranks reported; the second reads the kit's simulator (:func:`labkit.cluster.lab.simulated_link_bytes`).
+``--node-rank``'s), checked on random layouts and on the places this run's ranks reported; the second reads the
+kit's simulator (:func:`labkit.cluster.lab.simulated_link_bytes`).
 """
 from __future__ import annotations
 

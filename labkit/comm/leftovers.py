@@ -15,18 +15,22 @@ from typing import Iterator
 
 HYDRA_LEFTOVER = "hydra_hwloc_xmlfile_*"  # MPICH's Hydra writes its topology to /tmp (hard-coded, not TMPDIR)
 SHM_LEFTOVER = "mpich_shm_*"              # MPICH's shared-memory segment (2 MiB per job); a killed job leaves it
+SHM_LEFTOVERS = (SHM_LEFTOVER, "ucx_shm_posix_*")   # and UCX's (MPICH's ucx netmod), seen beside it
 
 
 @contextlib.contextmanager
 def removing_mpi_leftovers(folder: Path = Path("/tmp"), shm: Path = Path("/dev/shm")) -> Iterator[None]:
     """Delete what MPICH leaves behind when a job does not end normally (MPI_Abort, a timeout, a kill): the Hydra
-    topology files in ``folder`` and the ``mpich_shm_*`` segments in ``shm`` that appeared while the block ran,
-    this user's only, and a segment only once no live process maps it (another job's stays)."""
-    before = set(folder.glob(HYDRA_LEFTOVER)) | set(shm.glob(SHM_LEFTOVER))
+    topology files in ``folder`` and the ``mpich_shm_*`` (and UCX) segments in ``shm`` that appeared while the
+    block ran, this user's only, and a segment only once no live process maps it (another job's stays)."""
+    def found() -> set[Path]:
+        return set(folder.glob(HYDRA_LEFTOVER)).union(*(shm.glob(pattern) for pattern in SHM_LEFTOVERS))
+
+    before = found()
     try:
         yield
     finally:
-        new = (set(folder.glob(HYDRA_LEFTOVER)) | set(shm.glob(SHM_LEFTOVER))) - before
+        new = found() - before
         mapped = _mapped_paths() if any(p.parent == shm for p in new) else set()
         for path in new:
             with contextlib.suppress(OSError):

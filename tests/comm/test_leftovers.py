@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from labkit.comm.leftovers import SHM_LEFTOVER, removing_mpi_leftovers
+from labkit.comm.leftovers import SHM_LEFTOVERS, removing_mpi_leftovers
 from tests.mpi_lane import needs_mpi, no_leftover_processes  # noqa: F401 - an autouse fixture
 
 
@@ -24,6 +24,7 @@ def test_shm_segments_made_inside_the_block_go_unless_a_live_process_maps_them(t
     (shm / "mpich_shm_old_0").write_bytes(b"x" * 4096)
     with removing_mpi_leftovers(tmp_path, shm):
         (shm / "mpich_shm_new_0").write_bytes(b"x" * 4096)
+        (shm / "ucx_shm_posix_1234").write_bytes(b"x" * 4096)
         in_use = shm / "mpich_shm_busy_0"
         in_use.write_bytes(b"x" * 4096)
         with open(in_use, "r+b") as f:
@@ -39,7 +40,10 @@ def test_a_killed_mpi_demo_leaves_no_shared_memory_segment():
     """The probe: every killed MPI demo left a 2 MiB mpich_shm_* segment (two per run of notebook 06b)."""
     from labkit.comm.mpi import MpiTimeout, run_demo
 
-    before = set(Path("/dev/shm").glob(SHM_LEFTOVER))
+    def segments() -> set[Path]:
+        return set().union(*(Path("/dev/shm").glob(pattern) for pattern in SHM_LEFTOVERS))
+
+    before = segments()
     with pytest.raises(MpiTimeout):
         run_demo("sleep", 2, oversubscribe=True, echo=False, timeout_s=3, seconds=60)
-    assert set(Path("/dev/shm").glob(SHM_LEFTOVER)) - before == set()
+    assert segments() - before == set()
