@@ -8,6 +8,11 @@ docstrings write it, so the import graph sees every use. ``import labkit`` itsel
 """
 from __future__ import annotations
 
+# first, so a Ctrl-C or SIGTERM from here on waits for the set-up below (labkit.core.interrupts imports nothing heavy)
+from labkit.core.interrupts import exit_for_signal as _exit_for_signal
+from labkit.core.interrupts import signals_deferred as _signals_deferred
+from labkit.core.interrupts import started_as_command as _started_as_command
+
 import importlib.util as _importlib_util
 import os as _os
 import sys as _sys
@@ -27,7 +32,6 @@ def _fit_threads_before_torch() -> None:
                        "first", RuntimeWarning, stacklevel=3)
 
 
-_fit_threads_before_torch()
 
 
 def _load_triton_before_tensorflow() -> None:
@@ -48,7 +52,15 @@ def _load_triton_before_tensorflow() -> None:
     import triton  # noqa: F401
 
 
-_load_triton_before_tensorflow()
+def _set_up_process() -> None:
+    """Fit the threads, load Triton: a Ctrl-C or SIGTERM meanwhile waits until this is done (never a half-loaded
+    library), then ends the `labkit` command with its one line, or reaches a notebook as usual."""
+    with _signals_deferred(_exit_for_signal if _started_as_command() else None):
+        _fit_threads_before_torch()
+        _load_triton_before_tensorflow()
+
+
+_set_up_process()
 
 __version__ = "0.1.0"
 

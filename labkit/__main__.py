@@ -1,10 +1,9 @@
 """Entry point for `python -m labkit`."""
 import sys
 
-try:
+from labkit.core.interrupts import exit_for_signal, signals_deferred
+
+with signals_deferred(exit_for_signal):   # Ctrl-C or SIGTERM while the kit is still loading: one line, no traceback
     from labkit.cli.main import main
-except KeyboardInterrupt:      # Ctrl-C while Python is still importing the kit: no traceback
-    sys.stderr.write("interrupted\n")
-    sys.exit(130)
 
 sys.exit(main())

@@ -3,7 +3,6 @@ answer is caught with that mistake's hint, and an unfilled stub reads 'not attem
 from __future__ import annotations
 
 import importlib
-import importlib.util
 import pkgutil
 
 import labkit
@@ -28,14 +27,17 @@ def assert_sound(exercise: Exercise) -> None:
 
 
 def all_exercises() -> list[Exercise]:
-    """Every Exercise defined in any ``labkit.<package>.exercises`` module, found by walking the package, so an
-    exercise a new notebook adds is covered without editing a list."""
+    """Every Exercise defined in any ``labkit.<package>.*exercises`` module (``exercises``, ``tp_exercises``, ...),
+    found by walking the package, so an exercise a new notebook adds is covered without editing a list."""
     found: dict[str, Exercise] = {}
     for info in pkgutil.iter_modules(labkit.__path__):
-        name = f"labkit.{info.name}.exercises"
-        if not info.ispkg or info.name == "core" or importlib.util.find_spec(name) is None:
+        if not info.ispkg or info.name == "core":
             continue
-        for value in vars(importlib.import_module(name)).values():
-            if isinstance(value, Exercise):
-                found[value.key] = value
+        package = importlib.import_module(f"labkit.{info.name}")
+        for module in pkgutil.iter_modules(package.__path__):
+            if not module.name.endswith("exercises"):
+                continue
+            for value in vars(importlib.import_module(f"labkit.{info.name}.{module.name}")).values():
+                if isinstance(value, Exercise):
+                    found[value.key] = value
     return [found[k] for k in sorted(found)]

@@ -141,6 +141,9 @@ def test_a_print_flood_is_captured_and_capped(exercise, capsys):
 @pytest.mark.parametrize("exercise", EXERCISES, ids=ids)
 @pytest.mark.parametrize("fake", ["str", "nan"])
 def test_wrong_types_and_nan_are_wrong(exercise, fake):
+    sample = plain(exercise.reference(**exercise.cases()[0]))
+    if fake == "nan" and repr(nan_like(sample)) == repr(sample):
+        pytest.skip(f"{exercise.key} answers no number to replace by NaN")
     def answer(**kwargs):
         right = plain(exercise.reference(**kwargs))
         return str(right) if fake == "str" else nan_like(right)

@@ -271,6 +271,9 @@ OWN_STEP_ALLOWED = {
                                                "with the combined batch's",
     "parallel.pipeline._run_pipeline": "GPipe by hand: each stage's backward on the gradient its neighbour sent",
     "sharding.strategies.Zero1Optimizer.step": "ZeRO-1 by hand is an optimizer: its step calls Adam on the shard",
+    "parallel.drift._train": "drift by hand: each bug sits between the backward, the gradient all-reduce and the "
+                             "update of one rank",
+    "parallel.hangs._ddp_step": "a provoked hang: DDP's backward on a rank that left a head out of its loss",
 }
 _OPTIMIZER_NAMES = ("opt", "scaler", "adam")
 

@@ -55,10 +55,14 @@ class Report:
     data_problem: str = ""   # labkit.core.data's own message (what is wrong; what to do), "" when the data is usable
     extras: dict[str, str] = field(default_factory=dict)
     env_problems: list[str] = field(default_factory=list)   # labkit.core.envcheck's findings, one line each
+    run_dir: str = ""
+    run_dir_problem: str = ""  # why `sweep`, `profile` and `ladder` could not save there, "" when writable
+    terminal_encoding: str = ""
 
     @property
     def ok(self) -> bool:
-        return not self.missing_required and not self.data_problem and not self.env_problems
+        return not self.missing_required and not self.data_problem and not self.env_problems \
+            and not self.run_dir_problem
 
 
 def _version(dist: str, module: str) -> str | None:
@@ -84,6 +88,17 @@ def data_problem() -> str:
     return ""
 
 
+def run_dir_problem() -> tuple[str, str]:
+    """(the run folder, "" or why the commands that save traces and reports cannot write there), proven by writing."""
+    from labkit.core.envcheck import RUN_DIR_VAR, writable_place_problem
+    from labkit.core.rundirs import run_root
+
+    root = run_root()
+    why = writable_place_problem(root)
+    return str(root), (f"the run folder {root} {why}; `sweep`, `profile` and `ladder` save there; "
+                       f"export {RUN_DIR_VAR}=/a/folder/you/can/write" if why else "")
+
+
 def collect(check_network: bool = True) -> Report:
     """Gather the report; ``check_network=False`` skips the dataset download probe."""
     from labkit.comm.mpi import mpi_info
@@ -91,6 +106,7 @@ def collect(check_network: bool = True) -> Report:
     from labkit.core.envcheck import environment_problems
 
     env_problems = environment_problems()
+    run_dir, run_problem = run_dir_problem()
     packages = {dist: _version(dist, mod) for dist, mod, _ in REQUIRED + OPTIONAL}
     missing = [f"{dist} (needed for {why})" for dist, _, why in REQUIRED if packages[dist] is None]
     try:
@@ -108,7 +124,8 @@ def collect(check_network: bool = True) -> Report:
         gpus=[asdict(g) for g in device.gpu_info()], nccl=device.nccl_available(),
         mode=mode.name, mode_reason=mode.reason, dataset=dataset, dataset_reason=reason,
         cifar10_cached=data.cifar10_cached(), data_dir=str(data.DATA_DIR), data_problem=data_problem(),
-        env_problems=env_problems,
+        env_problems=env_problems, run_dir=run_dir, run_dir_problem=run_problem,
+        terminal_encoding=getattr(sys.stdout, "encoding", None) or "unknown",
     )
 
 
@@ -133,7 +150,9 @@ def format_report(report: Report) -> str:
               f"             (set {MODE_ENV_VAR}=fast or {MODE_ENV_VAR}=full to force)",
               f"Dataset      {report.dataset} — {report.dataset_reason}",
               f"CIFAR-10     {'cached in data/' if report.cifar10_cached else 'not cached'}",
-              f"Data folder  {report.data_dir} — {'a problem (below)' if report.data_problem else 'verified'}", ""]
+              f"Data folder  {report.data_dir} — {'a problem (below)' if report.data_problem else 'verified'}",
+              f"Run folder   {report.run_dir} — {'a problem (below)' if report.run_dir_problem else 'writable'}",
+              f"Terminal     {report.terminal_encoding}{_encoding_note(report.terminal_encoding)}", ""]
     if report.ok:
         lines.append("All required pieces are present.")
     if report.missing_required:
@@ -144,7 +163,18 @@ def format_report(report: Report) -> str:
         problem, _, fix = report.data_problem.partition("; ")
         lines.append(f"DATA PROBLEM: {problem}")
         lines += [f"Fix: {fix}"] if fix else []
+    if report.run_dir_problem:
+        problem, _, fix = report.run_dir_problem.partition("; export ")
+        lines += [f"RUN FOLDER PROBLEM: {problem}", f"Fix: export {fix}"]
     return "\n".join(lines)
+
+
+def _encoding_note(encoding: str) -> str:
+    """'' for a UTF-8 terminal, else what the commands do about it (labkit.cli.main replaces what it cannot show)."""
+    if encoding.lower().replace("-", "").replace("_", "") in ("utf8", "utf8sig"):
+        return ""
+    return (" (not UTF-8: the characters it cannot show print as '?'; for the real ones "
+            "`export PYTHONIOENCODING=utf-8` or use a UTF-8 locale)")
 
 
 def run(args: argparse.Namespace) -> int:

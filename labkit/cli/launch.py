@@ -13,7 +13,7 @@ import os
 import signal
 import subprocess
 import tempfile
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Iterator
 
 from labkit.cli.common import nonnegative_int, positive_float, positive_int, subparser
 from labkit.comm.launch_env import detect_launcher_env
@@ -66,11 +66,44 @@ def _run_node(args: argparse.Namespace) -> int:
         if args.fork_workers:
             from labkit.comm.node_agent import run_forked_agent
 
-            tempfile.tempdir = os.environ["TMPDIR"] = tmp    # this process is the agent; it ends with the job
-            run_forked_agent(torchrun_nodes_command(args.target, node))
+            with _temporary_folder(tmp), _deadline(args.timeout, node):     # this process is the agent
+                run_forked_agent(torchrun_nodes_command(args.target, node))
             return 0
         return _wait_torchrun(subprocess.Popen(torchrun_nodes_command(args.target, node), start_new_session=True,
                                                env={**os.environ, "TMPDIR": tmp}), node, args.timeout)
+
+
+@contextlib.contextmanager
+def _temporary_folder(folder: str) -> Iterator[None]:
+    """``folder`` as this process's temporary folder while inside, and the previous one after: a torch module
+    imported later (torchvision's import creates torch's inductor cache folder) must not recreate a removed one."""
+    before = tempfile.tempdir, os.environ.get("TMPDIR")
+    tempfile.tempdir = os.environ["TMPDIR"] = folder
+    try:
+        yield
+    finally:
+        tempfile.tempdir = before[0]
+        if before[1] is None:
+            os.environ.pop("TMPDIR", None)
+        else:
+            os.environ["TMPDIR"] = before[1]
+
+
+@contextlib.contextmanager
+def _deadline(timeout_s: float, node: NodeLaunch) -> Iterator[None]:
+    """TimeoutError in the agent's own (main) thread after ``timeout_s``: torchrun's agent then stops its forked
+    workers as on any error (its ``run`` shuts them down in a ``finally``), waiting or not for a missing node."""
+    def expire(signum: int, frame: Any) -> None:
+        raise TimeoutError(f"node {node.node_rank}'s torchrun agent did not finish within --timeout {timeout_s:g} s; "
+                           "it was stopped (is every node started, and node 0's endpoint reachable?)")
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, timeout_s)       # a forked worker does not inherit the timer
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
 
 
 def _wait_torchrun(proc: subprocess.Popen, node: NodeLaunch, timeout_s: float) -> int:
@@ -124,7 +157,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     nodes = p.add_argument_group("several machines (one torchrun per node, c10d rendezvous)")
     nodes.add_argument("--nnodes", type=positive_int, default=None,
                        help="machines in the job; with it this command runs torchrun for this node")
-    nodes.add_argument("--node-rank", type=nonnegative_int, default=None, help="this machine's number, 0..nnodes-1")
+    nodes.add_argument("--node-rank", type=nonnegative_int, default=None,
+                       help="this machine's name in the kit's messages, 0..nnodes-1 (0 on the endpoint's host). "
+                            "With c10d rendezvous torchrun ignores it (and warns): the rendezvous numbers the nodes "
+                            "itself (GROUP_RANK, nodes sorted by address), so RANK need not follow it")
     nodes.add_argument("--nproc-per-node", type=positive_int, default=1, help="ranks on this machine (default 1)")
     nodes.add_argument("--rdzv-endpoint", default=None, help="node 0's HOST:PORT, where the nodes meet")
     nodes.add_argument("--rdzv-id", default="labkit", help="the job's name, the same on every node")

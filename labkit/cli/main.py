@@ -12,16 +12,17 @@ import errno
 import importlib
 import os
 import re
+import signal
 import sys
 from typing import Sequence
 
-from labkit.core.results import (StoppedEarly, Terminated, WriteError, describe_os_error, sigterm_as_interrupt,
-                                 signals_deferred)
+from labkit.core.interrupts import SIGNAL_WORDS, signals_deferred
+from labkit.core.results import StoppedEarly, Terminated, WriteError, describe_os_error, sigterm_as_interrupt
 
 # Subcommands that live in their own modules; each has `add_parser(subparsers)`.
 SUBCOMMAND_MODULES = ("labkit.cli.doctor", "labkit.cli.sweep", "labkit.cli.profile", "labkit.cli.memory",
                       "labkit.cli.bench", "labkit.cli.simulate", "labkit.cli.ladder", "labkit.cli.launch",
-                      "labkit.cli.roofline")
+                      "labkit.cli.roofline", "labkit.cli.diagnose")
 EXAMPLES = """examples (`.venv/bin/labkit` without an activated venv; `python -m labkit` is the same program):
   labkit doctor
   labkit sweep --model small_cnn --batch-sizes 16,32,64
@@ -30,7 +31,8 @@ EXAMPLES = """examples (`.venv/bin/labkit` without an activated venv; `python -m
   labkit allreduce-bench --world-size 2 --sizes 1K,64K,1M
   labkit simulate --algorithm ring --world-size 4 --size 1M
   labkit ladder --budget-epochs 1 --skip compile ddp
-  labkit launch --world-size 2 labkit.comm.demos:all_reduce_sum"""
+  labkit launch --world-size 2 labkit.comm.demos:all_reduce_sum
+  labkit diagnose --world-size 3 labkit.parallel.hang_exercises:uneven_shards_loop"""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -81,9 +83,6 @@ def _run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         print(in_option_words(str(err), parser, args.command), file=sys.stderr)
 
     try:
-        if args.command != "simulate":   # every other subcommand imports torch: an interrupt meanwhile waits
-            with signals_deferred():
-                importlib.import_module("torch")
         return args.func(args)
     except ValueError as err:  # bad arguments that argparse could not see: one line, exit 2
         say(f"error: {err}")
@@ -107,21 +106,32 @@ def _flush_or_report() -> None:
         raise SystemExit(141 if isinstance(err, BrokenPipeError) else 1) from None
 
 
+def _printable_anywhere() -> None:
+    """A terminal that is not UTF-8 (C locale, PYTHONIOENCODING=latin-1) shows '?' for what it cannot encode,
+    rather than failing a report half-printed with a UnicodeEncodeError (a ValueError: it would read as exit 2)."""
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)
+        encoding = (getattr(stream, "encoding", None) or "").lower().replace("-", "").replace("_", "")
+        if reconfigure is not None and encoding not in ("utf8", "utf8sig"):   # the C locale: surrogateescape fails too
+            reconfigure(errors="replace")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Parse, check the environment, run the subcommand; a full or closed stdout is one line, never a traceback."""
+    _printable_anywhere()
     try:
         with sigterm_as_interrupt():         # also while the parser is built, before any subcommand runs
             return _main(argv)
     except Terminated:
-        print("terminated (SIGTERM)", file=sys.stderr)
+        print(SIGNAL_WORDS[signal.SIGTERM], file=sys.stderr)
         return 143
     except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
+        print(SIGNAL_WORDS[signal.SIGINT], file=sys.stderr)
         return 130
 
 
-def _main(argv: Sequence[str] | None) -> int:
-    """The body of :func:`main`, inside its interrupt handling."""
+def _start(argv: Sequence[str] | None) -> tuple[argparse.ArgumentParser, argparse.Namespace] | int:
+    """Parse and check the environment, then import torch: the parser and arguments, or an exit status."""
     from labkit.core.envcheck import EnvironmentProblem, check_environment
 
     parser = build_parser()
@@ -139,6 +149,18 @@ def _main(argv: Sequence[str] | None) -> int:
     except EnvironmentProblem as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    if args.command != "simulate":      # every other subcommand imports torch
+        importlib.import_module("torch")
+    return parser, args
+
+
+def _main(argv: Sequence[str] | None) -> int:
+    """The body of :func:`main`, inside its interrupt handling."""
+    with signals_deferred():    # start-up (numpy, torch imports): an interrupt waits until it is done, then ends it
+        started = _start(argv)
+    if isinstance(started, int):
+        return started
+    parser, args = started
     try:
         code = _run(args, parser)
         sys.stdout.flush()

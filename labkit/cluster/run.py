@@ -20,11 +20,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from labkit.cluster.nodes import EmulatedNodes, node_address, wait_all
+from labkit.cluster.faults import JobWatch, fault_message, watch_job
+from labkit.cluster.nodes import EmulatedNodes, node_address
 from labkit.core.clock import now_s
 from labkit.core.validation import positive_int, positive_number
 
 RDZV_PORT = 29400
+RANK_MARKS = "rank-pids"      # the ranks' pid marks (labkit.comm.worker.mark_rank): which node holds which rank
 
 
 class JobFailed(RuntimeError):
@@ -54,15 +56,16 @@ def job_env(node: int, result_dir: Path, params: dict[str, Any], threads: int = 
     """The environment of one node's launcher: this labkit importable, gloo on eth0, the job's parameters, and a
     temporary folder inside ``result_dir`` (torchrun's agent writes ``torchelastic_*`` folders and error files
     there and never deletes them; the job's folder goes, and they with it)."""
-    tmp = Path(result_dir) / f"tmp-node{node}"
-    tmp.mkdir(exist_ok=True)
-    os.chmod(tmp, 0o1777)                     # ranks in a user namespace write here too
+    tmp, marks = Path(result_dir) / f"tmp-node{node}", Path(result_dir) / RANK_MARKS
+    for folder in (tmp, marks):
+        folder.mkdir(exist_ok=True)
+        os.chmod(folder, 0o1777)              # ranks in a user namespace write here too
     env = dict(os.environ)
     paths = [p or os.getcwd() for p in sys.path]
     env.update(PYTHONPATH=os.pathsep.join(dict.fromkeys(paths)), GLOO_SOCKET_IFNAME="eth0",
                OMP_NUM_THREADS=str(threads), PYTHONUNBUFFERED="1", LABKIT_NODE_ADDR=node_address(node),
                LABKIT_RESULT_DIR=str(result_dir), LABKIT_JOB=json.dumps(params),
-               TORCH_CPP_LOG_LEVEL="ERROR", LOGLEVEL="WARNING", TMPDIR=str(tmp))
+               TORCH_CPP_LOG_LEVEL="ERROR", LOGLEVEL="WARNING", TMPDIR=str(tmp), LABKIT_RANK_MARKS=str(marks))
     for stale in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID"):
         env.pop(stale, None)
     return env
@@ -95,29 +98,34 @@ def run_job(nodes: EmulatedNodes, target: str, nproc_per_node: int = 2, params: 
                                          env=job_env(node, run_dir, params or {})))
             if while_running is not None:
                 while_running(procs, run_dir)
-            codes = wait_all(procs, timeout_s)
+            watch = watch_job(nodes, procs, timeout_s, run_dir / RANK_MARKS, started_s=start)
         finally:
             for log in logs:
                 log.close()
             nodes.kill_all()                    # a worker that outlived its launcher goes too
+            for proc in procs:                  # and the launchers the first fault left running are reaped
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    proc.wait(timeout=10)
         wall_s = now_s() - start
         outputs = [(run_dir / f"node{k}.log").read_text(errors="replace") for k in range(nnodes)]
-        _raise_for(codes, outputs, target, timeout_s)
+        _raise_for(watch, outputs, target, timeout_s)
         results = _read_results(run_dir, nnodes * nproc_per_node, target)
     return JobResult(results, outputs, wall_s)
 
 
-def _raise_for(codes: list[int | None], outputs: list[str], target: str, timeout_s: float) -> None:
-    for node, code in enumerate(codes):
-        if code is None:
-            raise TimeoutError(f"{target}: node {node} did not finish within {timeout_s:g} s; every process on "
-                               f"every node was killed. Its last lines:\n{_tail(outputs[node])}")
-    for node, code in enumerate(codes):
-        if code != 0:
-            raise JobFailed(f"{target}: node {node} exited with code {code}. Its last lines:\n{_tail(outputs[node])}")
+def _raise_for(watch: JobWatch, outputs: list[str], target: str, timeout_s: float) -> None:
+    """The first fault, named where it happened (labkit.cluster.faults); else a timeout naming the nodes still up."""
+    if watch.fault is not None:
+        raise JobFailed(fault_message(target, watch, outputs))
+    running = [node for node, code in enumerate(watch.codes) if code is None]
+    if running:
+        node = running[0]
+        raise TimeoutError(f"{target}: node{'s' if len(running) > 1 else ''} {', '.join(map(str, running))} did not "
+                           f"finish within {timeout_s:g} s (no node failed and every link was up); every process on "
+                           f"every node was killed. Node {node}'s last lines:\n{_tail(outputs[node])}")
 
 
-def _tail(text: str, lines: int = 40) -> str:
+def _tail(text: str, lines: int = 12) -> str:
     return "\n".join(text.strip().splitlines()[-lines:])
 
 

@@ -1,14 +1,16 @@
 """Launch as clusters launch: one ``torchrun`` per node, joined by c10d rendezvous at node 0's address.
 
-On a cluster every node runs the same command, differing only in ``--node-rank`` (and, where hostnames do not
-resolve to the address the others can reach, ``--local-addr``)::
+On a cluster every node runs the same command, differing only in ``--node-rank`` (the kit's name for the node;
+see below) and, where hostnames do not resolve to the address the others can reach, ``--local-addr``::
 
     torchrun --nnodes=2 --nproc-per-node=2 --node-rank=K --rdzv-backend=c10d --rdzv-endpoint=10.77.0.1:29400 \\
              --rdzv-id=job1 --local-addr=10.77.0.<K+1> -m labkit launch package.module:function
 
 The c10d rendezvous is a TCP store hosted by the agent on the endpoint's host; every node's agent registers there,
-they agree on the group ranks, and each agent starts its workers with RANK, LOCAL_RANK, GROUP_RANK and WORLD_SIZE
-(torch.distributed.elastic docs, "torchrun"). ``--max-restarts`` lets the agents restart the whole group when a
+and when the rendezvous completes the agents are sorted (address, then pid) and each node's GROUP_RANK is its place
+in that order (torch/distributed/elastic/rendezvous/dynamic_rendezvous.py): ``--node-rank`` is ignored, with a
+warning, except under the static rendezvous. Each agent then starts its workers with RANK, LOCAL_RANK, GROUP_RANK
+and WORLD_SIZE (torch.distributed.elastic docs, "torchrun"). ``--max-restarts`` lets the agents restart the whole group when a
 worker dies. Torch-free: the CLI builds the command without loading torch.
 """
 from __future__ import annotations

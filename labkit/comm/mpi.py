@@ -28,6 +28,7 @@ from labkit.comm import mpi_demos
 from labkit.comm.backend import check_world_size
 from labkit.comm.bench import DEFAULT_SIZES_BYTES, BenchRow, bandwidths_gb_s, check_sizes
 from labkit.comm.collectives import allreduce
+from labkit.comm.leftovers import removing_mpi_leftovers
 from labkit.comm.launch import free_port
 from labkit.core.procs import kill_tree
 from labkit.core.clock import Deadline, now_s
@@ -202,7 +203,7 @@ def run_demo(demo: str, world_size: int, *, launcher: str = "mpiexec", timeout_s
     # backstop if this Python process dies mid-run: Hydra's mpiexec then ends the job by itself
     extra = {"MPIEXEC_TIMEOUT": str(int(timeout_s) + 10), **(env or {})}
     command = wrap(command) if wrap is not None else command
-    with tempfile.TemporaryDirectory(prefix="labkit-mpi-") as tmp, removing_hydra_leftovers():
+    with tempfile.TemporaryDirectory(prefix="labkit-mpi-") as tmp, removing_mpi_leftovers():
         result_dir = Path(tmp)
         os.chmod(result_dir, 0o777)          # ranks in another user namespace write here too
         wall_s, code = _launch(command, result_dir, _child_env(result_dir, extra), timeout_s, demo, world_size)
@@ -210,23 +211,6 @@ def run_demo(demo: str, world_size: int, *, launcher: str = "mpiexec", timeout_s
     if echo:
         run.show()
     return run
-
-
-HYDRA_LEFTOVER = "hydra_hwloc_xmlfile_*"  # MPICH's Hydra writes its topology to /tmp (hard-coded, not TMPDIR)
-
-
-@contextlib.contextmanager
-def removing_hydra_leftovers(folder: Path = Path("/tmp")) -> Iterator[None]:
-    """Delete the Hydra topology files that appear in ``folder`` while the block runs, this user's only: MPICH
-    (5.0.2 seen) deletes its own when the job ends normally, but leaves it behind when a rank calls MPI_Abort."""
-    before = set(folder.glob(HYDRA_LEFTOVER))
-    try:
-        yield
-    finally:
-        for path in set(folder.glob(HYDRA_LEFTOVER)) - before:
-            with contextlib.suppress(OSError):
-                if path.stat().st_uid == os.getuid():
-                    path.unlink()
 
 
 FAILURE_GRACE_S = 1.0  # after one rank reports an error, how long the others get before everything is stopped

@@ -13,12 +13,15 @@ from __future__ import annotations
 import contextlib
 import gc
 import importlib
+import signal
 
 import torch
+from torch.distributed.elastic.multiprocessing.api import SignalException
 from torch.distributed.launcher.api import elastic_launch
 from torch.distributed.run import config_from_args, get_args_parser
 
 from labkit.comm.worker import run_in_launcher_group
+from labkit.core.results import Terminated
 
 
 def forked_rank(target: str) -> None:
@@ -30,7 +33,8 @@ def forked_rank(target: str) -> None:
 
 def run_forked_agent(torchrun_argv: list[str]) -> None:
     """Run the job ``torchrun_argv`` (a torchrun command line ending in ``-m labkit launch TARGET``) in this
-    process's torchrun agent, workers forked; raises torch's ChildFailedError when the workers fail for good."""
+    process's torchrun agent, workers forked; raises torch's ChildFailedError when the workers fail for good, and
+    the kit's own interrupts (KeyboardInterrupt, Terminated) when the agent was told to stop by a signal."""
     if torchrun_argv[-4:-1] != ["-m", "labkit", "launch"]:
         raise ValueError(f"expected a torchrun command ending in '-m labkit launch TARGET', got {torchrun_argv!r}")
     args = get_args_parser().parse_args(torchrun_argv[1:])
@@ -40,4 +44,9 @@ def run_forked_agent(torchrun_argv: list[str]) -> None:
     with contextlib.suppress(Exception):    # a failing import is reported by each rank, with its traceback
         importlib.import_module(target.partition(":")[0])   # imported once here, inherited by every fork
     gc.freeze()                             # keep the collector from writing to (and so copying) inherited pages
-    elastic_launch(config, entrypoint=forked_rank)(target)
+    try:
+        elastic_launch(config, entrypoint=forked_rank)(target)
+    except SignalException as err:          # torch's agent turns SIGTERM/SIGINT into this while its workers run
+        if err.sigval == signal.SIGINT:
+            raise KeyboardInterrupt from None
+        raise Terminated() if err.sigval == signal.SIGTERM else SystemExit(128 + int(err.sigval)) from None

@@ -120,9 +120,22 @@ def run_in_launcher_group(target: str, backend: str = "auto",
         rank, world_size = init_from_env(backend, pg_timeout_s)
     except dist.DistError as err:      # nobody to meet: often a launcher's variables left over in a shell
         raise LaunchError(_join_failure(err)) from None
+    mark_rank(rank)
     result = fn()
     dist.destroy_process_group()
     return rank, world_size, result
+
+
+RANK_MARKS_VAR = "LABKIT_RANK_MARKS"
+
+
+def mark_rank(rank: int) -> None:
+    """Leave ``rank<R>.pid`` in ``$LABKIT_RANK_MARKS`` (when set): which process is which rank, for a watcher that
+    names a failed node's ranks (a forked worker's RANK is not in its /proc environ, set after the fork)."""
+    folder = os.environ.get(RANK_MARKS_VAR)
+    if folder:
+        with contextlib.suppress(OSError):
+            (Path(folder) / f"rank{rank}.pid").write_text(str(os.getpid()))
 
 
 def _join_failure(err: BaseException) -> str:

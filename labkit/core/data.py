@@ -96,7 +96,14 @@ def verify_data_file(filename: str, data_dir: Path | None = None) -> Path:
     path = data_dir / filename
     if not path.exists():
         raise DataUnavailableError(f"{path} is missing; {_restore_hint(filename, data_dir)}")
-    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    if path.is_dir():
+        raise DataUnavailableError(f"{path} is a folder where the data file belongs; remove it and "
+                                   f"{_restore_hint(filename, data_dir)}")
+    try:
+        digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError as err:
+        raise DataUnavailableError(f"cannot read {path} ({err.strerror or type(err).__name__}); "
+                                   f"{_restore_hint(filename, data_dir)}") from None
     if digest != manifest[filename]["sha256"]:
         raise DataUnavailableError(f"{path} fails its checksum (sha256 {digest[:12]}..., expected "
                                    f"{manifest[filename]['sha256'][:12]}...); {_restore_hint(filename, data_dir)}")

@@ -1,8 +1,10 @@
 """Model vs data parallelism: split models and pipelines, synchronous SGD, when replicas pay, the classic
-multi-GPU pitfalls on the PyTorch side, and the split inside a layer (notebooks 05, 07, 09, 13).
+multi-GPU pitfalls on the PyTorch side, and the split inside a layer (notebooks 05, 05b, 07, 09, 13).
 
 costmodel (the formulas: T_comp vs T_sync, the GPipe bubble) < model_parallel (split by layers, memory per
-stage, the recommendation) < pipeline (the bubble simulated and measured); sync_sgd (from scratch, = DDP) <
+stage, the recommendation) < pipeline (the bubble simulated and measured); schedule_sim (bubbles, formulas, the
+replay) < schedule_trace (actions timed on a rank) < pipeline_schedules (torch's schedules on real ranks) <
+schedule_report (05b's tables); sync_sgd (from scratch, = DDP) <
 scaling (measured on real processes, compared with the model) < speedup (the explorer's maths); published
 (cited scaling points); plots (charts of the measurements, kept out of what ranks import); sync_sgd_mpi (sync
 SGD under mpiexec); data_pitfalls and rank_pitfalls. Inside the layer (13): tensor_parallel (Megatron's split and

@@ -1,10 +1,12 @@
-"""Checked exercises for notebooks 05, 07, 09 and 13: the pipeline bubble, the speed-up of replicas, T_sync, the
-shard a rank reads, the LR of a data-parallel job, a weight split Megatron's two ways, the bytes tensor parallelism
-sends per layer and the bytes each placement of a 2-D mesh sends over the slow link.
+"""Checked exercises for notebooks 05, 05b, 07, 09 and 13: the pipeline bubble, the activations and the action order
+of a pipeline schedule, the speed-up of replicas, T_sync, the shard a rank reads, the LR of a data-parallel job, a
+weight split Megatron's two ways, the bytes tensor parallelism sends per layer and the bytes each placement of a 2-D
+mesh sends over the slow link.
 
-References: the GPipe schedule simulator (:mod:`labkit.parallel.pipeline`), the cost model
-(:mod:`labkit.parallel.costmodel`), torch's ``DistributedSampler``, the kit's LR rule, the split the hand-written
-tensor-parallel layer uses (:mod:`labkit.parallel.tensor_parallel`) and its cost formulas
+References: the GPipe schedule simulator (:mod:`labkit.parallel.pipeline`), the schedules' action orders
+(:mod:`labkit.parallel.schedule_sim`, checked against torch's live ``Schedule1F1B`` in notebook 05b), the cost
+model (:mod:`labkit.parallel.costmodel`), torch's ``DistributedSampler``, the kit's LR rule, the split the
+hand-written tensor-parallel layer uses (:mod:`labkit.parallel.tensor_parallel`) and its cost formulas
 (:mod:`labkit.parallel.tp_cost`).
 """
 from __future__ import annotations
@@ -12,14 +14,15 @@ from __future__ import annotations
 import math
 import random
 
-import torch
 from torch.utils.data import DistributedSampler
 
 from labkit.core.exercises import Exercise, Mistake
+from labkit.parallel.hang_exercises import HANG_POINT, STUCK_RANK  # noqa: F401 - notebook 09b's, checked as ex.*
 from labkit.parallel.costmodel import micro_batches_for_bubble, predicted_speedup, sync_time_s
 from labkit.parallel.pipeline import bubble_fraction, simulate_gpipe
-from labkit.parallel.tensor_parallel import shard_tensor
-from labkit.parallel.tp_cost import tp_bytes_per_layer
+from labkit.parallel.schedule_sim import gpipe_order, one_f_one_b_order, peak_in_flight
+from labkit.parallel.tp_exercises import (SHARD_WEIGHT, SLOW_LINK, TP_BYTES,  # noqa: F401 - notebook 13's, checked as ex.*
+                                         tp_bytes_cases_for)
 from labkit.training.batch_rules import scaled_lr
 
 
@@ -65,6 +68,75 @@ MICRO_BATCHES = Exercise(
      Mistake("over_b", lambda stages, max_bubble: math.ceil((stages - 1) / max_bubble),
              "solve (p-1)/(m+p-1) <= b for m: m >= (p-1)(1-b)/b, not (p-1)/b")),
     "solve (p-1)/(m+p-1) <= b for the smallest whole m")
+
+
+# ------------------------------------------------------------------------------------ 05b: schedules
+def activations_held_reference(schedule: str, stages: int, stage: int, micro_batches: int) -> int:
+    """Most micro-batches whose activations ``stage`` holds at once under 'gpipe' or '1f1b' (PipeDream-Flush):
+    counted on the schedule's action order (forwards done minus backwards done)."""
+    if schedule not in ("gpipe", "1f1b"):
+        raise ValueError(f"schedule must be 'gpipe' or '1f1b', got {schedule!r}")
+    order = gpipe_order(micro_batches) if schedule == "gpipe" else one_f_one_b_order(stages, stage, micro_batches)
+    return peak_in_flight(order)
+
+
+def _held_cases(seed: int = 16) -> list[dict]:
+    rng = random.Random(seed)
+    cases = [{"schedule": "1f1b", "stages": 4, "stage": 0, "micro_batches": 2}]
+    for _ in range(12):
+        p = rng.randint(2, 8)
+        cases.append({"schedule": rng.choice(["gpipe", "1f1b"]), "stages": p, "stage": rng.randrange(p),
+                      "micro_batches": rng.randint(p, 4 * p)})
+    return cases
+
+
+ACTIVATIONS_HELD = Exercise(
+    "activations_held", "how many micro-batches' activations a stage holds at its peak, GPipe vs 1F1B",
+    activations_held_reference, _held_cases,
+    (Mistake("always_m", lambda schedule, stages, stage, micro_batches: micro_batches,
+             "that is GPipe: 1F1B starts each micro-batch's backward as soon as it can, so a stage never holds "
+             "more than the micro-batches still ahead of it in the pipe"),
+     Mistake("always_p", lambda schedule, stages, stage, micro_batches:
+             micro_batches if schedule == "gpipe" else stages,
+             "under 1F1B stage s holds p - s micro-batches: the last stage only one (its backward follows at once)"),
+     Mistake("no_cap", lambda schedule, stages, stage, micro_batches:
+             micro_batches if schedule == "gpipe" else stages - stage,
+             "with fewer micro-batches than p - s, a stage cannot hold more than m")),
+    "GPipe: every forward before any backward; 1F1B: p - s forwards fill the pipe, then one backward per forward")
+
+
+def one_f_one_b_reference(stages: int, stage: int, micro_batches: int) -> list[str]:
+    """The actions of stage ``stage`` of ``stages`` under 1F1B, in order: ['F0', 'F1', 'B0', 'F2', ...]."""
+    return one_f_one_b_order(stages, stage, micro_batches)
+
+
+def _order_cases(seed: int = 17) -> list[dict]:
+    rng = random.Random(seed)
+    cases = [{"stages": 2, "stage": 0, "micro_batches": 4}, {"stages": 4, "stage": 3, "micro_batches": 4},
+             {"stages": 4, "stage": 0, "micro_batches": 2}]
+    for _ in range(8):
+        p = rng.randint(2, 6)
+        cases.append({"stages": p, "stage": rng.randrange(p), "micro_batches": rng.randint(1, 3 * p)})
+    return cases
+
+
+def _no_warmup(stages: int, stage: int, micro_batches: int) -> list[str]:
+    """Alternates from the start, F0 B0 F1 B1 ...: right for the last stage only."""
+    return [a for i in range(micro_batches) for a in (f"F{i}", f"B{i}")]
+
+
+ONE_F_ONE_B_ORDER = Exercise(
+    "one_f_one_b_order", "the order of the forward and backward actions of one 1F1B stage",
+    one_f_one_b_reference, _order_cases,
+    (Mistake("gpipe", lambda stages, stage, micro_batches: gpipe_order(micro_batches),
+             "that is GPipe (all forwards, then all backwards): 1F1B starts backwards once the pipe is full"),
+     Mistake("same_warmup", lambda stages, stage, micro_batches:
+             one_f_one_b_order(stages, 0, micro_batches),
+             "the warm-up depends on the stage: stage s runs p - s forwards before its first backward"),
+     Mistake("no_warmup", _no_warmup,
+             "B0 can only start once micro-batch 0 has gone through the p - s - 1 later stages and come back; "
+             "meanwhile stage s keeps the pipe full: p - s forwards before its first backward")),
+    "stage s: F0 .. F(p-s-1), then B0, F(p-s), B1, ... until the forwards run out, then the remaining backwards")
 
 
 # ------------------------------------------------------------------------------------ 07: replicas
@@ -171,107 +243,3 @@ DDP_LR = Exercise(
      Mistake("times_world", lambda base_lr, base_batch, per_rank_batch, world_size: base_lr * world_size,
              "scale by global batch / base batch; the base batch need not equal the per-rank batch")),
     "lr = base_lr x (b x R) / base_batch")
-
-
-# ------------------------------------------------------------------------------------ 13: inside the layer
-def shard_weight_reference(weight: list[list[int]], split: str, rank: int, world_size: int) -> list[list[int]]:
-    """This rank's block of a Linear's weight (out_features x in_features), as the hand-written TP layer cuts it."""
-    return shard_tensor(torch.tensor(weight), split, rank, world_size).tolist()
-
-
-def _shard_weight_cases(seed: int = 38) -> list[dict]:
-    rng = random.Random(seed)
-    cases = []
-    for split in ("column", "row") * 3:
-        t = rng.choice([2, 4])
-        a, b = rng.sample([1, 2, 3], 2)     # both sides split evenly (any split is possible), never square
-        rows, cols = t * a, t * b
-        weight = [[rng.randint(-9, 9) for _ in range(cols)] for _ in range(rows)]
-        cases.append({"weight": weight, "split": split, "rank": rng.randrange(t), "world_size": t})
-    return cases
-
-
-def _swapped_split(weight: list[list[int]], split: str, rank: int, world_size: int) -> list[list[int]]:
-    return shard_weight_reference(weight, "row" if split == "column" else "column", rank, world_size)
-
-
-def _interleaved(weight: list[list[int]], split: str, rank: int, world_size: int) -> list[list[int]]:
-    w = torch.tensor(weight)
-    return (w[rank::world_size] if split == "column" else w[:, rank::world_size]).tolist()
-
-
-SHARD_WEIGHT = Exercise(
-    "shard_weight", "a rank's block of an nn.Linear weight (out x in) under a column-parallel or row-parallel split",
-    shard_weight_reference, _shard_weight_cases,
-    (Mistake("swapped", _swapped_split, "nn.Linear stores W as (out_features, in_features): a column-parallel "
-             "linear splits the outputs, so it takes a block of W's rows; row-parallel takes a block of its columns"),
-     Mistake("interleaved", _interleaved, "each rank takes one contiguous block (rank * n/t up to (rank + 1) * n/t), "
-             "so its heads and hidden units stay together, not every t-th row")),
-    "column-parallel: rows rank*out/t .. (rank+1)*out/t of W; row-parallel: the same block of its columns",
-    rel_tol=0.0)
-
-
-def tp_bytes_reference(batch: int, seq_len: int, hidden: int, world_size: int, bytes_per_element: int) -> int:
-    """Bytes one rank sends per layer, forward + backward (Narayanan et al. 2021, four ring all-reduces of b*s*h):
-    a whole number, compared exactly (the cases' sequence lengths split evenly over the ranks)."""
-    return round(tp_bytes_per_layer(batch, seq_len, hidden, world_size, bytes_per_element))
-
-
-def tp_bytes_cases_for(batch: int, seq_len: int, hidden: int, world_size: int,
-                       bytes_per_element: int = 4) -> list[dict]:
-    """This notebook's layer first (its verdict shows it, next to the bytes measured), then random ones."""
-    first = {"batch": batch, "seq_len": seq_len, "hidden": hidden, "world_size": world_size,
-             "bytes_per_element": bytes_per_element}
-    return [first] + _tp_bytes_cases()
-
-
-def _tp_bytes_cases(seed: int = 39) -> list[dict]:
-    rng = random.Random(seed)
-    return [{"batch": rng.randint(1, 16), "seq_len": rng.choice([128, 512, 2048]), "hidden": rng.choice([64, 1024, 4096]),
-             "world_size": rng.choice([2, 4, 8]), "bytes_per_element": rng.choice([2, 4])} for _ in range(8)]
-
-
-TP_BYTES = Exercise(
-    "tp_bytes_per_layer", "bytes one rank sends per transformer layer (forward + backward) under tensor parallelism",
-    tp_bytes_reference, _tp_bytes_cases,
-    (Mistake("forward_only", lambda batch, seq_len, hidden, world_size, bytes_per_element:
-             round(tp_bytes_per_layer(batch, seq_len, hidden, world_size, bytes_per_element) / 2),
-             "the backward pass all-reduces too: f's backward, once per block, so four all-reduces per layer"),
-     Mistake("no_ring_factor", lambda batch, seq_len, hidden, world_size, bytes_per_element:
-             4 * batch * seq_len * hidden * bytes_per_element,
-             "a ring all-reduce of N bytes sends 2(t-1)/t x N per rank, not N")),
-    "4 all-reduces per layer (2 forward, 2 backward), each over b*s*h elements; a ring sends 2(t-1)/t of it per rank")
-
-
-PLACEMENTS = ("tp_inside", "dp_inside")
-
-
-def slow_link_reference(placement: str, tp_bytes_per_rank: float, dp_bytes_per_rank: float,
-                        ranks_per_node: int) -> float:
-    """Bytes one node sends over its slow link per step, 2 nodes x ranks_per_node ranks, groups across nodes of 2.
-
-    tp_inside: TP groups are each node's ranks, each DP group pairs one rank of each node, so every rank's DP
-    bytes cross; dp_inside: the opposite, every rank's TP bytes cross (a ring of two sends all to the other)."""
-    if placement not in PLACEMENTS:
-        raise ValueError(f"placement must be one of {PLACEMENTS}, got {placement!r}")
-    crossing = dp_bytes_per_rank if placement == "tp_inside" else tp_bytes_per_rank
-    return ranks_per_node * crossing
-
-
-def _slow_link_cases(seed: int = 40) -> list[dict]:
-    rng = random.Random(seed)
-    return [{"placement": p, "tp_bytes_per_rank": float(rng.randint(10**5, 10**9)),
-             "dp_bytes_per_rank": float(rng.randint(10**5, 10**9)), "ranks_per_node": rng.choice([2, 4, 8])}
-            for p in PLACEMENTS * 4]
-
-
-SLOW_LINK = Exercise(
-    "placement_slow_link_bytes", "bytes one node sends over the slow link per step with TP inside the nodes or across them",
-    slow_link_reference, _slow_link_cases,
-    (Mistake("swapped", lambda placement, tp_bytes_per_rank, dp_bytes_per_rank, ranks_per_node:
-             ranks_per_node * (tp_bytes_per_rank if placement == "tp_inside" else dp_bytes_per_rank),
-             "with TP inside a node its traffic stays on the fast link: what crosses is the DP traffic"),
-     Mistake("one_rank", lambda placement, tp_bytes_per_rank, dp_bytes_per_rank, ranks_per_node:
-             dp_bytes_per_rank if placement == "tp_inside" else tp_bytes_per_rank,
-             "every rank of the node has a peer on the other node: multiply by the ranks per node")),
-    "the groups that span the two nodes are the ones whose bytes cross; each of the node's ranks is in one")

@@ -1,4 +1,5 @@
-"""Charts and tables of the parallel lessons' measurements: speedup predicted vs measured, a pipeline's timeline.
+"""Charts and tables of the parallel lessons' measurements: speedup predicted vs measured, a pipeline's timeline,
+a live pipeline schedule's picture.
 
 Kept apart from ``scaling`` and ``pipeline`` because every rank of a measured run imports those modules:
 a rank never draws, so it need not load matplotlib and pandas (about 50 MB and a second per process).
@@ -13,6 +14,7 @@ import pandas as pd
 from matplotlib.axes import Axes
 
 from labkit.parallel.pipeline import Event
+from labkit.parallel.schedule_sim import Span
 from labkit.parallel.scaling import ScalingPoint
 
 
@@ -43,5 +45,29 @@ def plot_timeline(events: list[Event], ax: Axes | None = None, title: str = "") 
         ax.barh(e.stage, width_ms, left=start_ms, color="C0" if e.phase == "F" else "C1", edgecolor="k", lw=0.3)
         ax.text(start_ms + width_ms / 2, e.stage, str(e.micro_batch), ha="center", va="center", fontsize=6)
     ax.set(yticks=sorted({e.stage for e in events}), xlabel="time (ms)", ylabel="stage", title=title)
+    ax.invert_yaxis()
+    return ax
+
+
+KIND_COLOURS = {"F": "C0", "B": "C1", "I": "C2", "W": "C4"}
+
+
+def plot_schedule(spans: list[Span], ax: Axes | None = None, title: str = "", posts: list | None = None) -> Axes:
+    """The familiar schedule picture from a live run: a row per rank, F blue, B orange, I green, W purple; a
+    rank's second stage hatched; the micro-batch number on each box; white is the bubble. ``posts`` (sends and
+    receives a rank posted) are ticks: a send a black triangle above its row, a receive a grey one below."""
+    ax = ax or plt.subplots(figsize=(9, 1.6))[1]
+    t0 = min(s.start_s for s in spans)
+    for p in posts or []:
+        send = p.what.startswith("send")
+        ax.plot(1e3 * (p.time_s - t0), p.rank + (-0.45 if send else 0.45), "v" if send else "^", ms=3,
+                color="k" if send else "0.6")
+    first_stage = {r: min(s.stage for s in spans if s.rank == r) for r in {s.rank for s in spans}}
+    for s in spans:
+        start_ms, width_ms = 1e3 * (s.start_s - t0), 1e3 * s.duration_s
+        ax.barh(s.rank, width_ms, left=start_ms, color=KIND_COLOURS[s.kind], edgecolor="k", lw=0.3,
+                hatch="//" if s.stage != first_stage[s.rank] else None)
+        ax.text(start_ms + width_ms / 2, s.rank, str(s.micro_batch), ha="center", va="center", fontsize=6)
+    ax.set(yticks=sorted(first_stage), xlabel="time (ms)", ylabel="rank", title=title)
     ax.invert_yaxis()
     return ax

@@ -37,6 +37,8 @@ from labkit.ui.batch_views import curves_png, memory_bars_html, results_html
 PLOT_EVERY_S = 1.0          # curves redraw at most this often (a PNG redraw costs ~0.1 s of a CPU core)
 TRAIN_KW = dict(optimizer="sgd", momentum=0.9)
 CPU_BUDGET_BYTES = 256 * 10**6   # a CPU has no card to fill: the default budget (notebook 02's finder uses the same)
+# torch's random generator and cuDNN flags are per process: two dashboards training at once draw from one generator
+ONE_TRAINING_AT_A_TIME = threading.Lock()
 
 
 class BatchSizeDashboard:
@@ -60,8 +62,8 @@ class BatchSizeDashboard:
         self.safety_margin, self.knees = safety_margin, dict(knees or {})
         self.history: list[DashboardRun] = []
         self._limits: dict[str, tuple[MemoryModel, BatchLimit]] = {}
-        self._stop, self._lock = threading.Event(), threading.Lock()
-        self._thread: threading.Thread | None = None
+        self._stop, self._lock, self._idle = threading.Event(), threading.Lock(), threading.Event()
+        self._idle.set()    # not Thread.join: a join that Ctrl-C interrupted marks a running thread as ended (3.11)
         self._last_plot_s = 0.0
         self._build_widgets(models, steps, seed, target_accuracy)
         self._on_model_change()
@@ -145,8 +147,8 @@ class BatchSizeDashboard:
     # ------------------------------------------------------------------ control
     @property
     def running(self) -> bool:
-        """True while a run's thread is alive."""
-        return self._thread is not None and self._thread.is_alive()
+        """True while a run's thread is working."""
+        return not self._idle.is_set()
 
     def run(self, blocking: bool = True) -> DashboardRun | None:
         """Start a run with the current widget values; ``blocking=True`` waits for it and returns it."""
@@ -158,13 +160,23 @@ class BatchSizeDashboard:
             pressed_s = now_s()
             self._stop.clear()
             self.stop_button.disabled = False     # Run stays pressable: a second press is refused with a message
-            self._thread = threading.Thread(target=self._run_safely, args=(pressed_s,), daemon=True,
-                                            name="labkit-dashboard")
-            self._thread.start()
+            self._idle.clear()
+            threading.Thread(target=self._run_safely, args=(pressed_s,), daemon=True, name="labkit-dashboard").start()
         if blocking:
-            self.wait()
+            try:
+                self.wait()
+            except BaseException:   # Ctrl-C in the waiting cell: stop the training here, not ~100 steps later
+                self._stop_now()
+                raise
             return self.history[-1] if self.history else None
         return None
+
+    def _stop_now(self) -> None:
+        """Stop the run and wait for its thread: nothing updates the widgets after the cell ended."""
+        self.stop()
+        self.wait(timeout_s=120)
+        if self.history and self.history[-1].result is None and not self.history[-1].error:
+            self.history[-1].error = "interrupted before its first step"
 
     def stop(self) -> None:
         """Ask the running training to stop after its current step."""
@@ -172,8 +184,7 @@ class BatchSizeDashboard:
 
     def wait(self, timeout_s: float | None = None) -> None:
         """Block until the current run has finished."""
-        if self._thread is not None:
-            self._thread.join(timeout_s)
+        self._idle.wait(timeout_s)
 
     # ------------------------------------------------------------------ the run (background thread)
     def _run_safely(self, pressed_s: float) -> None:
@@ -186,6 +197,7 @@ class BatchSizeDashboard:
                 self.history[-1].error = str(err)
         finally:
             self.stop_button.disabled = True
+            self._idle.set()
 
     def _new_run(self, pressed_s: float) -> tuple[DashboardRun, MemoryModel]:
         """Validate the widget values once, refuse a batch that would not fit, scale the LR (Goyal et al. 2017)."""
@@ -206,8 +218,19 @@ class BatchSizeDashboard:
 
     def _train_once(self, pressed_s: float) -> None:
         run, _ = self._new_run(pressed_s)
-        data = self.data()
         self.history.append(run)
+        if not ONE_TRAINING_AT_A_TIME.acquire(blocking=False):
+            self.status.value = (f"waiting: another dashboard in this kernel is training; {run.label} starts when it "
+                                 "ends (runs share torch's random generator and cuDNN settings, so side by side the "
+                                 "same seed would not give the same run)")
+            ONE_TRAINING_AT_A_TIME.acquire()
+        try:
+            self._train_alone(run)
+        finally:
+            ONE_TRAINING_AT_A_TIME.release()
+
+    def _train_alone(self, run: DashboardRun) -> None:
+        data = self.data()
         self._last_plot_s = 0.0                 # a new run plots its first point at once
         self.status.value = f"running {run.label}, lr {run.lr:.4g}, seed {run.seed} ..."
         with deterministic_kernels():        # seeded and deterministic: the same settings give the same run

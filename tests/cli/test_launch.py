@@ -166,3 +166,59 @@ def test_nodes_flags_are_in_the_help_and_incomplete_ones_are_one_line_exit_2(cap
         assert cli.main(["launch", *args, TARGET]) == 2
         err = capsys.readouterr().err.strip()
         assert match in err and len(err.splitlines()) == 1, err
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _fork_workers_job(tmp_path, nnodes: int, target: str, timeout_s: float) -> tuple[subprocess.Popen, str]:
+    """`launch --nnodes ... --fork-workers` on this machine, its temporary folder ``tmp_path``; (process, endpoint)."""
+    endpoint = f"127.0.0.1:{_free_port()}"
+    argv = [sys.executable, "-m", "labkit", "launch", "--nnodes", str(nnodes), "--node-rank", "0",
+            "--nproc-per-node", "2", "--rdzv-endpoint", endpoint, "--timeout", f"{timeout_s:g}", "--fork-workers",
+            target]
+    return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**ENV, "TMPDIR": str(tmp_path), "PYTHONPATH": os.getcwd()}), endpoint
+
+
+def test_fork_workers_keep_the_timeout_with_a_node_missing(tmp_path):
+    """The probe: --timeout 5 and a missing node ran 92 s with --fork-workers (the plain path stops)."""
+    from labkit.core.clock import now_s
+
+    started_s = now_s()
+    proc, _ = _fork_workers_job(tmp_path, 2, TARGET, 3)
+    _, err = proc.communicate(timeout=180)
+    assert proc.returncode == 1 and "did not finish within --timeout 3 s" in err, err[-2000:]
+    assert now_s() - started_s < 60                # torch's import (under 20 s here) + 3 s + the agent's stop
+    assert not list(tmp_path.glob("labkit-torchrun-*"))
+
+
+def test_a_sigtermed_fork_workers_launch_leaves_no_worker_and_no_temporary_folder(tmp_path):
+    """The probe: a SIGTERM'd fork-workers launch left torchinductor_root in its temporary folder (a torch module
+    imported after the folder went recreated it); while its workers run, torch's agent turns SIGTERM into its own
+    SignalException, which must still end as the kit's one line and 143."""
+    import signal
+    import time
+
+    from labkit.core.clock import now_s
+
+    proc, endpoint = _fork_workers_job(tmp_path, 1, "tests.launch_support:sleep_forever", 120)
+
+    def processes() -> int:         # the agent and its forked workers keep the command line, endpoint included
+        return len(subprocess.run(["pgrep", "-f", endpoint], capture_output=True, text=True).stdout.split())
+
+    deadline = now_s() + 90
+    while processes() < 3 and now_s() < deadline and proc.poll() is None:     # both workers forked: torch's
+        time.sleep(0.3)                                                       # agent holds SIGTERM from here
+    time.sleep(1.0)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 143 and err.strip().splitlines()[-1] == "terminated (SIGTERM)", err[-2000:]
+    assert not list(tmp_path.glob("labkit-torchrun-*"))
+    leftover = subprocess.run(["pgrep", "-f", endpoint], capture_output=True, text=True).stdout   # forks keep argv
+    assert not leftover, leftover

@@ -9,12 +9,16 @@ per case); every subcommand has at least one real subprocess run and one subproc
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
 from labkit.cli import main as cli
+from labkit.core.clock import now_s
 
 from tests.cli.support import available, labkit
 
@@ -126,3 +130,35 @@ def test_every_subcommand_refuses_a_bad_environment_value_alike(argv, capsys, mo
     monkeypatch.setenv("LABKIT_MODE", "turbo")
     assert cli.main(argv) == 2
     assert capsys.readouterr().err.startswith("error: LABKIT_MODE must be one of ('fast', 'full')")
+
+
+@pytest.mark.parametrize("sig, delay_s", [(signal.SIGINT, 0.1), (signal.SIGTERM, 0.5), (signal.SIGINT, 1.0),
+                                          (signal.SIGTERM, 2.0)])
+def test_an_interrupt_at_any_moment_of_start_up_is_one_line(sig, delay_s, tmp_path):
+    """The probe: Ctrl-C or SIGTERM while `sweep` loads the kit, numpy and torch: exit 130/143, one line, no
+    traceback, no segfault (before, a thread that did not block the signal let it interrupt torch's import).
+    The delay counts from the end of Python's own start-up (as long as `python -c pass` takes now: on a busy
+    machine 0.1 s after exec is still inside `site`, where Python's defaults apply)."""
+    env = {**os.environ, "LABKIT_OFFLINE": "1", "LABKIT_RUN_DIR": str(tmp_path)}
+    started_s = now_s()
+    subprocess.run([sys.executable, "-c", "pass"], check=True, timeout=60)
+    python_start_s = now_s() - started_s       # the interpreter and site, before the kit's first line: Python's
+    proc = subprocess.Popen([sys.executable, "-m", "labkit", "sweep", "--batch-sizes", "16", "--steps", "2"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    time.sleep(python_start_s + delay_s)
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=120)
+    assert (proc.returncode, err) == (128 + sig, "interrupted\n" if sig == signal.SIGINT
+                                      else "terminated (SIGTERM)\n"), err[-3000:]
+
+
+@pytest.mark.parametrize("terminal, encoding", [({"PYTHONIOENCODING": "latin-1"}, b"iso8859-1"),
+                                                ({"LC_ALL": "C", "PYTHONUTF8": "0", "PYTHONIOENCODING": ""}, b"ascii")])
+def test_a_terminal_that_is_not_utf8_still_gets_the_report(terminal, encoding):
+    """PYTHONIOENCODING=latin-1 or the C locale without UTF-8 mode: what it cannot show prints as '?', never a
+    codec error read as a usage error (exit 2)."""
+    env = {**{k: v for k, v in os.environ.items() if k != "LANG"}, "LABKIT_OFFLINE": "1", **terminal}
+    proc = subprocess.run([sys.executable, "-m", "labkit", "doctor", "--no-network"], capture_output=True,
+                          env=env, timeout=120)
+    assert proc.returncode in (0, 1) and b"Traceback" not in proc.stderr, proc.stderr[-2000:]
+    assert b"Terminal     " + encoding in proc.stdout and b"not UTF-8" in proc.stdout

@@ -53,7 +53,7 @@ def test_every_rank_knows_its_place_and_its_node(nodes):
 
 def test_a_bad_target_is_a_clear_error_naming_the_node(nodes):
     before = _torch_leftovers()
-    with pytest.raises(JobFailed, match=r"node \d exited with code"):
+    with pytest.raises(JobFailed, match=r"node \d.* failed first, .* s in: its launcher exited with code"):
         run_job(nodes, "labkit.cluster.link_jobs:no_such_job", nproc_per_node=1, timeout_s=60)
     assert nodes.pids(0) == [] and nodes.pids(1) == []
     assert _torch_leftovers() - before == set(), "a failed job left torchrun's error files behind"

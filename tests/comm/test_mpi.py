@@ -5,8 +5,8 @@ import pytest
 
 from labkit.comm import mpi
 from labkit.comm.backend import check_world_size
-from labkit.comm.mpi import (HYDRA_LEFTOVER, MpiRankError, MpiTimeout, MpiUnavailableError, removing_hydra_leftovers,
-                             run_demo)
+from labkit.comm.leftovers import HYDRA_LEFTOVER
+from labkit.comm.mpi import MpiRankError, MpiTimeout, MpiUnavailableError, run_demo
 from tests.mpi_lane import INFO, needs_mpi, no_leftover_processes  # noqa: F401 - an autouse fixture
 
 
@@ -107,12 +107,3 @@ def test_timeout_kills_every_process():
     with pytest.raises(MpiTimeout, match="timeout_s=2"):
         run_demo("sleep", 2, oversubscribe=True, echo=False, timeout_s=2, seconds=120)
     # the autouse fixture then checks that no mpiexec, proxy or rank survived
-
-
-def test_hydra_leftovers_made_inside_the_block_go_and_older_ones_stay(tmp_path):
-    older = tmp_path / "hydra_hwloc_xmlfile_old"
-    older.write_text("x")
-    with removing_hydra_leftovers(tmp_path):
-        (tmp_path / "hydra_hwloc_xmlfile_new").write_text("x")
-        (tmp_path / "other_file").write_text("x")
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["hydra_hwloc_xmlfile_old", "other_file"]

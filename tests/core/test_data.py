@@ -60,6 +60,17 @@ def test_checksum_is_verified(tmp_path):
         data.verify_data_file("nope.csv", tmp_path)
 
 
+def test_a_folder_where_the_data_file_belongs_is_one_line(offline, tmp_path):
+    """The probe: digits.csv.gz a folder gave a 32-38-line IsADirectoryError traceback."""
+    shutil.copy(data.DATA_DIR / "manifest.json", tmp_path / "manifest.json")
+    (tmp_path / "digits.csv.gz").mkdir()
+    with pytest.raises(data.DataUnavailableError) as err:
+        data.load_data("digits", root=tmp_path)
+    assert str(err.value) == (f"{tmp_path / 'digits.csv.gz'} is a folder where the data file belongs; remove it "
+                              f"and copy the kit's good one over it: `cp {data.REPO_DATA_DIR / 'digits.csv.gz'} "
+                              f"{tmp_path / 'digits.csv.gz'}`")
+
+
 def test_every_file_in_data_is_listed_with_provenance():
     manifest = json.loads((data.DATA_DIR / "manifest.json").read_text())
     for path in data.DATA_DIR.iterdir():

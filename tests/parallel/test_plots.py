@@ -5,6 +5,8 @@ import pytest
 from labkit.parallel import plots
 from labkit.parallel.pipeline import simulate_gpipe
 from labkit.parallel.scaling import ScalingPoint
+from labkit.parallel.schedule_sim import Span
+from labkit.parallel.schedule_trace import Post
 
 matplotlib.use("Agg")
 
@@ -27,3 +29,12 @@ def test_timeline_draws_one_bar_per_event():
     events = simulate_gpipe([1.0, 1.0], [2.0, 2.0], 4)
     ax = plots.plot_timeline(events, title="m=4")
     assert len(ax.patches) == len(events) == 16 and ax.get_title() == "m=4"
+
+
+def test_schedule_picture_draws_one_box_per_action_and_hatches_a_ranks_second_stage():
+    spans = [Span(0, 0, "F", 0, 0.0, 1.0), Span(1, 1, "F", 0, 1.0, 2.0), Span(1, 2, "I", 0, 2.0, 3.0),
+             Span(1, 2, "W", 0, 3.0, 4.0), Span(0, 0, "B", 0, 4.0, 6.0)]
+    posts = [Post(0, 0, "send F", 0, 1.0, 64), Post(1, 1, "recv F", 0, 0.5, 64)]
+    ax = plots.plot_schedule(spans, title="live", posts=posts)
+    assert len(ax.patches) == 5 and ax.get_title() == "live" and len(ax.lines) == 2
+    assert [bool(p.get_hatch()) for p in ax.patches] == [False, False, True, True, False]

@@ -144,3 +144,40 @@ def test_bad_steps_and_settings_are_clear_errors(data):
     assert "Steps must be an integer &gt;= 1, got 0" in dash.status.value and not dash.history
     with pytest.raises(ValueError, match="update_every must be an integer >= 1"):
         BatchSizeDashboard(data=data, update_every=0)
+
+
+def test_ctrl_c_in_a_blocking_run_stops_the_training_before_returning(data):
+    """The probe: Ctrl-C during run(blocking=True) let training go on ~100 steps, then a ZMQError traceback landed
+    in the next cell, and the run had neither a result nor an error."""
+    import os
+    import signal
+    import threading
+
+    dash = make(data, steps=10_000)
+
+    def interrupt_mid_run() -> None:
+        if wait_for(lambda: dash.history and len(dash.history[-1].points) > 3):
+            os.kill(os.getpid(), signal.SIGINT)
+
+    threading.Thread(target=interrupt_mid_run, daemon=True).start()
+    with pytest.raises(KeyboardInterrupt):
+        dash.run(blocking=True)
+    run = dash.history[-1]
+    assert not dash.running and run.stopped and run.result is not None, (run.stopped, run.error)
+    steps = len(run.points)
+    time.sleep(0.5)
+    assert len(run.points) == steps < 10_000 and "stopped" in dash.status.value
+
+
+def test_two_dashboards_at_once_give_the_runs_each_gives_alone(data):
+    """The probe: two dashboards training at once in one kernel gave different numbers from one seed (they share
+    torch's random generator); now the second waits for the first, and says so."""
+    alone = make(data, steps=4).run(blocking=True)
+    first, second = make(data, steps=4), make(data, steps=4)
+    first.run(blocking=False)
+    second.run(blocking=False)
+    assert wait_for(lambda: "waiting: another dashboard" in second.status.value or not first.running)
+    first.wait(60)
+    second.wait(60)
+    for dash in (first, second):
+        assert [p["loss"] for p in dash.history[-1].points] == [p["loss"] for p in alone.points]
