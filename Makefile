@@ -48,8 +48,11 @@ browser-deps:
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium >/dev/null; }
 
+# Two xdist workers by default (tests/conftest.py keeps one file on one worker and gives each its own TMPDIR);
+# PYTEST_WORKERS=0 runs them in this one process.
+PYTEST_WORKERS ?= 2
 pytest: install browser-deps
-	$(PY) -m pytest tests -q
+	$(PY) -m pytest tests -q $(if $(filter-out 0,$(PYTEST_WORKERS)),-n $(PYTEST_WORKERS) --dist loadgroup)
 
 # Each notebook appends its lesson tally (and its separate exercise tally) to runs/lessons.jsonl; the last lines
 # total the run.

@@ -9,8 +9,16 @@
    script) leaves SIGINT ignored, and every child inherits that; the tests that press Ctrl-C on a lab, a sweep or
    a launch would then wait for an interrupt that never comes. A handler set here is reset to the default in
    each child at exec, so the children get Ctrl-C again too.
+4. ``make test`` runs the tests on two pytest-xdist workers (the 2-core machine spends most of a real-rank test
+   waiting on process start-up and sockets). Each worker gets its own temporary folder (several tests assert that
+   nothing named ``labkit-*`` is left in it), the tests of one file stay on one worker (a module's fixtures are built
+   once), and the files that run MPI jobs share a worker (MPICH's Hydra writes to /tmp whatever TMPDIR says, and a
+   test checks that file is gone after MPI_Abort).
 """
+import os
 import signal
+import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -18,6 +26,14 @@ import labkit  # noqa: F401
 from labkit.core.procs import tensorflow_missing_reason
 
 TENSORFLOW_MARKER = "tensorflow"
+MPI_JOB_FILES = ("test_mpi.py", "test_mpi_demos.py", "test_sync_sgd_mpi.py", "test_mpi_nodes.py", "test_launch.py",
+                 "test_worker.py", "test_leftovers.py", "test_lessons.py")
+_WORKER = os.environ.get("PYTEST_XDIST_WORKER")
+if _WORKER:
+    _tmp = Path(tempfile.gettempdir()) / f"labkit-pytest-{os.getppid()}-{_WORKER}"
+    _tmp.mkdir(parents=True, exist_ok=True)
+    os.environ["TMPDIR"] = str(_tmp)
+    tempfile.tempdir = None
 
 if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -29,6 +45,10 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        name = Path(str(item.path)).name
+        group = "mpi-jobs" if name in MPI_JOB_FILES else str(item.path)
+        item.add_marker(pytest.mark.xdist_group(group))
     reason = tensorflow_missing_reason()
     if reason is None:
         return
