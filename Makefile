@@ -57,11 +57,14 @@ pytest: install browser-deps
 # Each notebook appends its lesson tally (and its separate exercise tally) to runs/lessons.jsonl; the last lines
 # total the run.
 # The total prints whether nbval passed or failed; the target keeps nbval's exit status.
+# Two notebooks at a time by default (NBVAL_WORKERS=0: one at a time, a quiet machine's tally): each is the other's
+# busy neighbour, which every timing claim must survive (checked, or INCONCLUSIVE with its measured CPU share).
 LESSON_LOG := $(CURDIR)/runs/lessons.jsonl
+NBVAL_WORKERS ?= 2
 nbval: install
 	@mkdir -p runs && rm -f $(LESSON_LOG)
 	LABKIT_LESSON_LOG=$(LESSON_LOG) $(PY) -m pytest -q --nbval-lax --nbval-current-env --nbval-cell-timeout=900 \
-	  -p no:cacheprovider notebooks; rc=$$?; $(PY) -m labkit.core.lessons $(LESSON_LOG); \
+	  -p no:cacheprovider $(if $(filter-out 0,$(NBVAL_WORKERS)),-n $(NBVAL_WORKERS) --dist loadfile) notebooks; rc=$$?; $(PY) -m labkit.core.lessons $(LESSON_LOG); \
 	  $(PY) -m labkit.core.exercises $(LESSON_LOG); exit $$rc
 
 test: pytest nbval
