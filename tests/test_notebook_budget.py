@@ -45,8 +45,10 @@ def test_a_child_running_torch_is_measured_and_the_cpu_wheel_figure_is_no_more_t
         child.kill()
         child.wait()
     assert pss >= cpu_wheel > 0 and pss > anon > 0
-    if "+cu" in torch.__version__:                    # the CUDA build maps its CUDA-only libraries, even on a CPU
-        assert pss - cpu_wheel > 50 * 1024 ** 2
+    # The CUDA build maps its CUDA-only libraries, even on a CPU. Their PSS is divided among every process mapping
+    # them (measured 37 MiB beside other torch processes, over 50 MiB alone), so only "some" is a fixed fact.
+    if "+cu" in torch.__version__:
+        assert pss - cpu_wheel > 1024 ** 2
 
 
 def test_a_run_names_its_slowest_cell_and_a_failing_cell_with_its_own_error(tmp_path):

@@ -128,7 +128,8 @@ def test_the_ranks_that_returned_are_printed_on_a_timeout_and_on_a_real_sigint(t
     import time
 
     target = "tests.launch_support:rank_zero_returns_the_others_hang"
-    timed_out = labkit_launch("--timeout", "8", target)
+    # 15 s: rank 0 must start torch and return inside it while a neighbour (the other test worker) loads the CPU
+    timed_out = labkit_launch("--timeout", "15", target)
     assert timed_out.returncode == 1 and "rank 0: 'rank 0 finished'" in timed_out.stdout, timed_out.stderr
     assert timed_out.stderr.strip().startswith("timed out after 1 of 2 ranks returned (") and "[1]" in timed_out.stderr
     proc = subprocess.Popen([sys.executable, "-m", "labkit", "launch", "--timeout", "120", target],

@@ -85,7 +85,8 @@ def test_consumer_ceiling_times_the_step_on_batches_in_memory():
 
     top = measure_consumer_ceiling(step, 6, sample_from=slow, steps=5, repeats=2)
     assert len(top.repeat_samples_per_s) == 2 and top.samples_per_s == max(top.repeat_samples_per_s)
-    assert 0.3 * 6 / 0.005 < top.samples_per_s <= 6 / 0.005         # a sleep of 5 ms per batch of 6 bounds it
+    # a sleep of 5 ms per batch of 6 bounds it above; below, a machine at load 14 read 0.29 of it
+    assert 0.2 * 6 / 0.005 < top.samples_per_s <= 6 / 0.005
     assert top.step_time_s == pytest.approx(6 / top.samples_per_s)
     assert len(seen) == 2 * (1 + 5)                                 # one warm-up + 5 timed steps per repeat
     assert seen[:5] == [[0, 1, 2, 3, 4, 5], [6, 7, 8, 9, 10, 11], [12, 13, 14, 15, 16, 17], [18, 19, 20, 21, 22, 23],
