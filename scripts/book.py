@@ -67,6 +67,20 @@ def failed_cell(nb: nbformat.NotebookNode) -> tuple[int, str]:
     return -1, "no error output was kept"
 
 
+def current_env_kernel():
+    """A kernel manager for this very Python, whatever 'python3' kernel a user installed (nbval's
+    --nbval-current-env does the same), so the book runs the notebooks in the lab's venv."""
+    from ipykernel.kernelspec import RESOURCES, get_kernel_dict   # lazy: only the execute step starts kernels
+    from jupyter_client.kernelspec import KernelSpec, KernelSpecManager
+    from jupyter_client.manager import KernelManager
+
+    class CurrentEnvSpecs(KernelSpecManager):
+        def get_kernel_spec(self, kernel_name: str) -> KernelSpec:
+            return KernelSpec(resource_dir=RESOURCES, **get_kernel_dict())
+
+    return KernelManager(kernel_spec_manager=CurrentEnvSpecs(), kernel_name="python3")
+
+
 def execute_one(path: Path, out_dir: Path, timeout_s: int = CELL_TIMEOUT_S) -> dict:
     """Run one notebook in a fresh kernel in its own folder; write the executed copy; return when and how long."""
     from nbclient import NotebookClient            # lazy: only the execute step needs a kernel client
@@ -77,7 +91,7 @@ def execute_one(path: Path, out_dir: Path, timeout_s: int = CELL_TIMEOUT_S) -> d
     log.parent.mkdir(parents=True, exist_ok=True)
     log.unlink(missing_ok=True)
     env = {**os.environ, "LABKIT_LESSON_LOG": str(log)}
-    client = NotebookClient(nb, timeout=timeout_s, kernel_name="python3", allow_errors=False,
+    client = NotebookClient(nb, km=current_env_kernel(), timeout=timeout_s, allow_errors=False,
                             resources={"metadata": {"path": str(path.parent)}})
     started = datetime.now(timezone.utc)
     try:
@@ -111,12 +125,13 @@ def doctor_report() -> dict:
 def execute_all(paths: list[Path], out_dir: Path) -> Path:
     """Run the notebooks in order, stop at the first failure; write runs.json (doctor + one entry per notebook)."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    runs = {"doctor": doctor_report(), "notebooks": []}
+    runs: dict = {"notebooks": []}
     for path in paths:
         print(f"book: running {path.name} ...", flush=True)
         entry = execute_one(path, out_dir)
         print(f"book: {path.name} ran in {entry['wall_s']:.0f} s", flush=True)
         runs["notebooks"].append(entry)
+    runs["doctor"] = doctor_report()          # the machine they ran on, read once they all passed
     record = out_dir / "runs.json"
     record.write_text(json.dumps(runs, indent=1), encoding="utf-8")
     return record

@@ -163,3 +163,12 @@ def test_a_saved_progress_bar_is_drawn_from_its_final_state():
     assert "application/vnd.jupyter.widget-view+json" not in drawn and drawn["text/plain"] == "training:   0%"
     assert cells[0]["outputs"][1]["data"] == gone, "a widget without saved state is left as printed"
     assert book_widgets.widget_html("s", models) == '<span class="book-widget-control">batch: 64</span>'
+
+
+def test_the_kernel_is_this_python_even_when_a_user_installed_another_python3(tmp_path, monkeypatch):
+    spec = tmp_path / "kernels" / "python3"
+    spec.mkdir(parents=True)
+    (spec / "kernel.json").write_text(json.dumps({"argv": ["/usr/bin/false", "{connection_file}"],
+                                                  "display_name": "other", "language": "python"}))
+    monkeypatch.setenv("JUPYTER_PATH", str(tmp_path))
+    assert book.current_env_kernel().kernel_spec.argv[0] == sys.executable
