@@ -43,6 +43,8 @@ nb_ipywidgets_js = {}                    # widgets are drawn from their saved st
 CSS = """/* Outputs and tables scroll inside themselves, so a page never scrolls sideways on a phone. */
 div.cell_output, div.output, .highlight, pre, table.dataframe, .book-path img { max-width: 100%; overflow-x: auto; }
 div.cell_output img, .book-path img { max-width: 100%; height: auto; }
+code.literal, code.literal span.pre { white-space: normal; overflow-wrap: anywhere; }  /* long inline code wraps */
+.bd-article p, .bd-article li { overflow-wrap: break-word; }                            /* and so do long URLs */
 .book-widget-row { display: flex; flex-wrap: wrap; gap: 0.5em; align-items: center; }
 .book-ran-on { border-left: 4px solid #4a7; padding: 0.2em 0.8em; margin-bottom: 1em; }
 """

@@ -54,8 +54,9 @@ def test_a_failing_notebook_stops_the_build_naming_its_cell_and_error(tmp_path):
     assert kept.cells[1].outputs[0]["text"] == "fine so far\n"
 
 
-def test_a_tagged_raising_cell_is_allowed_and_the_page_shows_the_run(tmp_path):
-    """The whole path on a tiny notebook: executed, its tally read from its own log, rendered by Sphinx."""
+def test_a_tagged_raising_cell_is_allowed_and_the_page_source_shows_the_run(tmp_path):
+    """Execute + page sources on a tiny notebook: its tally read from its own log (Sphinx itself runs in
+    tests/test_book_site.py on real notebooks)."""
     folder = tmp_path / "notebooks"
     tally = ("from labkit.core.lessons import LessonLog\nlog = LessonLog('00_tiny')\n"
              "log.check('tiny sums are exact', 1 + 1 == 2)\nlog.not_checked('a GPU claim', 'no GPU here')\n"
@@ -64,14 +65,19 @@ def test_a_tagged_raising_cell_is_allowed_and_the_page_shows_the_run(tmp_path):
         nbformat.v4.new_markdown_cell("# 00 · Tiny"),
         nbformat.v4.new_code_cell("1 / 0", metadata={"tags": ["raises-exception"]}),
         nbformat.v4.new_code_cell(tally)))
-    pytest.importorskip("myst_nb", reason="the book's packages are not installed")
-    done = run_book("build", "--folder", str(folder), "--out", str(tmp_path / "out"))
+    out = tmp_path / "out"
+    done = run_book("execute", "--folder", str(folder), "--out", str(out))
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-    page = (tmp_path / "out" / "html" / "notebooks" / "00_tiny.html").read_text()
-    assert "1 of 2 lessons checked on this run" in page and "NOT CHECKED: a GPU claim (no GPU here)" in page
-    assert "ZeroDivisionError" in page and "tiny sums are exact" in page
-    runs = json.loads((tmp_path / "out" / "runs.json").read_text())
+    runs = json.loads((out / "runs.json").read_text())
     assert runs["notebooks"][0]["notebook"] == "00_tiny.ipynb" and runs["doctor"]["cpu_cores"] >= 1
+    items = book_pages.write_sources(runs, out / "notebooks", out / "src", REPO)
+    assert items[0]["title"] == "00 · Tiny" and items[0]["record"]["checked"] == ["tiny sums are exact"]
+    page = nbformat.read(out / "src" / "notebooks" / "00_tiny.ipynb", as_version=4)
+    assert page.cells[1].metadata["tags"] == ["book-header"]
+    assert "1 of 2 lessons checked on this run" in page.cells[1].source
+    assert "NOT CHECKED: a GPU claim (no GPU here)" in page.cells[1].source
+    assert page.cells[2].outputs[0]["ename"] == "ZeroDivisionError"
+    assert "00_tiny" in (out / "src" / "index.md").read_text() and (out / "src" / "conf.py").is_file()
 
 
 def test_pick_notebooks_takes_every_numbered_one_and_refuses_a_missing_name(tmp_path):
