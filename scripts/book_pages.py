@@ -45,7 +45,9 @@ div.cell_output, div.output, .highlight, pre, table.dataframe, .book-path img { 
 div.cell_output img, .book-path img { max-width: 100%; height: auto; }
 code.literal, code.literal span.pre { white-space: normal; overflow-wrap: anywhere; }  /* long inline code wraps */
 .bd-article p, .bd-article li { overflow-wrap: break-word; }                            /* and so do long URLs */
-.book-widget-row { display: flex; flex-wrap: wrap; gap: 0.5em; align-items: center; }
+.book-widget-row { display: flex; flex-wrap: wrap; gap: 0.3em 1em; align-items: center; }
+.book-widget-column > * { display: block; margin: 0.2em 0; }
+.book-widget img { max-width: 100%; height: auto; }
 .book-ran-on { border-left: 4px solid #4a7; padding: 0.2em 0.8em; margin-bottom: 1em; }
 """
 
@@ -187,6 +189,25 @@ def link_notebooks(html_dir: Path, binder: str) -> int:
     return changed
 
 
+def point_left_out_notebooks(nb: nbformat.NotebookNode, present: set[str], binder: str) -> int:
+    """In a partial book, prose links to a notebook it left out (``[09](09_x.ipynb)``) go to Binder instead of
+    failing the build as a missing cross-reference; links to notebooks in the book stay for Sphinx to resolve."""
+    link = re.compile(r"\]\(([0-9][\w.-]*\.ipynb)(#[^)\s]*)?\)")
+
+    changed = []
+
+    def target(match: re.Match) -> str:
+        if match.group(1) in present or not binder:
+            return match.group(0)
+        changed.append(match.group(1))
+        return f"]({binder}?urlpath=lab/tree/notebooks/{match.group(1)})"
+
+    for cell in nb.cells:
+        if cell.cell_type == "markdown":
+            cell.source = link.sub(target, cell.source)
+    return len(changed)
+
+
 def write_sources(runs: dict, executed: Path, src: Path, repo: Path) -> list[dict]:
     """Fill ``src`` (conf.py, index.md, notebooks/, thumbs/, _static/) from the executed copies; return the items."""
     if src.exists():
@@ -199,6 +220,7 @@ def write_sources(runs: dict, executed: Path, src: Path, repo: Path) -> list[dic
         nb = nbformat.read(executed / entry["notebook"], as_version=4)
         record = lesson_record(Path(entry["log"]))
         book_widgets.static_widget_outputs(nb.cells, book_widgets.saved_state(nb.metadata))
+        point_left_out_notebooks(nb, {e["notebook"] for e in runs["notebooks"]}, binder)
         thumb = key_figure(nb)
         stem = Path(entry["notebook"]).stem
         if thumb:

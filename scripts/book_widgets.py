@@ -30,8 +30,31 @@ def _output_html(out: dict) -> str:
     return f"<pre>{html.escape(''.join(text) if isinstance(text, list) else text)}</pre>" if text else ""
 
 
-def _leaf_html(name: str, state: dict) -> str:
+def _image_html(model: dict, state: dict) -> str:
+    """An Image widget's picture: its bytes travel base64-encoded in the model's saved buffers."""
+    for buffer in model.get("buffers") or []:
+        if buffer.get("path") == ["value"] and buffer.get("encoding") == "base64":
+            kind = html.escape(str(state.get("format", "png")))
+            return f'<img alt="figure" src="data:image/{kind};base64,{buffer.get("data", "")}">'
+    return ""
+
+
+def _control_html(name: str, state: dict) -> str:
+    """A control (slider, drop-down, box, button) as its description and the value it was left at."""
+    label = html.escape(str(state.get("description") or name.removesuffix("Model")))
+    if name == "ButtonModel":
+        return f'<button class="book-widget-control" disabled>{label}</button>'
+    value = state.get("value", "")
+    labels, index = state.get("_options_labels"), state.get("index")
+    if isinstance(labels, list) and isinstance(index, int) and 0 <= index < len(labels):
+        value = labels[index]
+    shown = html.escape(str(value)) if isinstance(value, (str, int, float, bool)) and value != "" else ""
+    return f'<span class="book-widget-control">{label}{": " + shown if shown else ""}</span>'
+
+
+def _leaf_html(model: dict) -> str:
     """A widget that holds no other widgets."""
+    name, state = model.get("model_name", ""), model.get("state") or {}
     if name in ("HTMLModel", "HTMLMathModel"):
         return f"<span>{state.get('value', '')}</span>"
     if name == "LabelModel":
@@ -40,10 +63,9 @@ def _leaf_html(name: str, state: dict) -> str:
         return f'<progress value="{state.get("value", 0)}" max="{state.get("max", 100)}"></progress>'
     if name == "OutputModel":
         return "".join(_output_html(o) for o in state.get("outputs", []))
-    value = state.get("value", state.get("index", ""))
-    label = state.get("description") or name.removesuffix("Model")
-    shown = html.escape(str(value)) if isinstance(value, (str, int, float, bool)) else ""
-    return f'<span class="book-widget-control">{html.escape(str(label))}{": " + shown if shown else ""}</span>'
+    if name == "ImageModel":
+        return _image_html(model, state)
+    return _control_html(name, state)
 
 
 def widget_html(model_id: str, models: dict, depth: int = 0) -> str:
@@ -57,7 +79,7 @@ def widget_html(model_id: str, models: dict, depth: int = 0) -> str:
         inner = "".join(widget_html(str(c), models, depth + 1) for c in children)
         kind = "row" if name == "HBoxModel" else "column"
         return f'<div class="book-widget-{kind}">{inner}</div>'
-    return _leaf_html(name, state)
+    return _leaf_html(model)
 
 
 def static_widget_outputs(cells: list, models: dict) -> int:

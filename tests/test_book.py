@@ -158,7 +158,12 @@ def test_a_saved_progress_bar_is_drawn_from_its_final_state():
               "l": {"model_name": "HTMLModel", "state": {"value": "training: 100%"}},
               "p": {"model_name": "FloatProgressModel", "state": {"value": 14.0, "max": 14.0}},
               "r": {"model_name": "HTMLModel", "state": {"value": " 14/14 [00:01]"}},
-              "s": {"model_name": "IntSliderModel", "state": {"description": "batch", "value": 64}}}
+              "s": {"model_name": "IntSliderModel", "state": {"description": "batch", "value": 64}},
+              "d": {"model_name": "DropdownModel", "state": {"description": "Model", "index": 1,
+                                                             "_options_labels": ["mlp", "small_cnn"]}},
+              "i": {"model_name": "ImageModel", "state": {"format": "png"},
+                    "buffers": [{"path": ["value"], "encoding": "base64", "data": PNG}]},
+              "b": {"model_name": "ButtonModel", "state": {"description": "Run"}}}
     view = {"application/vnd.jupyter.widget-view+json": {"model_id": "box"}, "text/plain": "training:   0%"}
     gone = {"application/vnd.jupyter.widget-view+json": {"model_id": "unsaved"}, "text/plain": "x"}
     cells = [{"cell_type": "code", "outputs": [{"output_type": "display_data", "data": dict(view)},
@@ -169,6 +174,9 @@ def test_a_saved_progress_bar_is_drawn_from_its_final_state():
     assert "application/vnd.jupyter.widget-view+json" not in drawn and drawn["text/plain"] == "training:   0%"
     assert cells[0]["outputs"][1]["data"] == gone, "a widget without saved state is left as printed"
     assert book_widgets.widget_html("s", models) == '<span class="book-widget-control">batch: 64</span>'
+    assert book_widgets.widget_html("d", models) == '<span class="book-widget-control">Model: small_cnn</span>'
+    assert book_widgets.widget_html("i", models) == f'<img alt="figure" src="data:image/png;base64,{PNG}">'
+    assert book_widgets.widget_html("b", models) == '<button class="book-widget-control" disabled>Run</button>'
 
 
 def test_the_kernel_is_this_python_even_when_a_user_installed_another_python3(tmp_path, monkeypatch):
@@ -178,3 +186,12 @@ def test_the_kernel_is_this_python_even_when_a_user_installed_another_python3(tm
                                                   "display_name": "other", "language": "python"}))
     monkeypatch.setenv("JUPYTER_PATH", str(tmp_path))
     assert book.current_env_kernel().kernel_spec.argv[0] == sys.executable
+
+
+def test_a_partial_book_links_left_out_notebooks_to_binder_and_keeps_the_rest():
+    nb = notebook(nbformat.v4.new_markdown_cell("see [09](09_x.ipynb#pitfall-3) and [01](01_b.ipynb), not `x.ipynb`"),
+                  nbformat.v4.new_code_cell("print('[09](09_x.ipynb)')"))
+    assert book_pages.point_left_out_notebooks(nb, {"01_b.ipynb"}, "https://binder/x") == 1
+    assert nb.cells[0].source == ("see [09](https://binder/x?urlpath=lab/tree/notebooks/09_x.ipynb) and "
+                                  "[01](01_b.ipynb), not `x.ipynb`")
+    assert nb.cells[1].source == "print('[09](09_x.ipynb)')"
