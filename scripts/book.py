@@ -13,8 +13,8 @@ Two steps, so no page can show an output nobody ran and no failed run can hide b
    long, the lesson tally, "open in JupyterLab" and Binder links. The front page maps the notebooks in order with a
    thumbnail of each one's key figure (the first image it printed, or the one in a cell tagged ``book-thumbnail``).
 
-Nothing is fetched at build time: the theme (sphinx-book-theme) is a pip package. Pages load MathJax from its CDN
-to typeset formulas; without a network the TeX source shows instead.
+Nothing is fetched at build time or when the site is read: the theme (sphinx-book-theme) is a pip package and
+MathJax 2 comes from the jupyter-server-mathjax wheel, copied into the site.
 
     python scripts/book.py build [--notebooks 00_start_here.ipynb ...] [--out build/book]
     python scripts/book.py execute ...   /   python scripts/book.py html --out build/book

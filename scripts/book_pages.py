@@ -38,6 +38,13 @@ html_theme_options = {"use_download_button": True, "show_toc_level": 2, "home_pa
 html_static_path = ["_static"]
 html_css_files = ["book.css"]
 html_last_updated_fmt = None
+# MathJax 2 from the jupyter-server-mathjax wheel, copied into _static/mathjax: formulas typeset with no network
+mathjax_path = "mathjax/MathJax.js?config=TeX-AMS-MML_HTMLorMML-full"
+myst_update_mathjax = False
+mathjax2_config = {"tex2jax": {"inlineMath": [["\\\\(", "\\\\)"]], "displayMath": [["\\\\[", "\\\\]"]],
+                               "processClass": "math|output_area", "ignoreClass": "tex2jax_ignore|mathjax_ignore"},
+                   "HTML-CSS": {"availableFonts": ["STIX-Web"], "preferredFont": "STIX-Web", "webFont": "STIX-Web",
+                                "imageFont": None}}
 nb_ipywidgets_js = {}                    # widgets are drawn from their saved state at build time (book_widgets.py)
 '''
 CSS = """/* Outputs and tables scroll inside themselves, so a page never scrolls sideways on a phone. */
@@ -208,6 +215,13 @@ def point_left_out_notebooks(nb: nbformat.NotebookNode, present: set[str], binde
     return len(changed)
 
 
+def mathjax_folder() -> Path:
+    """MathJax 2's files as the jupyter-server-mathjax package ships them (a PyPI wheel: nothing fetched)."""
+    import jupyter_server_mathjax   # lazy: only the page step needs it
+
+    return Path(jupyter_server_mathjax.__file__).parent / "static"
+
+
 def write_sources(runs: dict, executed: Path, src: Path, repo: Path) -> list[dict]:
     """Fill ``src`` (conf.py, index.md, notebooks/, thumbs/, _static/) from the executed copies; return the items."""
     if src.exists():
@@ -232,4 +246,5 @@ def write_sources(runs: dict, executed: Path, src: Path, repo: Path) -> list[dic
     (src / "index.md").write_text(front_page(items, runs["doctor"]), encoding="utf-8")
     (src / "conf.py").write_text(CONF, encoding="utf-8")
     (src / "_static" / "book.css").write_text(CSS, encoding="utf-8")
+    shutil.copytree(mathjax_folder(), src / "_static" / "mathjax")
     return items

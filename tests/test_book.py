@@ -77,7 +77,9 @@ def test_a_tagged_raising_cell_is_allowed_and_the_page_source_shows_the_run(tmp_
     assert "1 of 2 lessons checked on this run" in page.cells[1].source
     assert "NOT CHECKED: a GPU claim (no GPU here)" in page.cells[1].source
     assert page.cells[2].outputs[0]["ename"] == "ZeroDivisionError"
-    assert "00_tiny" in (out / "src" / "index.md").read_text() and (out / "src" / "conf.py").is_file()
+    assert "00_tiny" in (out / "src" / "index.md").read_text()
+    assert 'mathjax_path = "mathjax/MathJax.js' in (out / "src" / "conf.py").read_text()
+    assert (out / "src" / "_static" / "mathjax" / "MathJax.js").is_file(), "MathJax is not served from the site"
 
 
 def test_pick_notebooks_takes_every_numbered_one_and_refuses_a_missing_name(tmp_path):
