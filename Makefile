@@ -22,7 +22,7 @@ LAB_OVERRIDES := $(VENV)/share/jupyter/lab/settings/overrides.json
 export TF_CPP_MIN_LOG_LEVEL ?= 2
 export PYTHONUNBUFFERED := 1
 
-.PHONY: lab test test-busy install pytest nbval browser-deps clean gpu-check gpu-wheels
+.PHONY: lab test test-busy install pytest nbval browser-deps clean gpu-check gpu-wheels book
 
 install: $(STAMP) $(LAB_OVERRIDES)
 
@@ -68,6 +68,13 @@ nbval: install
 	  $(PY) -m labkit.core.exercises $(LESSON_LOG); exit $$rc
 
 test: pytest nbval
+
+# The lab as a static site: every notebook run as nbval runs it (fast on a CPU, full on a GPU), outputs kept, then
+# Sphinx + MyST-NB with execution off -> build/book/html/index.html. A notebook that fails stops it (notebook, cell,
+# error). BOOK_NOTEBOOKS="00_start_here.ipynb 06_all_reduce.ipynb" builds only those.
+BOOK_OUT ?= build/book
+book: install
+	$(PY) scripts/book.py build --out $(BOOK_OUT) $(if $(BOOK_NOTEBOOKS),--notebooks $(BOOK_NOTEBOOKS))
 
 # `make test` with one process spinning on one core for the whole run (started and always stopped by the script):
 # every timing claim must be checked or INCONCLUSIVE with its measured reason, none failed.

@@ -89,3 +89,18 @@ def test_install_puts_binders_jupyterlab_overrides_into_the_venv(tmp_path):
     settings = json.loads(installed.read_text())
     assert settings == json.loads((REPO / "binder" / "overrides.json").read_text())
     assert settings["@jupyterlab/apputils-extension:notification"]["fetchNews"] == "false"
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
+@pytest.mark.parametrize("book_rc", [0, 1])
+def test_book_runs_the_book_script_and_fails_when_it_fails(tmp_path, book_rc):
+    """`make book` = scripts/book.py build (every notebook, or BOOK_NOTEBOOKS); a failed notebook fails make."""
+    fake = tmp_path / "python"
+    fake.write_text('#!/bin/sh\necho "book called with: $*"\nexit "$BOOK_RC"\n')
+    fake.chmod(0o755)
+    done = subprocess.run(["make", "-s", "-C", str(tmp_path), "-f", str(REPO / "Makefile"), "-o", "install", "book",
+                           f"PY={fake}", "BOOK_NOTEBOOKS=00_a.ipynb 01_b.ipynb"],
+                          env={"PATH": "/usr/bin:/bin", "BOOK_RC": str(book_rc)},
+                          capture_output=True, text=True, timeout=60)
+    assert "book called with: scripts/book.py build --out build/book --notebooks 00_a.ipynb 01_b.ipynb" in done.stdout
+    assert done.returncode == (2 if book_rc else 0), done.stderr
