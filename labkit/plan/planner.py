@@ -79,7 +79,8 @@ def time_terms(model: ModelSpec, device: DeviceSpec, cluster: ClusterSpec, layou
     cp_link = group_link(cluster, lay.tp, lay.cp)
     kv_bytes = 2 * act_bytes / lay.tp
     cp_comm = 0.0 if lay.cp == 1 else layers * m * (lay.cp - 1) * 3 * cp_link.time_s(kv_bytes)  # K/V, K/V + grads
-    attention_share = (model.seq_len / (6 * h)) / (1 + model.seq_len / (6 * h) + model.vocab / (12 * model.layers * h))
+    attention_share = (model.seq_len / (6 * h)) / (model.step_flops() / (72 * model.global_batch * model.seq_len
+                                                                        * model.layers * h * h))
     cp_s = max(0.0, cp_comm - compute * attention_share)     # hidden behind the attention blocks' maths only
     pp_link = group_link(cluster, lay.tp * lay.cp, lay.pp)
     pp_s = 0.0 if lay.pp == 1 else 2 * (m + lay.pp - 2) * pp_link.time_s(act_bytes / lay.tp)
@@ -91,13 +92,13 @@ def time_terms(model: ModelSpec, device: DeviceSpec, cluster: ClusterSpec, layou
             "pipeline bubble": bubble, "DP gradient sync": dp_s}
 
 
-def predict(model: ModelSpec, device: DeviceSpec, cluster: ClusterSpec, layout: Layout,
-            selective: bool = True) -> Prediction:
+def predict(model: ModelSpec, device: DeviceSpec, cluster: ClusterSpec, layout: Layout, selective: bool = True,
+            layer_bytes: float | None = None, layer_input_bytes: float | None = None) -> Prediction:
     """Memory and step time of one layout (one clear ValueError when it cannot run at all)."""
     problem = layout_problem(model, cluster, layout)
     if problem:
         raise ValueError(f"{layout.label()}: {problem}")
-    return Prediction(layout, memory_terms(model, device, layout, selective),
+    return Prediction(layout, memory_terms(model, device, layout, selective, layer_bytes, layer_input_bytes),
                       time_terms(model, device, cluster, layout), device.memory_bytes)
 
 

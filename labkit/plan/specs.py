@@ -35,6 +35,7 @@ class ModelSpec:
     vocab: int
     global_batch: int = 8
     name: str = "transformer"
+    embedding: bool = True         # False: a bare stack of layers (no embeddings, no output logits)
 
     def __post_init__(self) -> None:
         for key in ("layers", "hidden", "heads", "seq_len", "vocab", "global_batch"):
@@ -50,13 +51,15 @@ class ModelSpec:
     @property
     def num_params(self) -> int:
         """All layers plus the (tied) token and learned position embeddings."""
-        return self.layers * self.layer_params + (self.vocab + self.seq_len) * self.hidden
+        embeddings = (self.vocab + self.seq_len) * self.hidden if self.embedding else 0
+        return self.layers * self.layer_params + embeddings
 
     def step_flops(self, recompute: bool = False) -> float:
         """Model FLOPs of one training step: 72 B s L h^2 (1 + s/6h + V/12Lh), 96 with full recomputation
         (Narayanan et al. 2021, arXiv:2104.04473, Eq. 3; its factor 4 forward passes instead of 3)."""
         b, s, l, h, v = self.global_batch, self.seq_len, self.layers, self.hidden, self.vocab
-        return (96 if recompute else 72) * b * s * l * h ** 2 * (1 + s / (6 * h) + v / (12 * l * h))
+        head = v / (12 * l * h) if self.embedding else 0.0
+        return (96 if recompute else 72) * b * s * l * h ** 2 * (1 + s / (6 * h) + head)
 
 
 @dataclass(frozen=True)
@@ -151,19 +154,23 @@ def layout_problem(model: ModelSpec, cluster: ClusterSpec, layout: Layout) -> st
     return next((why for ok, why in checks if not ok), None)
 
 
-def memory_terms(model: ModelSpec, device: DeviceSpec, layout: Layout, selective: bool = True) -> dict[str, float]:
-    """Bytes on the busiest rank (the first pipeline stage, plus the output logits on the last), each term named."""
+def memory_terms(model: ModelSpec, device: DeviceSpec, layout: Layout, selective: bool = True,
+                 layer_bytes: float | None = None, layer_input_bytes: float | None = None) -> dict[str, float]:
+    """Bytes on the busiest rank (the first pipeline stage, plus the output logits on the last), each term named.
+    ``layer_bytes`` / ``layer_input_bytes``: one layer's saved activations / its input on this rank where a model
+    other than the paper's layer is planned (the kit's fp32 layer without dropout, counted)."""
     local = model.num_params / (layout.tp * layout.pp)
     f = sharding_factors(f"zero{layout.zero}" if layout.zero else "ddp", layout.dp, fsdp_keeps_shard=False)
     s, b, h, a = model.seq_len // layout.cp, layout.micro_batch, model.hidden, model.heads
     per_layer = korthikanti_bytes(s, b, h, a, layout.tp, sequence_parallel=True)
     if selective:
         per_layer -= 5 * a * s * s * b / layout.tp
+    per_layer = per_layer if layer_bytes is None else layer_bytes
+    kept_input = device.param_bytes * s * b * h / layout.tp if layer_input_bytes is None else layer_input_bytes
     layers_kept = model.layers // layout.pp * min(layout.pp, layout.micro_batches(model))
-    if layout.checkpointing:
-        activations = 2 * s * b * h / layout.tp * layers_kept + per_layer
-    else:
-        activations = per_layer * layers_kept
+    kept = kept_input * layers_kept if layout.checkpointing else per_layer * layers_kept
+    recomputed = per_layer if layout.checkpointing else 0.0
     return {"parameters": local * device.param_bytes * f.params, "gradients": local * device.param_bytes * f.grads,
             "optimizer state": local * device.optimizer_bytes_per_param * f.optimizer,
-            "activations": activations, "output logits (fp32)": 4 * s * b * model.vocab / layout.tp}
+            "activations kept": kept, "one layer recomputed (backward)": recomputed,
+            "output logits (fp32)": 4 * s * b * model.vocab / layout.tp if model.embedding else 0.0}
