@@ -132,17 +132,19 @@ def plan(model: ModelSpec, device: DeviceSpec, cluster: ClusterSpec, micro_batch
 
 
 def why_it_wins(ranked: list[Prediction]) -> str:
-    """One sentence: the winner's step and memory, and the term where the runner-up loses most."""
+    """One sentence: the winner's step and memory, and the term where the best other mesh loses most."""
     best = ranked[0]
     if not best.fits:
         return (f"nothing fits: the smallest need is {min(p.memory_bytes for p in ranked) / 2**30:.1f} GiB per rank "
                 f"against {best.device_memory_bytes / 2**30:.0f} GiB")
     text = (f"{best.layout.label()} fits ({best.memory_bytes / 2**30:.1f} of {best.device_memory_bytes / 2**30:.0f} "
             f"GiB) and predicts {best.step_s:.3g} s per step")
-    rival = next((p for p in ranked[1:] if p.fits and p.layout.label() != best.layout.label()), None)
+    mesh = (best.layout.dp, best.layout.tp, best.layout.pp, best.layout.cp)
+    rival = next((p for p in ranked[1:] if p.fits and (p.layout.dp, p.layout.tp, p.layout.pp, p.layout.cp) != mesh),
+                 None)
     if rival is None:
-        return text + "; it is the only layout that fits"
+        return text + "; it is the only mesh that fits"
     gaps = {k: rival.time[k] - best.time[k] for k in best.time}
     term = max(gaps, key=gaps.get)
-    return (text + f"; the runner-up {rival.layout.label()} takes {rival.step_s:.3g} s, losing most on "
+    return (text + f"; the best other mesh, {rival.layout.label()}, takes {rival.step_s:.3g} s, losing most on "
             f"{term} (+{gaps[term]:.3g} s)")
