@@ -46,9 +46,11 @@ def machine_specs(results: list[dict], cfg: ScoreConfig, dp: int) -> tuple[Model
     efficiency = min(1.0, model.step_flops() / dp / (compute_s * peak))
     device = DeviceSpec("this CPU (measured)", 64 * 2**30, peak, efficiency, param_bytes=4,
                         optimizer_bytes_per_param=8)
-    link = Link(statistics.median(r["link"]["alpha_s"] for r in results),
-                statistics.median(r["link"]["beta_s_per_byte"] for r in results))
-    return model, device, ClusterSpec(len(results), 1, intra=link, inter=link)
+    intra, inter = (Link(statistics.median(r["link"][tier]["alpha_s"] for r in results),
+                         statistics.median(r["link"][tier]["beta_s_per_byte"] for r in results))
+                    for tier in ("intra", "inter"))
+    per_node = int(results[0]["per_node"])
+    return model, device, ClusterSpec(per_node, len(results) // per_node, intra=intra, inter=inter)
 
 
 def predictions(results: list[dict], cfg: ScoreConfig, layouts: list[Layout]) -> list[Prediction]:

@@ -18,6 +18,10 @@ import torch.distributed as dist
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
+from labkit.cluster.link_jobs import _join
+from labkit.cluster.nodes import EmulatedNodes, NodesConfig
+from labkit.cluster.rankside import job_params, report
+from labkit.cluster.run import run_job
 from labkit.comm.launch import launch
 from labkit.core.clock import now_s
 from labkit.core.contention import ShareMeter
@@ -113,19 +117,28 @@ def _layout_step(cfg: ScoreConfig, layout: Layout, rank: int) -> TrainStep:
     return step
 
 
-def _fit_link(repeats: int = 5) -> dict[str, float]:
-    """alpha (s) and beta (s/byte) of a ring all-reduce over every rank, fitted on the live link."""
+def _fit_link(group: object = None, size: int | None = None, repeats: int = 5) -> dict[str, float]:
+    """alpha (s) and beta (s/byte) of a ring all-reduce over ``group`` (every rank by default), fitted live."""
     times = []
-    for size in FIT_SIZES_BYTES:
-        buf, runs = torch.zeros(size // 4), []
+    for nbytes in FIT_SIZES_BYTES:
+        buf, runs = torch.zeros(nbytes // 4), []
         for _ in range(repeats):
             dist.barrier()
             start = now_s()
-            dist.all_reduce(buf)
+            dist.all_reduce(buf, group=group)
             runs.append(now_s() - start)
         times.append(statistics.median(runs))
-    alpha, beta = fit_alpha_beta(FIT_SIZES_BYTES, times, dist.get_world_size())
+    alpha, beta = fit_alpha_beta(FIT_SIZES_BYTES, times, size or dist.get_world_size())
     return {"alpha_s": alpha, "beta_s_per_byte": beta}
+
+
+def _fit_tiers(per_node: int) -> dict[str, dict[str, float]]:
+    """One fit inside a node (its ranks) and one across nodes (the ranks of one local rank), all ranks at once."""
+    world, rank = dist.get_world_size(), dist.get_rank()
+    inside = [list(range(n, n + per_node)) for n in range(0, world, per_node)]
+    across = [list(range(k, world, per_node)) for k in range(per_node)]
+    (g_in, r_in), (g_across, r_across) = _mine(inside, rank), _mine(across, rank)
+    return {"intra": _fit_link(g_in, len(r_in)), "inter": _fit_link(g_across, len(r_across))}
 
 
 def _compute_only_s(cfg: ScoreConfig, dp: int, repeats: int = 3) -> float:
@@ -143,11 +156,12 @@ def _compute_only_s(cfg: ScoreConfig, dp: int, repeats: int = 3) -> float:
     return statistics.median(runs)
 
 
-def score_job(cfg_dict: dict, layout_dicts: list[dict]) -> dict:
-    """One rank: the link fit, compute-only time and matmul rate, then every layout's memory and timed rounds."""
+def score_job(cfg_dict: dict, layout_dicts: list[dict], per_node: int | None = None) -> dict:
+    """One rank: the link fit (per tier when ``per_node`` ranks share a node), compute-only time and matmul rate,
+    then every layout's memory and timed rounds."""
     cfg, rank = ScoreConfig(**cfg_dict), dist.get_rank()
     layouts = [Layout(**d) for d in layout_dicts]
-    link = _fit_link()
+    link = _fit_tiers(per_node) if per_node else dict.fromkeys(("intra", "inter"), _fit_link())
     peak, _ = measured_matmul_flops_per_s("cpu", size=256)
     steps = {lay.label(): _layout_step(cfg, lay, rank) for lay in layouts}
     memory = {}
@@ -166,8 +180,30 @@ def score_job(cfg_dict: dict, layout_dicts: list[dict]) -> dict:
                 steps[name](*steps[name].feed)
                 seconds[name].append(now_s() - start)
     compute = {str(d): _compute_only_s(cfg, d) for d in sorted({lay.dp for lay in layouts})}
-    return {"rank": rank, "link": link, "matmul_flops_per_s": peak, "compute_only_s": compute,
+    return {"rank": rank, "link": link, "per_node": per_node or dist.get_world_size(), "matmul_flops_per_s": peak, "compute_only_s": compute,
             "memory": memory, "seconds": seconds, "cpu_share": meter.share}
+
+
+def score_node_job() -> dict:
+    """:func:`score_job` on emulated nodes: join the node launcher's group, read the job's parameters, report."""
+    me = _join()
+    params = job_params()
+    out = score_job(params["cfg"], params["layouts"], per_node=me.local_world_size)
+    return report({**out, "node": me.group_rank}, me.rank)
+
+
+def run_layouts_on_nodes(cfg: ScoreConfig, layouts: list[Layout], config: NodesConfig | None = None,
+                         per_node: int = 2, timeout_s: float = 240.0) -> list[dict]:
+    """Build the emulated nodes (notebook 12's: namespaces and a shaped link), run :func:`score_node_job` on
+    ``per_node`` ranks each, tear the nodes down (always); every rank's report in rank order."""
+    config = config or NodesConfig.fast()
+    for layout in layouts:
+        mesh_groups(layout, config.nodes * per_node)
+    params = {"cfg": asdict(cfg), "layouts": [asdict(lay) for lay in layouts]}
+    with EmulatedNodes(config) as nodes:
+        results = run_job(nodes, "labkit.plan.score_runs:score_node_job", nproc_per_node=per_node, params=params,
+                          timeout_s=timeout_s).results
+    return sorted(results, key=lambda r: r["rank"])
 
 
 def run_layouts(cfg: ScoreConfig, layouts: list[Layout], world_size: int = 4, timeout_s: float = 150.0) -> list[dict]:

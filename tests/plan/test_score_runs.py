@@ -19,7 +19,7 @@ def test_every_rank_reports_every_layout(ranks):
     for r in ranks:
         assert set(r["memory"]) == set(r["seconds"]) == {lay.label() for lay in LAYOUTS}
         assert all(len(v) == CFG.rounds for v in r["seconds"].values())
-        assert r["link"]["beta_s_per_byte"] >= 0 and r["matmul_flops_per_s"] > 0
+        assert r["link"]["intra"]["beta_s_per_byte"] >= 0 and r["matmul_flops_per_s"] > 0
 
 
 def test_the_planner_predicts_what_the_ranks_hold(ranks):
@@ -34,3 +34,10 @@ def test_mesh_groups_and_clear_errors():
     with pytest.raises(ValueError, match="pp = cp = 1"):
         run_layouts(CFG, [Layout(pp=2)], world_size=2)
     assert len(build_stack(CFG, Layout(checkpointing=True))) == CFG.layers
+
+
+def test_the_emulated_nodes_run_refuses_a_bad_layout_before_building_nodes():
+    from labkit.plan.score_runs import run_layouts_on_nodes
+
+    with pytest.raises(ValueError, match="dp x tp = 4"):
+        run_layouts_on_nodes(CFG, [Layout(dp=2)])
