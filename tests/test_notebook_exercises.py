@@ -16,7 +16,7 @@ import pytest
 from labkit.core.exercises import NOT_ATTEMPTED, Exercise, judge
 
 NOTEBOOKS = sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("*.ipynb"))
-PACKAGES = ("training", "comm", "parallel", "profile", "input", "tf", "ladder", "sharding", "cluster")
+PACKAGES = ("training", "comm", "parallel", "profile", "input", "tf", "ladder", "sharding", "cluster", "plan")
 CHECK = re.compile(r"book\.check\(ex\.(\w+),\s*(\w+)")
 MIN_PER_NOTEBOOK = {"00_start_here": 1}
 

@@ -22,7 +22,7 @@ from labkit.core.results import StoppedEarly, Terminated, WriteError, describe_o
 # Subcommands that live in their own modules; each has `add_parser(subparsers)`.
 SUBCOMMAND_MODULES = ("labkit.cli.doctor", "labkit.cli.sweep", "labkit.cli.profile", "labkit.cli.memory",
                       "labkit.cli.bench", "labkit.cli.simulate", "labkit.cli.ladder", "labkit.cli.launch",
-                      "labkit.cli.roofline", "labkit.cli.diagnose")
+                      "labkit.cli.roofline", "labkit.cli.diagnose", "labkit.cli.plan")
 EXAMPLES = """examples (`.venv/bin/labkit` without an activated venv; `python -m labkit` is the same program):
   labkit doctor
   labkit sweep --model small_cnn --batch-sizes 16,32,64
@@ -32,7 +32,8 @@ EXAMPLES = """examples (`.venv/bin/labkit` without an activated venv; `python -m
   labkit simulate --algorithm ring --world-size 4 --size 1M
   labkit ladder --budget-epochs 1 --skip compile ddp
   labkit launch --world-size 2 labkit.comm.demos:all_reduce_sum
-  labkit diagnose --world-size 3 labkit.parallel.hang_exercises:uneven_shards_loop"""
+  labkit diagnose --world-size 3 labkit.parallel.hang_exercises:uneven_shards_loop
+  labkit plan --preset 70b --nodes 4"""
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,115 @@
+"""The planner scores itself: its predictions for the layouts :mod:`labkit.plan.score_runs` ran, beside what the
+ranks measured, with the error, and two judged claims.
+
+The device and the link are this machine's, measured in the same run: the "peak" is a bare matmul's rate, the
+efficiency the unsplit stack's compute-only step at each data-parallel share, alpha and beta the all-reduce fit.
+One layer's activations are counted on the unsplit layer (:class:`labkit.parallel.tp_cost.SavedBytes`: the norm
+region stays whole under tensor parallelism, the rest is split t ways). Claims: the measured fastest layout is among
+the planner's top three (INCONCLUSIVE when the measured margin is too thin or the ranks too starved to tell), and
+memory per rank within a stated band.
+"""
+from __future__ import annotations
+
+import statistics
+
+from labkit.comm.two_tier import Link
+from labkit.core.clock import paired_median
+from labkit.core.verdict import CHECKED, FAILED, INCONCLUSIVE, Load, Verdict, relative_spread
+from labkit.parallel.tensor_parallel import build_block
+from labkit.parallel.tp_cost import SavedBytes
+from labkit.parallel.tp_runs import layer_inputs
+from labkit.plan.planner import Prediction, predict
+from labkit.plan.score_runs import ScoreConfig
+from labkit.plan.specs import ClusterSpec, DeviceSpec, Layout, ModelSpec
+
+STATE_BAND = 0.05          # parameters + gradients + optimizer state: counted, so within 5%
+ACTIVATION_BAND = 0.35     # saved activations: the layer count misses the stack's hand-offs between layers
+CLEAR_MARGIN = 1.15        # the measured winner must beat the next layout by this (paired) to count as clear
+TOP = 3
+
+
+def layer_regions(cfg: ScoreConfig, micro_batch: int) -> dict[str, int]:
+    """Bytes one unsplit layer saves at ``micro_batch`` sequences: {'norm': ..., 'split': ...}."""
+    block = build_block(cfg.shape(micro_batch))
+    saved = SavedBytes(block, [block.ln1, block.ln2])
+    with saved.recording():
+        block(layer_inputs(cfg.shape(micro_batch))[0])
+    return saved.totals()
+
+
+def machine_specs(results: list[dict], cfg: ScoreConfig, dp: int) -> tuple[ModelSpec, DeviceSpec, ClusterSpec]:
+    """The stack, this device (peak and efficiency measured at the dp share) and the fitted link, as planner input."""
+    model = ModelSpec(cfg.layers, cfg.d_model, cfg.heads, cfg.seq_len, vocab=1, global_batch=cfg.global_batch,
+                      name=f"{cfg.layers} x d{cfg.d_model} stack", embedding=False)
+    peak = statistics.median(r["matmul_flops_per_s"] for r in results)
+    compute_s = max(r["compute_only_s"][str(dp)] for r in results)
+    efficiency = min(1.0, model.step_flops() / dp / (compute_s * peak))
+    device = DeviceSpec("this CPU (measured)", 64 * 2**30, peak, efficiency, param_bytes=4,
+                        optimizer_bytes_per_param=8)
+    intra, inter = (Link(statistics.median(r["link"][tier]["alpha_s"] for r in results),
+                         statistics.median(r["link"][tier]["beta_s_per_byte"] for r in results))
+                    for tier in ("intra", "inter"))
+    per_node = int(results[0]["per_node"])
+    return model, device, ClusterSpec(per_node, len(results) // per_node, intra=intra, inter=inter)
+
+
+def predictions(results: list[dict], cfg: ScoreConfig, layouts: list[Layout]) -> list[Prediction]:
+    """The planner's prediction of each layout run, on this machine's measured specs."""
+    out = []
+    for lay in layouts:
+        model, device, cluster = machine_specs(results, cfg, lay.dp)
+        regions = layer_regions(cfg, lay.micro_batch)
+        per_layer = regions["norm"] + regions["split"] / lay.tp
+        out.append(predict(model, device, cluster, lay, layer_bytes=per_layer,
+                           layer_input_bytes=4 * lay.micro_batch * cfg.seq_len * cfg.d_model))
+    return out
+
+
+def _slowest(results: list[dict], name: str) -> list[float]:
+    return [max(r["seconds"][name][i] for r in results) for i in range(len(results[0]["seconds"][name]))]
+
+
+def score_rows(results: list[dict], preds: list[Prediction]) -> list[dict]:
+    """Per layout: predicted rank, step ms and memory MiB (model state, activations) beside measured, with errors."""
+    by_step = sorted(preds, key=lambda p: p.step_s)
+    rows = []
+    for p in preds:
+        name = p.layout.label()
+        mem = max((r["memory"][name] for r in results), key=lambda m: m["params"] + m["grads"] + m["optimizer"])
+        state = mem["params"] + mem["grads"] + mem["optimizer"]
+        pred_state = p.memory["parameters"] + p.memory["gradients"] + p.memory["optimizer state"]
+        measured_ms = 1e3 * statistics.median(_slowest(results, name))
+        rows.append({"layout": name, "predicted rank": by_step.index(p) + 1, "predicted ms": 1e3 * p.step_s,
+                     "measured ms": measured_ms, "step error": measured_ms / (1e3 * p.step_s) - 1,
+                     "predicted state MiB": pred_state / 2**20, "measured state MiB": state / 2**20,
+                     "state error": state / pred_state - 1,
+                     "predicted activations MiB": p.memory["activations kept"] / 2**20,
+                     "measured activations MiB": mem["activations"] / 2**20,
+                     "activation error": mem["activations"] / p.memory["activations kept"] - 1})
+    return rows
+
+
+def memory_within_band(rows: list[dict]) -> bool:
+    """Every layout's model state within STATE_BAND; activations of the layouts without checkpointing within
+    ACTIVATION_BAND (checkpointed ones save little, and torch's checkpoint keeps more than the layer inputs)."""
+    return all(abs(r["state error"]) <= STATE_BAND for r in rows) and \
+        all(abs(r["activation error"]) <= ACTIVATION_BAND for r in rows if not r["layout"].endswith("ckpt"))
+
+
+def winner_verdict(results: list[dict], rows: list[dict]) -> Verdict:
+    """Is the measured fastest layout among the planner's top three? Decided only where the margin is clear."""
+    measured = sorted(rows, key=lambda r: r["measured ms"])
+    best, second = measured[0], measured[1]
+    margin = paired_median(_slowest(results, second["layout"]), _slowest(results, best["layout"]))
+    ratios = [a / b for a, b in zip(_slowest(results, second["layout"]), _slowest(results, best["layout"]))]
+    load = Load({f"rank {r['rank']}": min(1.0, max(r["cpu_share"], 1e-3)) for r in results},
+                spread=relative_spread(ratios))
+    claim = f"the measured fastest layout is among the planner's top {TOP}"
+    detail = (f"measured fastest {best['layout']} (predicted rank {best['predicted rank']}), "
+              f"{margin:.2f}x ahead of {second['layout']}")
+    if best["predicted rank"] <= TOP:
+        return Verdict(claim, CHECKED, detail)
+    if margin < CLEAR_MARGIN or load.busy:
+        why = f"margin under {CLEAR_MARGIN}x" if margin < CLEAR_MARGIN else load.reason()
+        return Verdict(claim, INCONCLUSIVE, f"{detail}; {why}")
+    return Verdict(claim, FAILED, f"{detail} on a quiet machine, with a clear margin")

@@ -1,0 +1,214 @@
+"""The planner's layouts run for real: a stack of the kit's tensor-parallel layer on 4 gloo ranks (or NCCL GPUs),
+each (dp, tp, checkpointing) layout trained through the kit's one step, timed in interleaved rounds.
+
+Per rank and layout: seconds per step each round (after a barrier), the model state it holds
+(:func:`labkit.sharding.memory.count_rank_state_bytes`) and the activations autograd saved
+(:func:`labkit.memory.model.saved_activation_bytes`). Per rank once: the link's alpha and beta fitted from all-reduce
+timings (:func:`labkit.parallel.costmodel.fit_alpha_beta`), the unsplit stack's compute-only step at the dp share
+(for the measured efficiency), and a bare matmul's rate (the "peak" of this device, measured). Layouts are
+:class:`labkit.plan.specs.Layout`; pipeline and context parallelism are not run here (see ``run_layouts``).
+"""
+from __future__ import annotations
+
+import statistics
+from dataclasses import asdict, dataclass
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.utils.checkpoint import checkpoint
+
+from labkit.cluster.link_jobs import _join
+from labkit.cluster.nodes import EmulatedNodes, NodesConfig
+from labkit.cluster.rankside import job_params, report
+from labkit.cluster.run import run_job
+from labkit.comm.launch import launch
+from labkit.core.clock import now_s
+from labkit.core.contention import ShareMeter
+from labkit.core.step import TrainStep
+from labkit.core.validation import positive_int
+from labkit.memory.model import saved_activation_bytes
+from labkit.parallel.costmodel import fit_alpha_beta
+from labkit.parallel.sync_sgd import sync_gradients
+from labkit.parallel.tensor_parallel import LayerShape, ParallelBlock, build_block
+from labkit.parallel.tp_runs import layer_inputs, probe_loss
+from labkit.plan.specs import Layout
+from labkit.sharding.memory import count_rank_state_bytes
+from labkit.training.flops import measured_matmul_flops_per_s
+
+FIT_SIZES_BYTES = (4 * 1024, 64 * 1024, 512 * 1024)
+
+
+@dataclass(frozen=True)
+class ScoreConfig:
+    """The stack the layouts train: layers of the kit's layer, its shape, the global batch, rounds."""
+
+    layers: int = 2
+    d_model: int = 128
+    heads: int = 4
+    seq_len: int = 64
+    global_batch: int = 8
+    rounds: int = 4
+
+    def __post_init__(self) -> None:
+        for name in ("layers", "d_model", "heads", "seq_len", "global_batch", "rounds"):
+            positive_int(getattr(self, name), name)
+
+    def shape(self, batch: int | None = None) -> LayerShape:
+        """The layer's shape at ``batch`` sequences (the global batch by default)."""
+        return LayerShape(self.d_model, self.heads, self.seq_len, batch or self.global_batch)
+
+
+class _Checkpointed(nn.Module):
+    """A layer whose activations are recomputed in backward (Chen et al. 2016): only its input is kept."""
+
+    def __init__(self, inner: nn.Module) -> None:
+        super().__init__()
+        self.inner = inner
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """checkpoint(inner, x), non-reentrant."""
+        return checkpoint(self.inner, x, use_reentrant=False)
+
+
+def mesh_groups(layout: Layout, world_size: int) -> tuple[list[list[int]], list[list[int]]]:
+    """(TP groups, DP groups) as global ranks: tp fastest (consecutive ranks), dp across them."""
+    if layout.ranks != world_size or layout.pp != 1 or layout.cp != 1:
+        raise ValueError(f"{layout.label()}: the scored runs take dp x tp = {world_size} (pp = cp = 1)")
+    tp_groups = [list(range(d * layout.tp, (d + 1) * layout.tp)) for d in range(layout.dp)]
+    return tp_groups, [list(range(t, world_size, layout.tp)) for t in range(layout.tp)]
+
+
+def _mine(members: list[list[int]], rank: int) -> tuple[object, list[int]]:
+    """Create every group (all ranks, same order); this rank's group and its ranks."""
+    mine = None
+    for ranks in members:
+        group = dist.new_group(ranks)
+        if rank in ranks:
+            mine = (group, ranks)
+    return mine  # type: ignore[return-value]
+
+
+def build_stack(cfg: ScoreConfig, layout: Layout, tp_rank: int = 0, tp_group: object = None) -> nn.Module:
+    """``layers`` of this rank's TP part of the kit's layer, each checkpointed if the layout says so."""
+    blocks = []
+    for i in range(cfg.layers):
+        block: nn.Module = ParallelBlock(build_block(cfg.shape(), seed=i), tp_rank, layout.tp, group=tp_group)
+        blocks.append(_Checkpointed(block) if layout.checkpointing else block)
+    return nn.Sequential(*blocks)
+
+
+def _layout_step(cfg: ScoreConfig, layout: Layout, rank: int) -> TrainStep:
+    """This rank's step: its TP part, its DP share of the batch, Adam, gradients averaged over its DP group."""
+    tp_members, dp_members = mesh_groups(layout, dist.get_world_size())
+    (tp_group, tp_ranks), (dp_group, dp_ranks) = _mine(tp_members, rank), _mine(dp_members, rank)
+    model = build_stack(cfg, layout, tp_ranks.index(rank), tp_group)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-4)
+
+    def dp_sync(m: nn.Module) -> None:
+        if not hasattr(step, "held"):              # the first backward: parameters and gradients both held
+            step.held = count_rank_state_bytes(m.parameters())  # type: ignore[attr-defined]
+        if len(dp_ranks) > 1:
+            sync_gradients(m, lambda t: dist.all_reduce(t, group=dp_group), len(dp_ranks), bucket=True)
+
+    step = TrainStep(model, opt, loss_fn=probe_loss, grad_hook=dp_sync)
+    step.feed = tuple(v.chunk(layout.dp)[dp_ranks.index(rank)].contiguous()  # type: ignore[attr-defined]
+                      for v in layer_inputs(cfg.shape()))
+    return step
+
+
+def _fit_link(group: object = None, size: int | None = None, repeats: int = 5) -> dict[str, float]:
+    """alpha (s) and beta (s/byte) of a ring all-reduce over ``group`` (every rank by default), fitted live."""
+    times = []
+    for nbytes in FIT_SIZES_BYTES:
+        buf, runs = torch.zeros(nbytes // 4), []
+        for _ in range(repeats):
+            dist.barrier()
+            start = now_s()
+            dist.all_reduce(buf, group=group)
+            runs.append(now_s() - start)
+        times.append(statistics.median(runs))
+    alpha, beta = fit_alpha_beta(FIT_SIZES_BYTES, times, size or dist.get_world_size())
+    return {"alpha_s": alpha, "beta_s_per_byte": beta}
+
+
+def _fit_tiers(per_node: int) -> dict[str, dict[str, float]]:
+    """One fit inside a node (its ranks) and one across nodes (the ranks of one local rank), all ranks at once."""
+    world, rank = dist.get_world_size(), dist.get_rank()
+    inside = [list(range(n, n + per_node)) for n in range(0, world, per_node)]
+    across = [list(range(k, world, per_node)) for k in range(per_node)]
+    (g_in, r_in), (g_across, r_across) = _mine(inside, rank), _mine(across, rank)
+    return {"intra": _fit_link(g_in, len(r_in)), "inter": _fit_link(g_across, len(r_across))}
+
+
+def _compute_only_s(cfg: ScoreConfig, dp: int, repeats: int = 3) -> float:
+    """Median seconds of one unsplit step at the dp share, every rank computing at once (no communication)."""
+    model = build_stack(cfg, Layout(dp=1))
+    step = TrainStep(model, torch.optim.Adam(model.parameters(), lr=1e-4), loss_fn=probe_loss)
+    feed = tuple(v.chunk(dp)[0].contiguous() for v in layer_inputs(cfg.shape()))
+    step(*feed)
+    runs = []
+    for _ in range(repeats):
+        dist.barrier()
+        start = now_s()
+        step(*feed)
+        runs.append(now_s() - start)
+    return statistics.median(runs)
+
+
+def score_job(cfg_dict: dict, layout_dicts: list[dict], per_node: int | None = None) -> dict:
+    """One rank: the link fit (per tier when ``per_node`` ranks share a node), compute-only time and matmul rate,
+    then every layout's memory and timed rounds."""
+    cfg, rank = ScoreConfig(**cfg_dict), dist.get_rank()
+    layouts = [Layout(**d) for d in layout_dicts]
+    link = _fit_tiers(per_node) if per_node else dict.fromkeys(("intra", "inter"), _fit_link())
+    peak, _ = measured_matmul_flops_per_s("cpu", size=256)
+    steps = {lay.label(): _layout_step(cfg, lay, rank) for lay in layouts}
+    memory = {}
+    for name, step in steps.items():
+        step(*step.feed)                                        # warm-up, and Adam's state exists
+        state = count_rank_state_bytes(step.model.parameters(), step.optimizer)
+        memory[name] = {"params": step.held["params"], "grads": step.held["grads"], "optimizer": state["optimizer"],
+                        "activations": saved_activation_bytes(step.model, step.feed[0])}
+    seconds: dict[str, list[float]] = {name: [] for name in steps}
+    names = list(steps)
+    with ShareMeter() as meter:
+        for r in range(cfg.rounds):
+            for name in names[r % len(names):] + names[:r % len(names)]:
+                dist.barrier()
+                start = now_s()
+                steps[name](*steps[name].feed)
+                seconds[name].append(now_s() - start)
+    compute = {str(d): _compute_only_s(cfg, d) for d in sorted({lay.dp for lay in layouts})}
+    return {"rank": rank, "link": link, "per_node": per_node or dist.get_world_size(), "matmul_flops_per_s": peak, "compute_only_s": compute,
+            "memory": memory, "seconds": seconds, "cpu_share": meter.share}
+
+
+def score_node_job() -> dict:
+    """:func:`score_job` on emulated nodes: join the node launcher's group, read the job's parameters, report."""
+    me = _join()
+    params = job_params()
+    out = score_job(params["cfg"], params["layouts"], per_node=me.local_world_size)
+    return report({**out, "node": me.group_rank}, me.rank)
+
+
+def run_layouts_on_nodes(cfg: ScoreConfig, layouts: list[Layout], config: NodesConfig | None = None,
+                         per_node: int = 2, timeout_s: float = 240.0) -> list[dict]:
+    """Build the emulated nodes (notebook 12's: namespaces and a shaped link), run :func:`score_node_job` on
+    ``per_node`` ranks each, tear the nodes down (always); every rank's report in rank order."""
+    config = config or NodesConfig.fast()
+    for layout in layouts:
+        mesh_groups(layout, config.nodes * per_node)
+    params = {"cfg": asdict(cfg), "layouts": [asdict(lay) for lay in layouts]}
+    with EmulatedNodes(config) as nodes:
+        results = run_job(nodes, "labkit.plan.score_runs:score_node_job", nproc_per_node=per_node, params=params,
+                          timeout_s=timeout_s).results
+    return sorted(results, key=lambda r: r["rank"])
+
+
+def run_layouts(cfg: ScoreConfig, layouts: list[Layout], world_size: int = 4, timeout_s: float = 150.0) -> list[dict]:
+    """Run :func:`score_job` on ``world_size`` ranks under a timeout; every rank's report, in rank order."""
+    for layout in layouts:
+        mesh_groups(layout, world_size)                 # one clear error before any process starts
+    return launch(score_job, world_size, args=(asdict(cfg), [asdict(lay) for lay in layouts]), timeout_s=timeout_s,
+                  show_output=False)

@@ -1,0 +1,51 @@
+"""The planner: collectives on the right link, the bubble, feasibility, ranking and its reason."""
+import pytest
+
+from labkit.comm.two_tier import Link
+from labkit.plan.planner import enumerate_layouts, group_link, plan, predict, why_it_wins
+from labkit.plan.specs import ClusterSpec, DeviceSpec, Layout, ModelSpec
+
+GPT = ModelSpec(layers=8, hidden=1024, heads=16, seq_len=1024, vocab=1000, global_batch=16)
+DEV = DeviceSpec("test", 16 * 2**30, 100e12, efficiency=0.5)
+TWO_NODES = ClusterSpec(4, 2, intra=Link(1e-6, 1 / 100e9), inter=Link(1e-5, 1 / 1e9))
+
+
+def test_a_group_inside_a_node_uses_the_fast_link():
+    assert group_link(TWO_NODES, 1, 4) is TWO_NODES.intra
+    assert group_link(TWO_NODES, 1, 8) is TWO_NODES.inter
+    assert group_link(TWO_NODES, 4, 2) is TWO_NODES.inter
+
+
+def test_tp_across_nodes_costs_more_than_inside():
+    inside = predict(GPT, DEV, TWO_NODES, Layout(dp=2, tp=4)).time["TP all-reduces"]
+    across = predict(GPT, DEV, TWO_NODES, Layout(dp=1, tp=8)).time["TP all-reduces"]
+    assert across > 10 * inside > 0
+
+
+def test_compute_splits_over_every_rank_and_the_bubble_follows_1f1b():
+    p = predict(GPT, DEV, TWO_NODES, Layout(dp=2, pp=4, micro_batch=1))
+    assert p.time["compute"] == pytest.approx(GPT.step_flops() / (8 * 100e12 * 0.5))
+    m = 16 // 2
+    assert p.time["pipeline bubble"] == pytest.approx(3 / m * (p.time["compute"] + p.time["TP all-reduces"]))
+
+
+def test_every_enumerated_layout_uses_all_ranks_and_divides():
+    layouts = enumerate_layouts(GPT, TWO_NODES)
+    assert layouts and all(lay.ranks == 8 for lay in layouts)
+    assert all(GPT.heads % lay.tp == 0 and GPT.layers % lay.pp == 0 for lay in layouts)
+
+
+def test_the_plan_ranks_fitting_layouts_first_and_says_why():
+    ranked = plan(GPT, DEV, TWO_NODES)
+    fits = [p.fits for p in ranked]
+    assert fits == sorted(fits, reverse=True)
+    first = [p.step_s for p in ranked if p.fits]
+    assert first == sorted(first)
+    assert ranked[0].layout.label() in why_it_wins(ranked)
+    tiny = DeviceSpec("tiny", 1e6, 1e12)
+    assert why_it_wins(plan(GPT, tiny, TWO_NODES)).startswith("nothing fits")
+
+
+def test_an_impossible_layout_gets_one_clear_message():
+    with pytest.raises(ValueError, match="heads"):
+        predict(GPT, DEV, ClusterSpec(32, 1), Layout(tp=32))

@@ -1,0 +1,27 @@
+"""The self-score's verdict on made-up rank reports: checked inside the top three, INCONCLUSIVE on a thin margin or
+a starved run, failed when a clear, quiet winner was ranked low."""
+from labkit.plan.score import winner_verdict
+
+
+def _ranks(seconds, share=1.0):
+    return [{"rank": r, "seconds": seconds, "cpu_share": share} for r in range(2)]
+
+
+def _rows(predicted_ranks, measured_ms):
+    return [{"layout": f"L{i}", "predicted rank": p, "measured ms": m}
+            for i, (p, m) in enumerate(zip(predicted_ranks, measured_ms))]
+
+
+def test_the_winner_inside_the_top_three_is_checked():
+    ranks = _ranks({"L0": [0.1, 0.1], "L1": [0.2, 0.2]})
+    assert winner_verdict(ranks, _rows([1, 2], [100, 200])).state == "checked"
+
+
+def test_a_low_ranked_winner_fails_only_when_the_margin_is_clear_and_the_machine_quiet():
+    rows = _rows([5, 1], [100, 200])
+    clear = _ranks({"L0": [0.1, 0.1], "L1": [0.2, 0.2]})
+    assert winner_verdict(clear, rows).state == "failed"
+    thin = _ranks({"L0": [0.1, 0.1], "L1": [0.105, 0.105]})
+    assert winner_verdict(thin, _rows([5, 1], [100, 105])).state == "INCONCLUSIVE"
+    starved = _ranks({"L0": [0.1, 0.1], "L1": [0.2, 0.2]}, share=0.3)
+    assert "0.30 of a core" in winner_verdict(starved, rows).detail

@@ -1,0 +1,43 @@
+"""Two layouts of the kit's layer on 2 real gloo ranks: every rank reports its memory, rounds and link fit; a bad
+layout is refused before any process starts."""
+import pytest
+
+from labkit.plan.score import machine_specs, memory_within_band, predictions, score_rows, winner_verdict
+from labkit.plan.score_runs import ScoreConfig, build_stack, mesh_groups, run_layouts
+from labkit.plan.specs import Layout
+
+CFG = ScoreConfig(layers=1, d_model=32, heads=2, seq_len=16, global_batch=4, rounds=2)
+LAYOUTS = [Layout(dp=2, micro_batch=2), Layout(tp=2, micro_batch=4, checkpointing=True)]
+
+
+@pytest.fixture(scope="module")
+def ranks():
+    return run_layouts(CFG, LAYOUTS, world_size=2, timeout_s=120)
+
+
+def test_every_rank_reports_every_layout(ranks):
+    for r in ranks:
+        assert set(r["memory"]) == set(r["seconds"]) == {lay.label() for lay in LAYOUTS}
+        assert all(len(v) == CFG.rounds for v in r["seconds"].values())
+        assert r["link"]["intra"]["beta_s_per_byte"] >= 0 and r["matmul_flops_per_s"] > 0
+
+
+def test_the_planner_predicts_what_the_ranks_hold(ranks):
+    rows = score_rows(ranks, predictions(ranks, CFG, LAYOUTS))
+    assert memory_within_band(rows), rows
+    assert winner_verdict(ranks, rows).state in ("checked", "failed", "INCONCLUSIVE")
+    assert machine_specs(ranks, CFG, 2)[1].efficiency <= 1.0
+
+
+def test_mesh_groups_and_clear_errors():
+    assert mesh_groups(Layout(dp=2, tp=2), 4) == ([[0, 1], [2, 3]], [[0, 2], [1, 3]])
+    with pytest.raises(ValueError, match="pp = cp = 1"):
+        run_layouts(CFG, [Layout(pp=2)], world_size=2)
+    assert len(build_stack(CFG, Layout(checkpointing=True))) == CFG.layers
+
+
+def test_the_emulated_nodes_run_refuses_a_bad_layout_before_building_nodes():
+    from labkit.plan.score_runs import run_layouts_on_nodes
+
+    with pytest.raises(ValueError, match="dp x tp = 4"):
+        run_layouts_on_nodes(CFG, [Layout(dp=2)])
