@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from typing import Mapping
 
-from labkit.core.verdict import CHECKED, FAILED, INCONCLUSIVE, Load, Verdict, judge_at_most
+from labkit.core.verdict import CHECKED, FAILED, INCONCLUSIVE, Load, Verdict, judge_at_least
 from labkit.training.noise_scale import NoiseScale
 from labkit.training.to_target import CriticalBatchFit
 
@@ -105,10 +105,15 @@ def estimates_agree(a: NoiseScale, b: NoiseScale, sigmas: float = 3.0) -> Verdic
     return Verdict(claim, CHECKED if gap <= sigmas * err else FAILED, detail)
 
 
-def fastest_in_band(fastest_batch: int, knee: int, fit: CriticalBatchFit, load: Load) -> Verdict:
-    """Time S(B) x t(B) falls while B < min(knee, B_crit) and rises once B > max(knee, B_crit), so the fastest
-    batch in time lies between them (a factor 2 of slack each side for the step-time and seed noise)."""
-    low, high = min(knee, fit.b_crit) / 2, max(knee, fit.b_crit) * 2
-    off = max(low / fastest_batch, fastest_batch / high, 1.0)
-    return judge_at_most(f"the fastest batch in time lies between the knee ({knee}) and B_crit ({fit.b_crit:.0f})"
-                         f", within 2x", off, 1.0, load=load, unit="x outside the band")
+def throughput_peak_loses(time_s: Mapping[int, float], samples_per_s: Mapping[int, float], fit: CriticalBatchFit,
+                          load: Load, margin: float = 1.1) -> Verdict:
+    """Above B_crit the steps stop falling, so more samples/s stops buying time: where the highest-throughput batch
+    lies above B_crit's interval it takes at least ``margin`` x the time-fastest batch's time to the target."""
+    claim = "above B_crit, the highest-throughput batch is not the fastest to the target"
+    peak = max((b for b in samples_per_s if b in time_s), key=lambda b: samples_per_s[b])
+    if peak <= fit.b_crit_high:
+        return Verdict(claim, INCONCLUSIVE, f"the throughput peak (batch {peak}) is not above B_crit's interval "
+                                            f"({fit.b_crit_low:.0f}-{fit.b_crit_high:.0f}): nothing to show here")
+    best = min(time_s, key=time_s.get)
+    return judge_at_least(f"{claim} (batch {peak} vs batch {best})", time_s[peak] / time_s[best], margin, load=load,
+                          unit="x the fastest batch's time")

@@ -163,13 +163,15 @@ def noise_scale_during_training(model: nn.Module, dataset: Dataset, config: Trai
 
 
 def pooled(estimates: Sequence[NoiseScale]) -> NoiseScale:
-    """Several B_simple estimates combined by inverse-variance weights (e.g. the second half of a run's points)."""
-    usable = [e for e in estimates if e.stderr > 0 and math.isfinite(e.stderr)]
+    """Several B_simple estimates combined in log space, weighted by 1 / relative error^2 (a scale's errors are
+    multiplicative: weighting by absolute error would favour the smallest estimates), e.g. a run's later points."""
+    usable = [e for e in estimates if e.b_simple > 0 and 0 < e.stderr < math.inf]
     if not usable:
-        raise ValueError("no estimate with a finite, positive standard error to pool")
-    weights = [1.0 / e.stderr ** 2 for e in usable]
-    mean = sum(w * e.b_simple for w, e in zip(weights, usable)) / sum(weights)
+        raise ValueError("no positive estimate with a finite, positive standard error to pool")
+    weights = [1.0 / e.relative_error ** 2 for e in usable]
+    log_mean = sum(w * math.log(e.b_simple) for w, e in zip(weights, usable)) / sum(weights)
+    mean = math.exp(log_mean)
     first = usable[0]
-    return NoiseScale(mean, 1.0 / math.sqrt(sum(weights)), statistics.fmean(e.grad_sq for e in usable),
+    return NoiseScale(mean, mean / math.sqrt(sum(weights)), statistics.fmean(e.grad_sq for e in usable),
                       statistics.fmean(e.trace_sigma for e in usable), sum(e.pairs for e in usable), first.b_small,
                       first.b_big, f"{first.source}, {len(usable)} points pooled")

@@ -66,7 +66,8 @@ def reach_target(model: nn.Module, loader: Iterable, config: TrainConfig, val: I
     if not 0 < target <= 1:
         raise ValueError(f"target must be an accuracy in (0, 1], got {target!r}")
     positive_int(eval_every, "eval_every")
-    config = dataclasses.replace(config, log_every=eval_every, read_every=eval_every, evaluate=False, progress=False)
+    config = dataclasses.replace(config, log_every=eval_every, read_every=eval_every, evaluate=False, progress=False,
+                                 profile_model=False)            # no FLOP probe inside the timed run
     seen: list[float] = []
 
     def stop_at_target(record, progress) -> bool:

@@ -1,7 +1,7 @@
 """The critical-batch verdicts: checked, failed and INCONCLUSIVE each reachable, with the numbers in the reason."""
 from labkit.core.verdict import CHECKED, FAILED, INCONCLUSIVE, Load
-from labkit.training.critical_claims import (doubling_ratios, doubling_verdicts, estimates_agree, fastest_in_band,
-                                             noise_grows, noise_scale_agrees)
+from labkit.training.critical_claims import (doubling_ratios, doubling_verdicts, estimates_agree,
+                                             noise_grows, noise_scale_agrees, throughput_peak_loses)
 from labkit.training.noise_scale import NoiseScale
 from labkit.training.to_target import CriticalBatchFit
 
@@ -53,7 +53,11 @@ def test_growth_and_agreement_of_estimates():
     assert estimates_agree(_ns(30, 1), _ns(60, 1)).state == FAILED
 
 
-def test_fastest_in_band_uses_the_load():
-    assert fastest_in_band(64, 128, _fit(), Load()).state == CHECKED
-    assert fastest_in_band(2, 128, _fit(), Load()).state == FAILED
-    assert fastest_in_band(8, 128, _fit(), Load({"kernel": 0.3})).state == INCONCLUSIVE
+def test_throughput_peak_loses_uses_the_load_and_needs_a_peak_above_b_crit():
+    times = {16: 1.0, 64: 0.8, 256: 2.0}
+    rates = {16: 100.0, 64: 300.0, 256: 900.0}
+    assert throughput_peak_loses(times, rates, _fit(), Load()).state == CHECKED
+    assert throughput_peak_loses({16: 1.0, 64: 0.8, 256: 0.82}, rates, _fit(), Load()).state == FAILED
+    assert throughput_peak_loses({16: 1.0, 64: 0.8, 256: 0.82}, rates, _fit(), Load({"k": 0.3})).state == INCONCLUSIVE
+    low_peak = throughput_peak_loses(times, {16: 100.0, 64: 50.0, 256: 10.0}, _fit(), Load())
+    assert low_peak.state == INCONCLUSIVE and "not above" in low_peak.detail

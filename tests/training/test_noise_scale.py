@@ -102,9 +102,9 @@ def test_real_gloo_ranks_agree_with_one_process_at_the_same_weights():
 
 def test_pooled_estimates_weigh_by_inverse_variance():
     from labkit.training.noise_scale import NoiseScale, pooled
-    a, b = NoiseScale(10, 1, 1, 10, 5, 8, 64), NoiseScale(40, 3, 1, 40, 5, 8, 64)
+    a, b = NoiseScale(10, 1, 1, 10, 5, 8, 64), NoiseScale(40, 4, 1, 40, 5, 8, 64)   # both 10% relative error
     both = pooled([a, b])
-    assert both.b_simple == pytest.approx((10 + 40 / 9) / (1 + 1 / 9))
-    assert both.stderr == pytest.approx(1 / math.sqrt(1 + 1 / 9)) and both.pairs == 10
+    assert both.b_simple == pytest.approx(20)                                        # the geometric mean
+    assert both.stderr == pytest.approx(20 * 0.1 / math.sqrt(2)) and both.pairs == 10
     with pytest.raises(ValueError, match="pool"):
         pooled([NoiseScale(1, 0, 1, 1, 2, 8, 64)])
