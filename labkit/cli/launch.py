@@ -15,7 +15,7 @@ import subprocess
 import tempfile
 from typing import TYPE_CHECKING, Any, Iterator
 
-from labkit.cli.common import nonnegative_int, positive_float, positive_int, subparser
+from labkit.cli.common import nonnegative_int_arg, positive_float, positive_int_arg, subparser
 from labkit.comm.launch_env import detect_launcher_env
 from labkit.core.results import ResultStream, keep_finished
 from labkit.core.choices import BACKENDS
@@ -155,17 +155,17 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="seconds before every rank is killed; under a launcher, the collectives' timeout "
                         "(default 120)")
     nodes = p.add_argument_group("several machines (one torchrun per node, c10d rendezvous)")
-    nodes.add_argument("--nnodes", type=positive_int, default=None,
+    nodes.add_argument("--nnodes", type=positive_int_arg, default=None,
                        help="machines in the job; with it this command runs torchrun for this node")
-    nodes.add_argument("--node-rank", type=nonnegative_int, default=None,
+    nodes.add_argument("--node-rank", type=nonnegative_int_arg, default=None,
                        help="this machine's name in the kit's messages, 0..nnodes-1 (0 on the endpoint's host). "
                             "With c10d rendezvous torchrun ignores it (and warns): the rendezvous numbers the nodes "
                             "itself (GROUP_RANK, nodes sorted by address), so RANK need not follow it")
-    nodes.add_argument("--nproc-per-node", type=positive_int, default=1, help="ranks on this machine (default 1)")
+    nodes.add_argument("--nproc-per-node", type=positive_int_arg, default=1, help="ranks on this machine (default 1)")
     nodes.add_argument("--rdzv-endpoint", default=None, help="node 0's HOST:PORT, where the nodes meet")
     nodes.add_argument("--rdzv-id", default="labkit", help="the job's name, the same on every node")
     nodes.add_argument("--local-addr", default=None, help="this machine's address the others can reach")
-    nodes.add_argument("--max-restarts", type=nonnegative_int, default=0,
+    nodes.add_argument("--max-restarts", type=nonnegative_int_arg, default=0,
                        help="times torchrun restarts the group after a failure (default 0)")
     nodes.add_argument("--fork-workers", action="store_true",
                        help="run torchrun's agent in this process and fork the ranks from it (they share torch's "

@@ -20,13 +20,14 @@ from labkit.core.threads import matched_threads
 from labkit.ladder.capabilities import detect_capabilities
 from labkit.ladder.config import LadderConfig, budget_samples
 from labkit.ladder.ddp import measure_ddp
-from labkit.ladder.measure import (Measurement, fp32_math, measure_model, mfu_of, steps_for_budget, train_config,
+from labkit.ladder.measure import (Measurement, measure_model, mfu_of, steps_for_budget, train_config,
                                    train_loader)
 from labkit.ladder.report import LadderResult, LadderRow
 from labkit.ladder.rungs import RUNGS, Capabilities, Recipe, RungSpec, propose
 from labkit.training.batch_rules import scaled_lr
 from labkit.training.ceiling import measure_ceiling
 from labkit.training.finder import find_max_batch
+from labkit.training.flops import fp32_math
 
 HARDWARE_RUNGS = ("tf32", "mixed_precision", "channels_last", "compile", "ddp")   # may fail where unsupported
 MIN_TIMED_STEPS = 3
