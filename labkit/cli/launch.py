@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Iterator
 
 from labkit.cli.common import nonnegative_int_arg, positive_float, positive_int_arg, subparser
 from labkit.comm.launch_env import detect_launcher_env
+from labkit.comm.stop import stop_group
 from labkit.core.results import ResultStream, keep_finished
 from labkit.core.choices import BACKENDS
 
@@ -111,24 +112,12 @@ def _wait_torchrun(proc: subprocess.Popen, node: NodeLaunch, timeout_s: float) -
     try:
         return proc.wait(timeout=timeout_s)
     except subprocess.TimeoutExpired:
-        _stop_group(proc)
+        stop_group(proc, grace_s=10, reap_s=None)
         raise TimeoutError(f"node {node.node_rank}'s torchrun did not finish within --timeout {timeout_s:g} s; "
                            "it was stopped (is every node started, and node 0's endpoint reachable?)") from None
     except BaseException:
-        _stop_group(proc)                                   # Ctrl-C or SIGTERM: no worker outlives this node
+        stop_group(proc, grace_s=10, reap_s=None)                                   # Ctrl-C or SIGTERM: no worker outlives this node
         raise
-
-
-def _stop_group(proc: subprocess.Popen) -> None:
-    """SIGTERM torchrun's process group (it stops its workers), then SIGKILL what is left after 10 s."""
-    for sig, wait_s in ((signal.SIGTERM, 10), (signal.SIGKILL, None)):
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, sig)
-        try:
-            proc.wait(timeout=wait_s)
-            return
-        except subprocess.TimeoutExpired:
-            continue
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
