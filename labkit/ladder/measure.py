@@ -16,10 +16,10 @@ from torch.utils.data import DataLoader, Dataset, RandomSampler
 
 from labkit.core.data import make_device_loader, validate_batch_size, validate_num_workers
 from labkit.ladder.rungs import Recipe
-from labkit.memory.model import build_memory_model
 from labkit.training.config import TrainConfig
 from labkit.training.flops import checked_mfu, fp32_math, math_mode_of, peak_flops_per_s
 from labkit.training.loop import RunResult, evaluate_accuracy, train
+from labkit.training.run_spec import RunSpec
 
 if TYPE_CHECKING:
     from labkit.core.device_loader import BatchLoader, DeviceLoader
@@ -82,14 +82,19 @@ def summarise_run(result: RunResult, warmup_steps: int, sync_every_step: bool) -
     return samples_per_s, step_time_s, startup_s
 
 
+def run_spec(recipe: Recipe, *, lr: float = 0.05, seed: int = 0, lr_warmup_steps: int = 0) -> RunSpec:
+    """The run a recipe describes (SGD, momentum 0.9): its batch, precision, memory format and compilation."""
+    return RunSpec(batch_size=recipe.batch_size, lr=lr, precision=recipe.amp_dtype, channels_last=recipe.channels_last,
+                   compile=recipe.compile, lr_warmup_steps=lr_warmup_steps, seed=seed)
+
+
 def train_config(recipe: Recipe, *, steps: int, lr: float, warmup_steps: int, seed: int, device: str,
                  lr_warmup_steps: int = 0) -> TrainConfig:
     """The loop's TrainConfig for a recipe (also what the hardware ceiling is measured with)."""
-    return TrainConfig(steps=steps, lr=lr, warmup_steps=warmup_steps, device=device, amp_dtype=recipe.amp_dtype,
-                       channels_last=recipe.channels_last, compile=recipe.compile,
-                       sync_every_step=recipe.sync_every_step, evaluate=False, seed=seed, progress=False,
-                       lr_warmup_steps=lr_warmup_steps,
-                       profile_model=not recipe.compile)   # FLOP probes would recompile a compiled model
+    return run_spec(recipe, lr=lr, seed=seed, lr_warmup_steps=lr_warmup_steps).train_config(
+        steps=steps, warmup_steps=warmup_steps, device=device, sync_every_step=recipe.sync_every_step,
+        evaluate=False, progress=False,
+        profile_model=not recipe.compile)   # FLOP probes would recompile a compiled model
 
 
 def measure_model(model: nn.Module, loader: BatchLoader, val_loader: Iterable[tuple[torch.Tensor, torch.Tensor]] | None,
@@ -119,8 +124,7 @@ def _memory_model_bytes(model, loader, recipe: Recipe) -> int | None:
     """The memory model's training-memory estimate for the un-compiled module (CPU, compiled rung)."""
     try:
         x, _ = next(iter(loader))
-        return int(build_memory_model(model, tuple(x.shape[1:]), "sgd", 0.9, amp_dtype=recipe.amp_dtype)
-                   .predict(recipe.batch_size).total_bytes)
+        return int(run_spec(recipe).memory_model(model, tuple(x.shape[1:])).predict(recipe.batch_size).total_bytes)
     except Exception:  # noqa: BLE001 - an estimate that cannot be made is reported as unknown
         return None
 

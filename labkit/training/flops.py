@@ -152,7 +152,8 @@ def active_math_mode(device: str | torch.device | None = None, amp_dtype: str | 
     so MFU is never overstated.
     """
     dev = torch.device(device) if device is not None else torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    tf32 = dev.type == "cuda" and amp_dtype is None and torch.cuda.get_device_capability(dev)[0] >= 8 and _tf32_enabled()
+    tf32 = (dev.type == "cuda" and amp_dtype is None and torch.cuda.get_device_capability(dev)[0] >= 8
+            and _tf32_enabled())
     return math_mode_of(amp_dtype, tf32, dev.type)
 
 
