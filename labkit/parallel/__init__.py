@@ -11,3 +11,9 @@ SGD under mpiexec); data_pitfalls and rank_pitfalls. Inside the layer (13): tens
 sequence parallelism by hand) < tp_dtensor (the same with parallelize_module) < tp_runs (on real ranks) <
 tp_report, tp_compare (against DP and ZeRO-3); tp_cost (the formulas). A rank's device is labkit.comm.worker.rank_device.
 """
+
+# the modules a learner uses (what the notebooks import; docs/api.md lists their names, one line each)
+__all__ = ["costmodel", "data_pitfalls", "diagnose", "drift", "exercises", "hang_exercises", "hangs", "model_parallel",
+           "pipeline", "pipeline_schedules", "plots", "published", "rank_pitfalls", "scaling", "schedule_report",
+           "schedule_sim", "speedup", "sync_sgd", "tensor_parallel", "tp_compare", "tp_cost", "tp_dtensor", "tp_report",
+           "tp_runs"]
