@@ -2,4 +2,4 @@
 """
 
 # the modules a learner uses (what the notebooks import; docs/api.md lists their names, one line each)
-__all__ = ["climb", "config", "exercises"]
+__all__ = ["climb", "config", "exercises", "to_target"]

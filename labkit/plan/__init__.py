@@ -2,3 +2,5 @@
 < planner (step time by term, every feasible layout ranked, why the winner wins) < score (the top layouts run on
 real ranks, predicted against measured) and published (the memory formula against a paper's figures);
 exercises (notebook 14's)."""
+
+__all__ = ["exercises", "planner", "published", "score", "score_runs", "specs"]

@@ -4,5 +4,6 @@
 """
 
 # the modules a learner uses (what the notebooks import; docs/api.md lists their names, one line each)
-__all__ = ["batch_rules", "batch_size", "ceiling", "config", "exercises", "finder", "flops", "loop", "precision",
-           "recorded_run", "reference", "run_spec", "sampling"]
+__all__ = ["batch_rules", "batch_size", "ceiling", "config", "critical_claims", "exercises", "finder", "flops",
+           "loop", "noise_scale", "precision", "recorded_run", "reference", "run_spec", "sampling", "time_to_target",
+           "to_target"]

@@ -4,4 +4,4 @@ finder allow; batch_views: bars, curves and the results table), ring_view and ex
 """
 
 # the modules a learner uses (what the notebooks import; docs/api.md lists their names, one line each)
-__all__ = ["batch_limits", "batch_runs", "dashboard", "explorer", "ring_view"]
+__all__ = ["batch_limits", "batch_runs", "dashboard", "explorer", "plan_view", "ring_view", "target_views"]
