@@ -6,7 +6,9 @@ Per rank and layout: seconds per step each round (after a barrier), the model st
 (:func:`labkit.memory.model.saved_activation_bytes`). Per rank once: the link's alpha and beta fitted from all-reduce
 timings (:func:`labkit.parallel.costmodel.fit_alpha_beta`), the unsplit stack's compute-only step at the dp share
 (for the measured efficiency), and a bare matmul's rate (the "peak" of this device, measured). Layouts are
-:class:`labkit.plan.specs.Layout`; pipeline and context parallelism are not run here (see ``run_layouts``).
+:class:`labkit.plan.specs.Layout`; what this runner can execute is :data:`RUNNABLE` (dp x tp, with or without
+checkpointing, one micro-batch, no ZeRO, pipeline or context parallelism). Given no layouts, the ranks measure
+this machine first and the planner picks what to run within RUNNABLE (:mod:`labkit.plan.runnable`).
 """
 from __future__ import annotations
 
@@ -32,11 +34,14 @@ from labkit.parallel.costmodel import fit_alpha_beta
 from labkit.parallel.sync_sgd import sync_gradients
 from labkit.parallel.tensor_parallel import LayerShape, ParallelBlock, build_block
 from labkit.parallel.tp_runs import layer_inputs, probe_loss
+from labkit.plan.planner import Space
+from labkit.plan.runnable import pick_runs, rank_runnable
 from labkit.plan.specs import Layout
 from labkit.sharding.memory import count_rank_state_bytes
 from labkit.training.flops import measured_matmul_flops_per_s
 
 FIT_SIZES_BYTES = (4 * 1024, 64 * 1024, 512 * 1024)
+RUNNABLE = Space(pp=(1,), cp=(1,), zero=(0,), micro_batches=(1,), checkpointing=(False, True))  # tp: any dividing
 
 
 @dataclass(frozen=True)
@@ -156,13 +161,37 @@ def _compute_only_s(cfg: ScoreConfig, dp: int, repeats: int = 3) -> float:
     return statistics.median(runs)
 
 
-def score_job(cfg_dict: dict, layout_dicts: list[dict], per_node: int | None = None) -> dict:
-    """One rank: the link fit (per tier when ``per_node`` ranks share a node), compute-only time and matmul rate,
-    then every layout's memory and timed rounds."""
-    cfg, rank = ScoreConfig(**cfg_dict), dist.get_rank()
-    layouts = [Layout(**d) for d in layout_dicts]
+def _calibrate(cfg: ScoreConfig, per_node: int | None) -> dict:
+    """This rank's link fit (per tier when ``per_node`` ranks share a node), matmul rate and compute-only step at
+    every dp share of the world."""
     link = _fit_tiers(per_node) if per_node else dict.fromkeys(("intra", "inter"), _fit_link())
     peak, _ = measured_matmul_flops_per_s("cpu", size=256)
+    world = dist.get_world_size()
+    compute = {str(d): _compute_only_s(cfg, d) for d in range(1, world + 1) if world % d == 0}
+    return {"link": link, "per_node": per_node or world, "matmul_flops_per_s": peak, "compute_only_s": compute}
+
+
+def _planner_choice(cfg: ScoreConfig, mine: dict, space: Space) -> tuple[list[Layout], list[str]]:
+    """Every rank's calibration gathered, the planner's ranking within ``space`` and its picks (rank 0's, shared)."""
+    every: list = [None] * dist.get_world_size()
+    dist.all_gather_object(every, mine)
+    ranked = rank_runnable(every, cfg, space)
+    choice = [[ranked[i].layout for i in pick_runs(ranked)], [p.layout.label() for p in ranked]]
+    dist.broadcast_object_list(choice, src=0)
+    return choice[0], choice[1]
+
+
+def score_job(cfg_dict: dict, layout_dicts: list[dict], per_node: int | None = None, space: dict | None = None) -> dict:
+    """One rank: calibration (:func:`_calibrate`); the layouts given, or the planner's picks within ``space``;
+    then every layout's memory and timed rounds."""
+    cfg, rank = ScoreConfig(**cfg_dict), dist.get_rank()
+    out = _calibrate(cfg, per_node)
+    ranking: list[str] = []
+    if layout_dicts:
+        layouts = [Layout(**d) for d in layout_dicts]
+    else:
+        layouts, ranking = _planner_choice(cfg, out, Space(**{k: v if v is None else tuple(v)
+                                                               for k, v in (space or {}).items()}))
     steps = {lay.label(): _layout_step(cfg, lay, rank) for lay in layouts}
     memory = {}
     for name, step in steps.items():
@@ -179,8 +208,7 @@ def score_job(cfg_dict: dict, layout_dicts: list[dict], per_node: int | None = N
                 start = now_s()
                 steps[name](*steps[name].feed)
                 seconds[name].append(now_s() - start)
-    compute = {str(d): _compute_only_s(cfg, d) for d in sorted({lay.dp for lay in layouts})}
-    return {"rank": rank, "link": link, "per_node": per_node or dist.get_world_size(), "matmul_flops_per_s": peak, "compute_only_s": compute,
+    return {**out, "rank": rank, "layouts": [asdict(lay) for lay in layouts], "ranking": ranking,
             "memory": memory, "seconds": seconds, "cpu_share": meter.share}
 
 
@@ -188,27 +216,30 @@ def score_node_job() -> dict:
     """:func:`score_job` on emulated nodes: join the node launcher's group, read the job's parameters, report."""
     me = _join()
     params = job_params()
-    out = score_job(params["cfg"], params["layouts"], per_node=me.local_world_size)
+    out = score_job(params["cfg"], params["layouts"], per_node=me.local_world_size, space=params.get("space"))
     return report({**out, "node": me.group_rank}, me.rank)
 
 
-def run_layouts_on_nodes(cfg: ScoreConfig, layouts: list[Layout], config: NodesConfig | None = None,
-                         per_node: int = 2, timeout_s: float = 240.0) -> list[dict]:
+def run_layouts_on_nodes(cfg: ScoreConfig, layouts: list[Layout] | None = None, config: NodesConfig | None = None,
+                         per_node: int = 2, timeout_s: float = 240.0, space: Space = RUNNABLE) -> list[dict]:
     """Build the emulated nodes (notebook 12's: namespaces and a shaped link), run :func:`score_node_job` on
-    ``per_node`` ranks each, tear the nodes down (always); every rank's report in rank order."""
+    ``per_node`` ranks each (``layouts``, or the planner's picks within ``space``), tear the nodes down (always);
+    every rank's report in rank order."""
     config = config or NodesConfig.fast()
-    for layout in layouts:
+    for layout in layouts or []:
         mesh_groups(layout, config.nodes * per_node)
-    params = {"cfg": asdict(cfg), "layouts": [asdict(lay) for lay in layouts]}
+    params = {"cfg": asdict(cfg), "layouts": [asdict(lay) for lay in layouts or []], "space": asdict(space)}
     with EmulatedNodes(config) as nodes:
         results = run_job(nodes, "labkit.plan.score_runs:score_node_job", nproc_per_node=per_node, params=params,
                           timeout_s=timeout_s).results
     return sorted(results, key=lambda r: r["rank"])
 
 
-def run_layouts(cfg: ScoreConfig, layouts: list[Layout], world_size: int = 4, timeout_s: float = 150.0) -> list[dict]:
-    """Run :func:`score_job` on ``world_size`` ranks under a timeout; every rank's report, in rank order."""
-    for layout in layouts:
+def run_layouts(cfg: ScoreConfig, layouts: list[Layout] | None = None, world_size: int = 4, timeout_s: float = 150.0,
+                space: Space = RUNNABLE) -> list[dict]:
+    """Run :func:`score_job` on ``world_size`` ranks under a timeout (``layouts``, or the planner's picks within
+    ``space``); every rank's report, in rank order."""
+    for layout in layouts or []:
         mesh_groups(layout, world_size)                 # one clear error before any process starts
-    return launch(score_job, world_size, args=(asdict(cfg), [asdict(lay) for lay in layouts]), timeout_s=timeout_s,
-                  show_output=False)
+    return launch(score_job, world_size, args=(asdict(cfg), [asdict(lay) for lay in layouts or []]),
+                  kwargs={"space": asdict(space)}, timeout_s=timeout_s, show_output=False)
