@@ -89,9 +89,16 @@ def torch_cp_job(cfg_dict: dict, seq_len: int) -> dict:
             "max_error": float((whole.double().cpu() - ring).abs().max()), "torch": torch.__version__}
 
 
-def compare_torch_cp(cfg: RingConfig | None = None, world_size: int = 2, seq_len: int = 256,
+def cp_world_size(most: int = 4) -> int:
+    """The GPUs visible, at most ``most``, at least 2 (a ring; the guard then says what is missing)."""
+    return max(2, min(most, torch.cuda.device_count() if torch.cuda.is_available() else 0))
+
+
+def compare_torch_cp(cfg: RingConfig | None = None, world_size: int | None = None, seq_len: int = 256,
                      timeout_s: float = 120.0) -> CpComparison:
-    """Run :func:`torch_cp_job` on ``world_size`` NCCL ranks under a timeout, or say why not (never pretend)."""
+    """Run :func:`torch_cp_job` on ``world_size`` NCCL ranks (default :func:`cp_world_size`) under a timeout, or
+    say why not (never pretend)."""
+    world_size = world_size or cp_world_size()
     reason = torch_cp_unavailable(world_size)
     if reason:
         return CpComparison(False, reason)

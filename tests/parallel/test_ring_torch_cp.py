@@ -27,6 +27,14 @@ def test_too_few_gpus_and_a_missing_api_each_get_a_reason(monkeypatch):
     assert "has no torch.distributed.tensor.experimental.context_parallel" in cp.torch_cp_unavailable(2)
 
 
+def test_the_ring_size_follows_the_gpus_visible(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 8)
+    assert cp.cp_world_size() == 4 and cp.cp_world_size(8) == 8
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert cp.cp_world_size() == 2
+
+
 def test_the_api_imports_on_this_torch():
     assert cp._torch_cp_api() is not None, torch.__version__
 

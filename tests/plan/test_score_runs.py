@@ -2,8 +2,8 @@
 layout is refused before any process starts."""
 import pytest
 
-from labkit.plan.score import (layouts_run, machine_specs, memory_within_band, predictions, score_rows,
-                               winner_verdict)
+from labkit.plan.score import (layouts_run, machine_specs, memory_within_band, planner_ranking, predictions,
+                               score_rows, winner_verdict)
 from labkit.plan.score_runs import RUNNABLE, ScoreConfig, build_stack, mesh_groups, run_layouts
 from labkit.plan.specs import Layout
 
@@ -25,6 +25,7 @@ def test_the_planner_picked_what_ran_within_the_runnable_space(ranks):
     assert all(r["ranking"] == ranks[0]["ranking"] for r in ranks)     # every rank ran the same picks
     rows = score_rows(ranks, predictions(ranks, CFG, ran))
     assert sorted(r["predicted rank"] for r in rows) == [1, 2, 3, 4]
+    assert [r["run"] for r in planner_ranking(ranks)] == [True] * 4
     assert all(RUNNABLE.allows(machine_specs(ranks, CFG, 1)[0], lay) for lay in ran)
 
 
