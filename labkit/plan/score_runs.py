@@ -7,8 +7,8 @@ Per rank and layout: seconds per step each round (after a barrier), the model st
 timings (:func:`labkit.parallel.costmodel.fit_alpha_beta`), the unsplit stack's compute-only step at the dp share
 (for the measured efficiency), and a bare matmul's rate (the "peak" of this device, measured). Layouts are
 :class:`labkit.plan.specs.Layout`; what this runner can execute is :data:`RUNNABLE` (dp x tp, with or without
-checkpointing, one micro-batch, no ZeRO, pipeline or context parallelism). Given no layouts, the ranks measure
-this machine first and the planner picks what to run within RUNNABLE (:mod:`labkit.plan.runnable`).
+checkpointing, one or two micro-batches accumulated; no ZeRO, pipeline or context parallelism). Given no layouts,
+the ranks measure this machine first and the planner picks what to run within RUNNABLE (:mod:`labkit.plan.runnable`).
 """
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ from labkit.cluster.run import run_job
 from labkit.comm.launch import launch
 from labkit.core.clock import now_s
 from labkit.core.contention import ShareMeter
-from labkit.core.step import TrainStep
+from labkit.core.step import StepOptions, TrainStep
 from labkit.core.validation import positive_int
 from labkit.memory.model import saved_activation_bytes
 from labkit.parallel.costmodel import fit_alpha_beta
@@ -41,7 +41,7 @@ from labkit.sharding.memory import count_rank_state_bytes
 from labkit.training.flops import measured_matmul_flops_per_s
 
 FIT_SIZES_BYTES = (4 * 1024, 64 * 1024, 512 * 1024)
-RUNNABLE = Space(pp=(1,), cp=(1,), zero=(0,), micro_batches=(1,), checkpointing=(False, True))  # tp: any dividing
+RUNNABLE = Space(pp=(1,), cp=(1,), zero=(0,), micro_batches=(1, 2), checkpointing=(False, True))  # tp: any dividing
 
 
 @dataclass(frozen=True)
@@ -104,7 +104,8 @@ def build_stack(cfg: ScoreConfig, layout: Layout, tp_rank: int = 0, tp_group: ob
 
 
 def _layout_step(cfg: ScoreConfig, layout: Layout, rank: int) -> TrainStep:
-    """This rank's step: its TP part, its DP share of the batch, Adam, gradients averaged over its DP group."""
+    """This rank's step: its TP part, its DP share of the batch in micro-batches of ``layout.micro_batch``
+    (gradients accumulated), Adam, gradients averaged over its DP group once per step."""
     tp_members, dp_members = mesh_groups(layout, dist.get_world_size())
     (tp_group, tp_ranks), (dp_group, dp_ranks) = _mine(tp_members, rank), _mine(dp_members, rank)
     model = build_stack(cfg, layout, tp_ranks.index(rank), tp_group)
@@ -116,7 +117,8 @@ def _layout_step(cfg: ScoreConfig, layout: Layout, rank: int) -> TrainStep:
         if len(dp_ranks) > 1:
             sync_gradients(m, lambda t: dist.all_reduce(t, group=dp_group), len(dp_ranks), bucket=True)
 
-    step = TrainStep(model, opt, loss_fn=probe_loss, grad_hook=dp_sync)
+    accumulate = StepOptions(accumulation_steps=cfg.global_batch // (layout.dp * layout.micro_batch))
+    step = TrainStep(model, opt, loss_fn=probe_loss, grad_hook=dp_sync, options=accumulate)
     step.feed = tuple(v.chunk(layout.dp)[dp_ranks.index(rank)].contiguous()  # type: ignore[attr-defined]
                       for v in layer_inputs(cfg.shape()))
     return step
@@ -193,12 +195,13 @@ def score_job(cfg_dict: dict, layout_dicts: list[dict], per_node: int | None = N
         layouts, ranking = _planner_choice(cfg, out, Space(**{k: v if v is None else tuple(v)
                                                                for k, v in (space or {}).items()}))
     steps = {lay.label(): _layout_step(cfg, lay, rank) for lay in layouts}
-    memory = {}
+    layouts_by, memory = {lay.label(): lay for lay in layouts}, {}
     for name, step in steps.items():
         step(*step.feed)                                        # warm-up, and Adam's state exists
         state = count_rank_state_bytes(step.model.parameters(), step.optimizer)
         memory[name] = {"params": step.held["params"], "grads": step.held["grads"], "optimizer": state["optimizer"],
-                        "activations": saved_activation_bytes(step.model, step.feed[0])}
+                        "activations": saved_activation_bytes(step.model,   # one micro-batch's
+                                                              step.feed[0][:layouts_by[name].micro_batch])}
     seconds: dict[str, list[float]] = {name: [] for name in steps}
     names = list(steps)
     with ShareMeter() as meter:

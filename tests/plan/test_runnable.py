@@ -25,7 +25,8 @@ def test_pick_runs_takes_the_top_three_the_worst_and_a_middle_one():
 def test_the_ranking_stays_in_the_runnable_space_and_is_fastest_first():
     ranked = rank_runnable(_calibration(), CFG, RUNNABLE)
     labels = {p.layout.label() for p in ranked}
-    assert labels == {f"dp{4 // t} tp{t} pp1 cp1 zero0 mb{8 // (4 // t)}" + c for t in (1, 2, 4) for c in ("", " ckpt")}
+    assert labels == {f"dp{4 // t} tp{t} pp1 cp1 zero0 mb{8 // (4 // t) // m}" + c
+                      for t in (1, 2, 4) for m in (1, 2) for c in ("", " ckpt")}
     assert [p.step_s for p in ranked] == sorted(p.step_s for p in ranked)
 
 

@@ -13,19 +13,17 @@ LAYOUTS = [Layout(dp=2, micro_batch=2), Layout(tp=2, micro_batch=4, checkpointin
 
 @pytest.fixture(scope="module")
 def ranks():
-    """No layouts given: the ranks measure this machine and the planner picks within RUNNABLE (here all four)."""
+    """No layouts given: the ranks measure this machine and the planner picks within RUNNABLE (8 layouts here)."""
     return run_layouts(CFG, world_size=2, timeout_s=120)
 
 
 def test_the_planner_picked_what_ran_within_the_runnable_space(ranks):
     ran = layouts_run(ranks)
-    assert {lay.label() for lay in ran} == {lay.label() for lay in LAYOUTS} | {"dp2 tp1 pp1 cp1 zero0 mb2 ckpt",
-                                                                               "dp1 tp2 pp1 cp1 zero0 mb4"}
-    assert sorted(ranks[0]["ranking"]) == sorted(lay.label() for lay in ran)
+    assert len(ranks[0]["ranking"]) == 8 and len(ran) == 5                 # tp 1|2 x ckpt x 1|2 micro-batches
     assert all(r["ranking"] == ranks[0]["ranking"] for r in ranks)     # every rank ran the same picks
     rows = score_rows(ranks, predictions(ranks, CFG, ran))
-    assert sorted(r["predicted rank"] for r in rows) == [1, 2, 3, 4]
-    assert [r["run"] for r in planner_ranking(ranks)] == [True] * 4
+    assert sorted(r["predicted rank"] for r in rows)[:3] == [1, 2, 3] and max(r["predicted rank"] for r in rows) == 8
+    assert [r["run"] for r in planner_ranking(ranks)].count(True) == 5
     assert all(RUNNABLE.allows(machine_specs(ranks, CFG, 1)[0], lay) for lay in ran)
 
 
