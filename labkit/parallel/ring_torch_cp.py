@@ -4,8 +4,11 @@
 schedule :mod:`labkit.parallel.ring_runs` runs on gloo) on the same inputs.
 
 torch's context_parallel is CUDA-first: it swaps SDPA's flash / memory-efficient / cuDNN kernels for ring versions,
-and causal SDPA on CPU has no sharding strategy (torch 2.13+), so without one GPU per rank this says NOT CHECKED and
-why (:func:`torch_cp_unavailable`) instead of running. Its causal load balancer is the head-tail split, the same
+and causal SDPA on CPU has no sharding strategy (torch 2.13+: "aten._scaled_dot_product_flash_attention_for_cpu ...
+does not have a sharding strategy registered", seen on 2.14.1), so without one GPU per rank this says NOT CHECKED
+and why (:func:`torch_cp_unavailable`) instead of running. Non-causal SDPA on gloo CPU ranks does run, but through
+DTensor's generic sharding propagation of the op's decomposition, not a ring kernel (about 40 s for 64 tokens on 2
+ranks here, 2.14.1): not torch's context parallelism worth comparing, so it is not used. Its causal load balancer is the head-tail split, the same
 zig-zag as the hand-written ring (Liu et al. 2023, arXiv:2310.01889; Brandon et al. 2023, arXiv:2311.09431).
 The API is a prototype (torch 2.7+ keeps it under ``experimental``): imported lazily and guarded.
 """
