@@ -19,8 +19,9 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "scripts"))     # its developer modules: gpu_report, step_lanes (not the learner's kit)
 
-from labkit.cli.step_lanes import GpuMemorySampler, Step, run_steps  # noqa: E402  (torch-free)
+from step_lanes import GpuMemorySampler, Step, run_steps  # noqa: E402  (torch-free)
 from labkit.core.rundirs import run_path  # noqa: E402
 FIXTURES = REPO / "tests" / "fixtures" / "gpu_check"
 NOTEBOOK_CELL_TIMEOUT_S = 900
@@ -188,7 +189,7 @@ def write_report(text: str, out: Path) -> Path:
 
 def dry_run(out: Path) -> int:
     """Render the report from the recorded H100 fixtures and check that every section came out."""
-    from labkit.cli.gpu_report import load_inputs, render_report
+    from gpu_report import load_inputs, render_report
 
     versions = json.loads((FIXTURES / "versions.json").read_text())
     text = render_report(load_inputs(FIXTURES, versions, dry_run=True, notes=DRY_RUN_NOTES))
@@ -224,7 +225,7 @@ def main(argv: list[str] | None = None) -> int:
         if not args.dry_run:
             print("no CUDA GPU on this machine: nothing to check live; dry run of the report writer instead")
         return dry_run(args.out or run_path("gpu-check", "gpu-report-dry-run.md"))
-    from labkit.cli.gpu_report import load_inputs, render_report
+    from gpu_report import load_inputs, render_report
 
     work = run_path("gpu-check")
     previous = work.with_name("gpu-check.previous")     # a failed step must show "not available", never an older

@@ -63,3 +63,38 @@ def test_tensorflow_then_torch_training_does_not_crash():
             "m(torch.ones(1, 2)).sum().backward(); o.step(); print('trained')")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=180)
     assert proc.returncode == 0 and "trained" in proc.stdout, proc.stderr[-500:]
+
+
+def _notebook_modules() -> dict[str, set[str]]:
+    """Subpackage -> the modules of it the notebooks import (read from their code cells, as docs/api.md is)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("api_page", REPO / "scripts" / "api_page.py")
+    api_page = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(api_page)
+    out: dict[str, set[str]] = {}
+    for module, name in api_page.notebook_names(NOTEBOOKS):
+        parts = module.split(".")
+        if len(parts) >= 3:
+            out.setdefault(parts[1], set()).add(parts[2])
+        elif len(parts) == 2 and (REPO / "labkit" / parts[1] / f"{name}.py").exists():
+            out.setdefault(parts[1], set()).add(name)
+    return out
+
+
+@pytest.mark.parametrize("package", labkit.__all__)
+def test_each_subpackage_lists_what_a_learner_uses_with_a_first_line_each(package):
+    """Its __all__ names modules that exist, every module a notebook imports among them, each with a docstring."""
+    import ast
+    import importlib
+
+    sub = importlib.import_module(f"labkit.{package}")
+    listed = set(getattr(sub, "__all__", ()))
+    folder = REPO / "labkit" / package
+    assert listed and all((folder / f"{m}.py").exists() for m in listed), f"labkit.{package}.__all__: {sorted(listed)}"
+    missing = _notebook_modules().get(package, set()) - listed
+    assert not missing, f"notebooks import labkit.{package}.{sorted(missing)}: add them to its __all__"
+    for m in listed:
+        doc = ast.get_docstring(ast.parse((folder / f"{m}.py").read_text()))
+        assert doc and doc.strip().splitlines()[0], f"labkit/{package}/{m}.py has no docstring first line"
+    assert sub.__doc__ and sub.__doc__.strip().splitlines()[0]

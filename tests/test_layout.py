@@ -21,7 +21,7 @@ LAYERS = {"core": 0, "memory": 1, "comm": 1, "training": 2, "profile": 3, "input
 TORCH_FREE = ("core.clock", "core.validation", "core.machine", "core.procs", "core.rundirs", "core.progress",
               "core.results", "core.envcheck", "core.manifest",
               "core.lessons", "core.contention", "core.verdict", "training.batch_rules", "cluster.nodes",
-              "cluster.rankside", "cluster.slurm", "comm.launch_nodes")
+              "cluster.rankside", "cluster.slurm", "comm.launch_nodes", "comm.stop")
 MAX_MODULE_LINES = 320          # STYLE.md: "under ~300 lines"; a little slack for docstrings
 CLOCK_CALLS = {("time", "perf_counter"), ("time", "time"), ("time", "monotonic"), ("time", "perf_counter_ns"),
                ("time", "process_time")}
@@ -311,3 +311,27 @@ def test_one_training_step_every_other_sequence_is_a_named_lesson():
             if f"{name}.{qual}" not in OWN_STEP_ALLOWED:
                 own.append(f"{name}.{qual} line {line}: {call}()")
     assert not own, f"a training step outside labkit.core.step (use TrainStep, or name the lesson here): {own}"
+
+
+# One home per mechanism (issue 35): source text that may appear in one module only (plus named exceptions).
+SINGLE_HOMES = {
+    "def positive_int(": ("core.validation",),                      # the CLI's argparse types call checked_int
+    "amp_dtype must be": ("core.dtypes",),                          # the amp spelling table validates itself
+    ".fp32_precision": ("training.flops",),                         # the one TF32 switch and math-mode rule
+    "set_float32_matmul_precision": ("training.flops",),
+    "saved_tensors_hooks(": ("memory.saved",
+                             "parallel.schedule_trace"),            # the meter wraps saved tensors to see them freed
+    ".untyped_storage()": ("memory.saved",),                        # storage keys and bytes counted one way
+    "os.killpg(": ("comm.stop",),                                   # one way to stop a launched process group
+    'with_name("torchrun")': ("comm.launch_nodes",),                # one torchrun command builder
+    'environ["LOCAL_RANK"]': (),                                    # comm.launch_env reads the launcher's variables
+    'environ["WORLD_SIZE"]': (),
+}
+
+
+@pytest.mark.parametrize("text", sorted(SINGLE_HOMES))
+def test_each_mechanism_has_one_home(text):
+    homes = {name for name, path in modules() if text in path.read_text()}
+    assert homes <= set(SINGLE_HOMES[text]), (f"{text!r} is written outside its home {SINGLE_HOMES[text]}: "
+                                              f"{sorted(homes - set(SINGLE_HOMES[text]))}; call the home instead")
+    assert homes or not SINGLE_HOMES[text], f"{text!r} is in none of {SINGLE_HOMES[text]}: update SINGLE_HOMES"

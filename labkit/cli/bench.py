@@ -11,7 +11,7 @@ import json
 import sys
 import threading
 
-from labkit.cli.common import (add_results_flag, byte_list, nonnegative_int, parse_bytes, positive_float, positive_int,
+from labkit.cli.common import (add_results_flag, byte_list, nonnegative_int_arg, parse_bytes, positive_float, positive_int_arg,
                                print_json, results_file, subparser)
 from labkit.core.choices import BACKENDS, COMM_DTYPES
 from labkit.core.clock import now_s
@@ -133,15 +133,15 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                             "labkit allreduce-bench --world-size 4 -b 8 -e 128M -f 2",
                             "labkit allreduce-bench --world-size 2 --sizes 1K,64K,1M -n 50 -w 5",
                             "labkit allreduce-bench --backend nccl --world-size 8 -b 1M -e 1G --json"])
-    p.add_argument("--world-size", "-g", type=positive_int, default=2, help="number of ranks (processes; default 2)")
+    p.add_argument("--world-size", "-g", type=positive_int_arg, default=2, help="number of ranks (processes; default 2)")
     p.add_argument("--backend", choices=BACKENDS, default="auto",
                    help="auto = nccl if there is a GPU per rank, else gloo (default auto)")
     p.add_argument("--sizes", type=byte_list, default=None, help="explicit sizes per rank, e.g. 1K,64K,1M")
     p.add_argument("--min-bytes", "-b", type=parse_bytes, default=parse_bytes("16"), help="smallest size (default 16)")
     p.add_argument("--max-bytes", "-e", type=parse_bytes, default=parse_bytes("16M"), help="largest size (default 16M)")
-    p.add_argument("--step-factor", "-f", type=positive_int, default=4, help="size multiplier (default 4)")
-    p.add_argument("--iters", "-n", type=positive_int, default=20, help="timed all-reduces per size (default 20)")
-    p.add_argument("--warmup", "-w", type=nonnegative_int, default=5, help="untimed warm-up calls per size (default 5)")
+    p.add_argument("--step-factor", "-f", type=positive_int_arg, default=4, help="size multiplier (default 4)")
+    p.add_argument("--iters", "-n", type=positive_int_arg, default=20, help="timed all-reduces per size (default 20)")
+    p.add_argument("--warmup", "-w", type=nonnegative_int_arg, default=5, help="untimed warm-up calls per size (default 5)")
     p.add_argument("--dtype", choices=tuple(COMM_DTYPES), default="float32", help="element type (default float32)")
     p.add_argument("--timeout-s", type=positive_float, default=300.0,
                    help="kill every rank after this many seconds (default 300)")

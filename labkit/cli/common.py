@@ -18,6 +18,7 @@ import numpy as np
 from labkit.core.choices import DATASETS, MODELS
 from labkit.core.envcheck import writable_place_problem
 from labkit.core.rundirs import RUN_DIR_ENV_VAR, run_path
+from labkit.core.validation import checked_int
 
 if TYPE_CHECKING:
     from torch import nn
@@ -30,21 +31,23 @@ Column = tuple[str, str, Callable[[Any], str]]  # (row key, header with unit, fo
 
 
 def _int_at_least(text: str, minimum: int, wanted: str) -> int:
+    """Parse ``text``, then hold it to the kit's one integer rule (:func:`labkit.core.validation.checked_int`)."""
     try:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected {wanted}, got {text!r}") from None
-    if value < minimum:
-        raise argparse.ArgumentTypeError(f"expected {wanted}, got {value}")
-    return value
+    try:
+        return checked_int(value, "the value", minimum=minimum)  # type: ignore[return-value]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected {wanted}, got {value}") from None
 
 
-def positive_int(text: str) -> int:
-    """argparse type: an integer >= 1."""
+def positive_int_arg(text: str) -> int:
+    """argparse type: an integer >= 1 (the rule of :func:`labkit.core.validation.positive_int`)."""
     return _int_at_least(text, 1, "a positive integer (1, 2, 3, ...)")
 
 
-def nonnegative_int(text: str) -> int:
+def nonnegative_int_arg(text: str) -> int:
     """argparse type: an integer >= 0."""
     return _int_at_least(text, 0, "an integer >= 0")
 
@@ -77,8 +80,8 @@ def int_list(text: str) -> list[int]:
     items = [part.strip() for part in text.split(",") if part.strip()]
     if not items:
         raise argparse.ArgumentTypeError(f"expected comma-separated positive integers like 16,32,64, got {text!r}")
-    _require_commas(text, positive_int)
-    return [positive_int(item) for item in items]
+    _require_commas(text, positive_int_arg)
+    return [positive_int_arg(item) for item in items]
 
 
 def parse_bytes(text: str) -> int:
@@ -211,7 +214,7 @@ def add_model_flags(parser: argparse.ArgumentParser, default_model: str = "small
                         help="dataset: auto = CIFAR-10 if cached or downloadable, else the offline digits")
     parser.add_argument("--device", type=device_name, default=None,
                         help="cpu, cuda or cuda:N (default: first GPU, else CPU)")
-    parser.add_argument("--seed", type=nonnegative_int, default=0, help="random seed (default 0)")
+    parser.add_argument("--seed", type=nonnegative_int_arg, default=0, help="random seed (default 0)")
 
 
 def subparser(sub: argparse._SubParsersAction, name: str, *, help: str, description: str,

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import argparse
 
-from labkit.cli.common import positive_float, positive_int, subparser
+from labkit.cli.common import positive_float, positive_int_arg, subparser
 
 
 def run(args: argparse.Namespace) -> int:
@@ -31,7 +31,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                   examples=["labkit diagnose --world-size 3 labkit.parallel.hang_exercises:uneven_shards_loop",
                             "labkit diagnose --world-size 3 --detail --pg-timeout 5 mytrain:main"])
     p.add_argument("target", help="the training function, as package.module:function (called with no arguments)")
-    p.add_argument("--world-size", type=positive_int, default=2, help="ranks to start (default 2)")
+    p.add_argument("--world-size", type=positive_int_arg, default=2, help="ranks to start (default 2)")
     p.add_argument("--pg-timeout", type=positive_float, default=10.0,
                    help="seconds a collective may wait before it raises (default 10)")
     p.add_argument("--timeout", type=positive_float, default=120.0,

@@ -11,7 +11,7 @@ import dataclasses
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from labkit.cli.common import add_output_flags, device_name, int_list, positive_int, subparser
+from labkit.cli.common import add_output_flags, device_name, int_list, positive_int_arg, subparser
 from labkit.core.choices import MODELS
 from labkit.core.envcheck import writable_place_problem
 from labkit.core.results import ResultStream, StoppedEarly, keep_finished
@@ -129,11 +129,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--model", choices=MODELS, help="model (default: small_cnn in fast mode, resnet18 in full)")
     p.add_argument("--dataset", choices=("auto", "cifar10", "digits", "synthetic"),
                    help="dataset for labkit.core.data.load_data (default: auto)")
-    p.add_argument("--train-limit", type=positive_int, help="use at most this many training images")
+    p.add_argument("--train-limit", type=positive_int_arg, help="use at most this many training images")
     p.add_argument("--budget-epochs", type=int, help="fixed training budget per rung, in epochs")
     p.add_argument("--batch-sizes", type=int_list, help="rung 1's candidate batch sizes, comma-separated: 16,32,64")
     p.add_argument("--skip", nargs="+", choices=RUNG_KEYS[1:], help="rungs to leave out")
-    p.add_argument("--ddp-world-size", type=positive_int,
+    p.add_argument("--ddp-world-size", type=positive_int_arg,
                    help="processes for the DDP rung (default: one per GPU, or 2 gloo processes on a CPU)")
     p.add_argument("--device", type=device_name, help="cpu, cuda or cuda:N (default: the first GPU, else the CPU)")
     add_output_flags(p)

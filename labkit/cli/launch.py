@@ -15,8 +15,9 @@ import subprocess
 import tempfile
 from typing import TYPE_CHECKING, Any, Iterator
 
-from labkit.cli.common import nonnegative_int, positive_float, positive_int, subparser
+from labkit.cli.common import nonnegative_int_arg, positive_float, positive_int_arg, subparser
 from labkit.comm.launch_env import detect_launcher_env
+from labkit.comm.stop import stop_group
 from labkit.core.results import ResultStream, keep_finished
 from labkit.core.choices import BACKENDS
 
@@ -111,24 +112,12 @@ def _wait_torchrun(proc: subprocess.Popen, node: NodeLaunch, timeout_s: float) -
     try:
         return proc.wait(timeout=timeout_s)
     except subprocess.TimeoutExpired:
-        _stop_group(proc)
+        stop_group(proc, grace_s=10, reap_s=None)
         raise TimeoutError(f"node {node.node_rank}'s torchrun did not finish within --timeout {timeout_s:g} s; "
                            "it was stopped (is every node started, and node 0's endpoint reachable?)") from None
     except BaseException:
-        _stop_group(proc)                                   # Ctrl-C or SIGTERM: no worker outlives this node
+        stop_group(proc, grace_s=10, reap_s=None)                                   # Ctrl-C or SIGTERM: no worker outlives this node
         raise
-
-
-def _stop_group(proc: subprocess.Popen) -> None:
-    """SIGTERM torchrun's process group (it stops its workers), then SIGKILL what is left after 10 s."""
-    for sig, wait_s in ((signal.SIGTERM, 10), (signal.SIGKILL, None)):
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, sig)
-        try:
-            proc.wait(timeout=wait_s)
-            return
-        except subprocess.TimeoutExpired:
-            continue
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -155,17 +144,17 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="seconds before every rank is killed; under a launcher, the collectives' timeout "
                         "(default 120)")
     nodes = p.add_argument_group("several machines (one torchrun per node, c10d rendezvous)")
-    nodes.add_argument("--nnodes", type=positive_int, default=None,
+    nodes.add_argument("--nnodes", type=positive_int_arg, default=None,
                        help="machines in the job; with it this command runs torchrun for this node")
-    nodes.add_argument("--node-rank", type=nonnegative_int, default=None,
+    nodes.add_argument("--node-rank", type=nonnegative_int_arg, default=None,
                        help="this machine's name in the kit's messages, 0..nnodes-1 (0 on the endpoint's host). "
                             "With c10d rendezvous torchrun ignores it (and warns): the rendezvous numbers the nodes "
                             "itself (GROUP_RANK, nodes sorted by address), so RANK need not follow it")
-    nodes.add_argument("--nproc-per-node", type=positive_int, default=1, help="ranks on this machine (default 1)")
+    nodes.add_argument("--nproc-per-node", type=positive_int_arg, default=1, help="ranks on this machine (default 1)")
     nodes.add_argument("--rdzv-endpoint", default=None, help="node 0's HOST:PORT, where the nodes meet")
     nodes.add_argument("--rdzv-id", default="labkit", help="the job's name, the same on every node")
     nodes.add_argument("--local-addr", default=None, help="this machine's address the others can reach")
-    nodes.add_argument("--max-restarts", type=nonnegative_int, default=0,
+    nodes.add_argument("--max-restarts", type=nonnegative_int_arg, default=0,
                        help="times torchrun restarts the group after a failure (default 0)")
     nodes.add_argument("--fork-workers", action="store_true",
                        help="run torchrun's agent in this process and fork the ranks from it (they share torch's "

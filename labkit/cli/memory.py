@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import argparse
 
-from labkit.cli.common import format_bytes, format_table, positive_int, print_json, subparser
+from labkit.cli.common import format_bytes, format_table, positive_int_arg, print_json, subparser
 from labkit.core.choices import MODELS, OPTIMIZERS
 
 MAX_WORLD_SIZE = 1 << 16
@@ -68,10 +68,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                   examples=["labkit memory --model resnet18 --world-size 4 --strategy zero2 --json",
                             "labkit memory --model small_cnn --world-size 8 --strategy all"])
     p.add_argument("--model", choices=MODELS, default="resnet18", help="model (default resnet18)")
-    p.add_argument("--world-size", type=positive_int, default=1, help="number of data-parallel ranks (default 1)")
+    p.add_argument("--world-size", type=positive_int_arg, default=1, help="number of data-parallel ranks (default 1)")
     p.add_argument("--strategy", choices=("ddp", "zero1", "zero2", "zero3", "all"), default="all",
                    help="sharding strategy, or all (default all)")
-    p.add_argument("--batch-size", type=positive_int, default=32, help="micro-batch per rank (default 32)")
+    p.add_argument("--batch-size", type=positive_int_arg, default=32, help="micro-batch per rank (default 32)")
     p.add_argument("--optimizer", choices=OPTIMIZERS, default="adam", help="optimizer (default adam)")
     p.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
     p.set_defaults(func=run)

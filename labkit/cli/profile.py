@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from labkit.cli.common import (add_model_flags, add_output_flags, fmt, format_bytes, format_table, load_workload,
-                               nonnegative_int, positive_int, print_json, subparser)
+                               nonnegative_int_arg, positive_int_arg, print_json, subparser)
 from labkit.core.clock import timestamp_s
 from labkit.core.progress import progress_bar
 from labkit.core.envcheck import writable_place_problem
@@ -131,17 +131,17 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                             "labkit profile --wait 1 --warmup 1 --active 3 --repeat 2 --run-dir runs/prof",
                             "labkit profile --dataset synthetic --json"])
     add_model_flags(p)
-    p.add_argument("--batch-size", type=positive_int, default=32, help="samples per step (default 32)")
-    p.add_argument("--wait", type=nonnegative_int, default=1, help="steps skipped before tracing (default 1)")
-    p.add_argument("--warmup", type=nonnegative_int, default=1, help="steps traced then discarded (default 1)")
-    p.add_argument("--active", type=positive_int, default=3, help="steps recorded per cycle (default 3)")
-    p.add_argument("--repeat", type=positive_int, default=1, help="number of cycles (default 1)")
-    p.add_argument("--steps", type=positive_int, default=None,
+    p.add_argument("--batch-size", type=positive_int_arg, default=32, help="samples per step (default 32)")
+    p.add_argument("--wait", type=nonnegative_int_arg, default=1, help="steps skipped before tracing (default 1)")
+    p.add_argument("--warmup", type=nonnegative_int_arg, default=1, help="steps traced then discarded (default 1)")
+    p.add_argument("--active", type=positive_int_arg, default=3, help="steps recorded per cycle (default 3)")
+    p.add_argument("--repeat", type=positive_int_arg, default=1, help="number of cycles (default 1)")
+    p.add_argument("--steps", type=positive_int_arg, default=None,
                    help="training steps to run (default: exactly what the schedule needs)")
     p.add_argument("--run-dir", default=None,
                    help="trace directory (default <run root>/profile/<model>-b<batch>-<time>; the run root is "
                         "runs/ at the repository root, or $LABKIT_RUN_DIR)")
     p.add_argument("--sync-every-step", action="store_true", help="call loss.item() each step (shows the sync cost)")
-    p.add_argument("--top", type=positive_int, default=10, help="operators to list (default 10)")
+    p.add_argument("--top", type=positive_int_arg, default=10, help="operators to list (default 10)")
     add_output_flags(p)
     p.set_defaults(func=run)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 
 from labkit.cli.common import (add_output_flags, add_results_flag, device_name, fmt, format_table, jsonable,
-                               nonnegative_int, parse_bytes, positive_int, print_json, results_file, subparser)
+                               nonnegative_int_arg, parse_bytes, positive_int_arg, print_json, results_file, subparser)
 from labkit.core.progress import progress_bar
 from labkit.core.results import ResultStream, keep_finished
 
@@ -104,18 +104,18 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                             "labkit roofline --model transformer --batch-size 16 --top 15",
                             "labkit roofline --max-matmul 4096 --bandwidth-bytes 256M --json"])
     p.add_argument("--model", choices=ROOFLINE_MODELS, default="resnet18", help="workload (default resnet18)")
-    p.add_argument("--batch-size", type=positive_int, default=16, help="samples per step (default 16)")
-    p.add_argument("--image-size", type=positive_int, default=16, help="ResNet-18 image side (default 16)")
-    p.add_argument("--seq-len", type=positive_int, default=64, help="transformer tokens per sample (default 64)")
-    p.add_argument("--d-model", type=positive_int, default=128, help="transformer width (default 128)")
-    p.add_argument("--steps", type=positive_int, default=2, help="recorded training steps (default 2)")
-    p.add_argument("--max-matmul", type=positive_int, default=1024, help="largest matmul side swept (default 1024)")
+    p.add_argument("--batch-size", type=positive_int_arg, default=16, help="samples per step (default 16)")
+    p.add_argument("--image-size", type=positive_int_arg, default=16, help="ResNet-18 image side (default 16)")
+    p.add_argument("--seq-len", type=positive_int_arg, default=64, help="transformer tokens per sample (default 64)")
+    p.add_argument("--d-model", type=positive_int_arg, default=128, help="transformer width (default 128)")
+    p.add_argument("--steps", type=positive_int_arg, default=2, help="recorded training steps (default 2)")
+    p.add_argument("--max-matmul", type=positive_int_arg, default=1024, help="largest matmul side swept (default 1024)")
     p.add_argument("--bandwidth-bytes", type=parse_bytes, default=64 * 2**20,
                    help="bytes per array for copy and triad (default 64M)")
-    p.add_argument("--repeats", type=positive_int, default=5, help="timed repeats per roof (default 5)")
-    p.add_argument("--top", type=positive_int, default=10, help="operators to list (default 10)")
+    p.add_argument("--repeats", type=positive_int_arg, default=5, help="timed repeats per roof (default 5)")
+    p.add_argument("--top", type=positive_int_arg, default=10, help="operators to list (default 10)")
     p.add_argument("--device", type=device_name, default=None, help="cpu, cuda or cuda:N (default: first GPU, else CPU)")
-    p.add_argument("--seed", type=nonnegative_int, default=0, help="random seed (default 0)")
+    p.add_argument("--seed", type=nonnegative_int_arg, default=0, help="random seed (default 0)")
     add_results_flag(p, "runs/roofline/MODEL.jsonl")
     add_output_flags(p)
     p.set_defaults(func=run)

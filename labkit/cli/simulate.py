@@ -10,8 +10,8 @@ import sys
 
 import numpy as np
 
-from labkit.cli.common import (fmt, format_bytes, format_table, nonnegative_int, parse_bytes, positive_float,
-                               positive_int, print_json, subparser)
+from labkit.cli.common import (fmt, format_bytes, format_table, nonnegative_int_arg, parse_bytes, positive_float,
+                               positive_int_arg, print_json, subparser)
 from labkit.comm.collectives import ALGORITHMS, OPS, allreduce, allreduce_cost
 from labkit.comm.exactness import AllreduceMismatch, check_allreduce
 from labkit.core.validation import checked_int
@@ -130,7 +130,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                             "labkit simulate --algorithm tree --world-size 5 --size 4K --show-steps 50",
                             "labkit simulate --algorithm halving_doubling --world-size 16 --json"])
     p.add_argument("--algorithm", choices=(*ALGORITHMS, "all"), default="ring", help="algorithm, or all (default ring)")
-    p.add_argument("--world-size", type=positive_int, default=4, help="number of simulated workers R (default 4)")
+    p.add_argument("--world-size", type=positive_int_arg, default=4, help="number of simulated workers R (default 4)")
     p.add_argument("--size", type=parse_bytes, default=parse_bytes("1M"),
                    help="bytes per worker, e.g. 4096, 64K, 1M (binary units; default 1M)")
     p.add_argument("--dtype", choices=DTYPES, default="float32", help="element type (default float32)")
@@ -139,9 +139,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="alpha: seconds per message, in microseconds (illustrative default 20, as notebook 06)")
     p.add_argument("--bandwidth-gbs", type=positive_float, default=10.0,
                    help="1/beta: link bandwidth in GB/s (1e9 bytes/s; illustrative default 10)")
-    p.add_argument("--show-steps", type=nonnegative_int, default=24,
+    p.add_argument("--show-steps", type=nonnegative_int_arg, default=24,
                    help="messages of the log to print (default 24; 0 = none)")
     p.add_argument("--no-steps", dest="show_steps", action="store_const", const=0, help="do not print the message log")
-    p.add_argument("--seed", type=nonnegative_int, default=0, help="seed of the random worker arrays (default 0)")
+    p.add_argument("--seed", type=nonnegative_int_arg, default=0, help="seed of the random worker arrays (default 0)")
     p.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
     p.set_defaults(func=run)

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 import psutil
 
 from labkit.cli.common import (add_model_flags, add_output_flags, fmt, format_bytes, format_table, int_list,
-                               jsonable, load_workload, nonnegative_int, parse_bytes, positive_float, positive_int,
+                               jsonable, load_workload, nonnegative_int_arg, parse_bytes, positive_float, positive_int_arg,
                                print_json, results_file, subparser, add_results_flag)
 from labkit.core.results import ResultStream, keep_finished
 
@@ -166,18 +166,18 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     add_model_flags(p)
     p.add_argument("--batch-sizes", type=int_list, default=None,
                    help="comma-separated batch sizes (default: 16,32,64 fast / 32,...,512 full)")
-    p.add_argument("--steps", type=positive_int, default=None,
+    p.add_argument("--steps", type=positive_int_arg, default=None,
                    help="training steps per batch size (default 8 fast / 50 full)")
     p.add_argument("--time-budget-s", type=positive_float, default=None, help="stop each size after this many seconds")
     p.add_argument("--lr", type=positive_float, default=0.05, help="learning rate at --base-batch (default 0.05)")
-    p.add_argument("--base-batch", type=positive_int, default=32, help="batch size --lr is meant for (default 32)")
+    p.add_argument("--base-batch", type=positive_int_arg, default=32, help="batch size --lr is meant for (default 32)")
     p.add_argument("--lr-scaling", action="store_true",
                    help="scale the lr linearly with the batch, with warm-up (Goyal et al. 2017)")
     p.add_argument("--memory-budget", type=parse_bytes, default=None,
                    help="memory budget, e.g. 2G (default: GPU memory, or the RAM available now on a CPU)")
     p.add_argument("--safety-margin", type=margin, default=0.1, help="fraction of the budget kept free (default 0.1)")
-    p.add_argument("--limit", type=positive_int, default=4096, help="largest batch the finder tries (default 4096)")
-    p.add_argument("--finder-timing-steps", type=nonnegative_int, default=None,
+    p.add_argument("--limit", type=positive_int_arg, default=4096, help="largest batch the finder tries (default 4096)")
+    p.add_argument("--finder-timing-steps", type=nonnegative_int_arg, default=None,
                    help="timed steps per finder trial (default 0 fast / 2 full)")
     p.add_argument("--no-find-max", action="store_true", help="skip the search for the largest batch")
     p.add_argument("--no-ceiling", action="store_true",

@@ -1,3 +1,7 @@
 """Many machines on one box: emulated nodes (network namespaces and a shaped link), jobs launched per node with
 torchrun, the link measured and modelled, what it does to sync SGD, node-local data, a node that fails, and the
 Slurm script, the MPI lane and a real Slurm over the same nodes (notebook 12)."""
+
+# the modules a learner uses (what the notebooks import; docs/api.md lists their names, one line each)
+__all__ = ["exercises", "failover", "lab", "link_scaling", "mpi_nodes", "nodes", "run", "shards", "slurm", "slurm_lab",
+           "tp_mesh"]

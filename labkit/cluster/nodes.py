@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
+from labkit.comm.stop import stop_group
 from labkit.core.clock import Deadline
 from labkit.core.validation import positive_int, positive_number
 
@@ -164,7 +165,7 @@ class EmulatedNodes:
     def close(self) -> None:
         """Kill every process the nodes run, delete the nodes, the switch and ``scratch``; safe to call twice."""
         for proc in self._procs:
-            _kill_group(proc)
+            stop_group(proc)
         self._procs.clear()
         holder, self._holder = self._holder, None
         if holder is not None:
@@ -174,7 +175,7 @@ class EmulatedNodes:
                         for pid in self.pids(node, _holder=holder):
                             with contextlib.suppress(ProcessLookupError):
                                 os.kill(pid, signal.SIGKILL)
-            _kill_group(holder)
+            stop_group(holder)
             for stream in (holder.stdout, holder.stderr):
                 if stream is not None:
                     stream.close()
@@ -298,15 +299,6 @@ def namespaces_alive(ids: Sequence[str]) -> list[str]:
     return sorted(alive)
 
 
-def _kill_group(proc: subprocess.Popen) -> None:
-    """Kill a process's whole session (it was started with its own) and reap it."""
-    if proc.poll() is None:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, signal.SIGKILL)
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        proc.wait(timeout=10)
-
-
 def wait_all(procs: Sequence[subprocess.Popen], timeout_s: float) -> list[int | None]:
     """Exit codes of ``procs`` once all ended, or None for those still running at the timeout (then killed)."""
     deadline = Deadline(positive_number(timeout_s, "timeout_s"))
@@ -316,5 +308,5 @@ def wait_all(procs: Sequence[subprocess.Popen], timeout_s: float) -> list[int | 
     codes = [proc.poll() for proc in procs]
     for proc, code in zip(procs, codes):
         if code is None:
-            _kill_group(proc)
+            stop_group(proc)
     return codes

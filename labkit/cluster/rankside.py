@@ -13,6 +13,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from labkit.comm.launch_env import detect_launcher_env
+
 
 @dataclass(frozen=True)
 class Place:
@@ -37,9 +39,9 @@ def place() -> Place:
                if v not in os.environ]
     if missing:
         raise RuntimeError(f"{', '.join(missing)} unset: run this under torchrun (labkit launch --nnodes ...)")
-    e = os.environ
-    return Place(int(e["RANK"]), int(e["LOCAL_RANK"]), int(e["GROUP_RANK"]), int(e["WORLD_SIZE"]),
-                 int(e["LOCAL_WORLD_SIZE"]), e.get("LABKIT_NODE_ADDR") or socket.gethostname())
+    here = detect_launcher_env()          # the one reader of the launcher's variables (checked there)
+    return Place(here.rank, here.local_rank, int(os.environ["GROUP_RANK"]), here.world_size,
+                 int(here.local_world_size or 1), os.environ.get("LABKIT_NODE_ADDR") or socket.gethostname())
 
 
 def address_is_local(addr: str) -> bool:
@@ -59,7 +61,7 @@ def job_params() -> dict[str, Any]:
 
 def report(result: dict[str, Any], rank: int | None = None) -> dict[str, Any]:
     """Write this rank's result as JSON where the job runner collects it; returns it (``labkit launch`` prints it)."""
-    rank = int(os.environ["RANK"]) if rank is None else rank
+    rank = detect_launcher_env().rank if rank is None else rank
     folder = os.environ.get("LABKIT_RESULT_DIR")
     if folder:
         path = Path(folder) / f"rank{rank}.json"

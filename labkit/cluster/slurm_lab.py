@@ -9,10 +9,8 @@ Everything lives in one temporary folder and every daemon is stopped with the la
 """
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -22,6 +20,7 @@ from pathlib import Path
 from typing import Mapping
 
 from labkit.cluster.nodes import EmulatedNodes, node_address
+from labkit.comm.stop import stop_group
 from labkit.core.clock import Deadline, now_s
 from labkit.core.machine import cpu_count
 
@@ -195,8 +194,6 @@ class SlurmOnNodes:
         """Stop munge (the node daemons die with the nodes' processes) and remove the folder."""
         self.nodes.kill_all()
         for proc in [*self._daemons, *([self._munged] if self._munged else [])]:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+            stop_group(proc, reap_s=None)
         self._daemons, self._munged = [], None
         shutil.rmtree(self.folder, ignore_errors=True)

@@ -2,3 +2,7 @@
 launcher and the worker, launcher environments, demos), the nccl-tests style benchmark (bench, bench_report), and
 the MPI lane (mpi, mpi_demos; sync SGD under mpiexec is parallel.sync_sgd_mpi) of notebooks 06 and 06b.
 """
+
+# the modules a learner uses (what the notebooks import; docs/api.md lists their names, one line each)
+__all__ = ["backend", "bench", "bench_report", "collectives", "demos", "exercises", "launch", "launch_env", "mpi",
+           "torchrun"]

@@ -32,6 +32,7 @@ import psutil
 
 from labkit.comm.backend import check_world_size, choose_backend, world_size_limit
 from labkit.comm.forkserver import ForkedRank, RankForkServer, uses_forkserver
+from labkit.comm.stop import stop_group
 from labkit.core.clock import Deadline
 from labkit.core.procs import kill_tree, parse_target
 from labkit.core.results import sigterm_as_interrupt
@@ -203,12 +204,12 @@ def _stop(procs: list[subprocess.Popen | ForkedRank], server: RankForkServer | N
     for proc in procs:
         if proc.pid is not None:
             kill_tree(proc.pid)
-            _kill_group(proc.pid)
+            stop_group(proc.pid)
     if server is not None:
         server.close(kill_tree)  # also kills a rank forked after the loop above read the pids
         for proc in procs:
             if proc.pid is not None:
-                _kill_group(proc.pid)
+                stop_group(proc.pid)
     for proc in procs:
         proc.wait()
 
@@ -245,14 +246,6 @@ def _hand_over_results(run_dir: Path, world_size: int, handed: set[int], on_resu
 def _all_reported(run_dir: Path, world_size: int) -> bool:
     """True once every rank has written its result file (renamed into place whole by the worker)."""
     return all((run_dir / f"{rank}.result").exists() for rank in range(world_size))
-
-
-def _kill_group(pgid: int) -> None:
-    """Kill what is left of a rank's process group (its own session), e.g. helpers re-parented after it exited."""
-    try:
-        os.killpg(pgid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError, AttributeError):
-        pass
 
 
 def print_outputs(run_dir: Path, world_size: int) -> None:

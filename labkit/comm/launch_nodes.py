@@ -62,19 +62,27 @@ class NodeLaunch:
         return self.nnodes * self.nproc_per_node
 
 
-def torchrun_nodes_command(target: str, launch: NodeLaunch, *, monitor_interval_s: float = 0.5) -> list[str]:
-    """The torchrun command line one node runs to join a c10d-rendezvous job that calls ``target`` on every rank."""
+def torchrun_argv(target: str, nnodes: int, nproc_per_node: int, node_rank: int, *options: str) -> list[str]:
+    """The one torchrun command builder: this Python's torchrun, the job's shape, ``options``, then
+    ``-m labkit launch target`` (:mod:`labkit.cli.launch` runs ``target`` on every rank)."""
     if not isinstance(target, str) or ":" not in target:
         raise ValueError(f"target must read 'package.module:function', got {target!r}")
+    nnodes = positive_int(nnodes, "nnodes")
+    positive_int(nproc_per_node, "nproc_per_node")
+    checked_int(node_rank, "node_rank", minimum=0, maximum=nnodes - 1, hint=f"nodes are numbered 0..{nnodes - 1}")
     torchrun = str(Path(sys.executable).with_name("torchrun"))
-    argv = [torchrun, f"--nnodes={launch.nnodes}", f"--nproc-per-node={launch.nproc_per_node}",
-            f"--node-rank={launch.node_rank}", "--rdzv-backend=c10d", f"--rdzv-endpoint={launch.rdzv_endpoint}",
-            f"--rdzv-id={launch.rdzv_id}", f"--max-restarts={launch.max_restarts}",
-            f"--monitor-interval={monitor_interval_s:g}"]
+    return [torchrun, f"--nnodes={nnodes}", f"--node-rank={node_rank}", f"--nproc-per-node={nproc_per_node}",
+            *options, "-m", "labkit", "launch", target]
+
+
+def torchrun_nodes_command(target: str, launch: NodeLaunch, *, monitor_interval_s: float = 0.5) -> list[str]:
+    """The torchrun command line one node runs to join a c10d-rendezvous job that calls ``target`` on every rank."""
+    options = ["--rdzv-backend=c10d", f"--rdzv-endpoint={launch.rdzv_endpoint}", f"--rdzv-id={launch.rdzv_id}",
+               f"--max-restarts={launch.max_restarts}", f"--monitor-interval={monitor_interval_s:g}"]
     if launch.local_addr:
-        argv.append(f"--local-addr={launch.local_addr}")
+        options.append(f"--local-addr={launch.local_addr}")
         if launch.local_addr == parse_endpoint(launch.rdzv_endpoint)[0]:
             # torchrun hosts the store where the endpoint matches the machine's hostname; an address that the
             # hostname does not resolve to (a second interface, a namespace) must be told so, or no node hosts it
-            argv.append("--rdzv-conf=is_host=1")
-    return [*argv, "-m", "labkit", "launch", target]
+            options.append("--rdzv-conf=is_host=1")
+    return torchrun_argv(target, launch.nnodes, launch.nproc_per_node, launch.node_rank, *options)

@@ -8,27 +8,21 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 import tempfile
-from pathlib import Path
 
 from labkit.comm.launch import free_port, target_name
+from labkit.comm.launch_nodes import torchrun_argv
 from labkit.core.procs import kill_tree
 from labkit.core.results import sigterm_as_interrupt
-from labkit.core.validation import checked_int, positive_int, positive_number
+from labkit.core.validation import positive_number
 
 
 def torchrun_command(target: str, nproc_per_node: int, *, nnodes: int = 1, node_rank: int = 0,
                      master_addr: str = "127.0.0.1", master_port: int | None = None) -> list[str]:
     """The torchrun command line that runs ``target`` ('package.module:function') through ``labkit launch``."""
     target_name(target)
-    positive_int(nproc_per_node, "nproc_per_node")
-    nnodes = positive_int(nnodes, "nnodes")
-    checked_int(node_rank, "node_rank", minimum=0, maximum=nnodes - 1, hint=f"nodes are numbered 0..{nnodes - 1}")
-    torchrun = str(Path(sys.executable).with_name("torchrun"))
-    return [torchrun, f"--nnodes={nnodes}", f"--node-rank={node_rank}", f"--nproc-per-node={nproc_per_node}",
-            f"--master-addr={master_addr}", f"--master-port={master_port or free_port()}",
-            "-m", "labkit", "launch", target]
+    return torchrun_argv(target, nnodes, nproc_per_node, node_rank, f"--master-addr={master_addr}",
+                         f"--master-port={master_port or free_port()}")
 
 
 def run_torchrun(cmd: list[str], timeout_s: float = 180.0) -> subprocess.CompletedProcess:

@@ -193,7 +193,8 @@ def _write_result(run_dir: Path, rank: int, record: tuple) -> None:
 def run_rank(run_dir_text: str) -> None:
     """Entry point of one launched rank (runs in the child process)."""
     run_dir = Path(run_dir_text)
-    rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    here = detect_launcher_env()          # the one reader of RANK, WORLD_SIZE, LOCAL_RANK (checked there)
+    rank, world_size = here.rank, here.world_size
     parent_pid = int(os.environ["LABKIT_PARENT_PID"])
     _die_with_parent(parent_pid)
     threading.Thread(target=_watch_parent, args=(parent_pid,), daemon=True).start()
@@ -201,7 +202,7 @@ def run_rank(run_dir_text: str) -> None:
     try:
         payload = pickle.loads((run_dir / "payload.pkl").read_bytes())
         torch.set_num_threads(payload["threads"])
-        init_process_group(rank, world_size, int(os.environ["LOCAL_RANK"]), payload["backend"],
+        init_process_group(rank, world_size, here.local_rank, payload["backend"],
                            payload["pg_timeout_s"])
         fn = resolve_target(payload["module"], payload["qualname"])
         value = _to_cpu(fn(*payload["args"], **payload["kwargs"]))

@@ -2,3 +2,7 @@
 models (one MLP builder), fresh processes, run directories, validation, progress bars, the lesson log and the
 exercise checker (notebook 00; each lesson folder keeps its own exercises).
 """
+
+# the modules a learner uses (what the notebooks import; docs/api.md lists their names, one line each)
+__all__ = ["clock", "contention", "data", "device", "env", "exercises", "lessons", "machine", "models", "notebook_map",
+           "procs", "progress", "rundirs", "timing", "verdict"]

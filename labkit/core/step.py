@@ -22,7 +22,7 @@ from typing import Callable, ContextManager, NamedTuple
 import torch
 from torch import nn
 
-from labkit.core.dtypes import AMP_DTYPES, autocast
+from labkit.core.dtypes import amp_mode, autocast
 from labkit.core.validation import positive_int
 
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
@@ -41,8 +41,8 @@ class StepOptions:
     set_to_none: bool = True            # clear gradients by freeing them (True) or by zeroing them in place
 
     def __post_init__(self) -> None:
-        if self.amp_dtype not in (None, *AMP_DTYPES):
-            raise ValueError(f"amp_dtype must be None or one of {AMP_DTYPES}, got {self.amp_dtype!r}")
+        # every spelling of the one precision table ('bfloat16', torch.bfloat16, ...) is stored as 'bf16'/'fp16'
+        object.__setattr__(self, "amp_dtype", amp_mode(self.amp_dtype))
         positive_int(self.accumulation_steps, "accumulation_steps")
 
 

@@ -20,13 +20,14 @@ from labkit.core.threads import matched_threads
 from labkit.ladder.capabilities import detect_capabilities
 from labkit.ladder.config import LadderConfig, budget_samples
 from labkit.ladder.ddp import measure_ddp
-from labkit.ladder.measure import (Measurement, fp32_math, measure_model, mfu_of, steps_for_budget, train_config,
+from labkit.ladder.measure import (Measurement, measure_model, mfu_of, run_spec, steps_for_budget, train_config,
                                    train_loader)
 from labkit.ladder.report import LadderResult, LadderRow
 from labkit.ladder.rungs import RUNGS, Capabilities, Recipe, RungSpec, propose
 from labkit.training.batch_rules import scaled_lr
 from labkit.training.ceiling import measure_ceiling
 from labkit.training.finder import find_max_batch
+from labkit.training.flops import fp32_math
 
 HARDWARE_RUNGS = ("tf32", "mixed_precision", "channels_last", "compile", "ddp")   # may fail where unsupported
 MIN_TIMED_STEPS = 3
@@ -91,7 +92,7 @@ def _finder_filter(candidates: list[int], job: LadderJob) -> tuple[list[int], st
         return candidates, "no CPU memory budget given, every candidate assumed to fit and measured"
     found = find_max_batch(job.model_fn(), tuple(job.data.image_shape), num_classes=job.data.num_classes,
                            device=job.device, memory_budget_bytes=job.config.memory_budget_bytes,
-                           limit=max(candidates), timing_steps=0)
+                           limit=max(candidates), timing_steps=0, run=run_spec(Recipe(), lr=job.config.lr))
     how = "memory model vs the CPU budget" if found.method == "memory-model" else "real steps until out of memory"
     return ([b for b in candidates if b <= found.max_batch],
             f"finder ({how}): largest batch that fits = {found.max_batch}")

@@ -6,10 +6,9 @@ throughput *and* accuracy after a fixed budget compare like for like. Rungs befo
 """
 from __future__ import annotations
 
-import contextlib
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Callable, Iterable
 
 import torch
 from torch import nn
@@ -17,10 +16,10 @@ from torch.utils.data import DataLoader, Dataset, RandomSampler
 
 from labkit.core.data import make_device_loader, validate_batch_size, validate_num_workers
 from labkit.ladder.rungs import Recipe
-from labkit.memory.model import build_memory_model
 from labkit.training.config import TrainConfig
-from labkit.training.flops import checked_mfu, peak_flops_per_s
+from labkit.training.flops import checked_mfu, fp32_math, math_mode_of, peak_flops_per_s
 from labkit.training.loop import RunResult, evaluate_accuracy, train
+from labkit.training.run_spec import RunSpec
 
 if TYPE_CHECKING:
     from labkit.core.device_loader import BatchLoader, DeviceLoader
@@ -40,31 +39,6 @@ class Measurement:
     steps: int
     samples_trained: int
     math_mode: str = "fp32"          # 'fp32' (strict) | 'tf32' | 'bf16' | 'fp16': the peak MFU is taken against
-
-
-@contextlib.contextmanager
-def fp32_math(tf32: bool) -> Iterator[None]:
-    """Run fp32 convolutions and matmuls strictly (IEEE) or in TF32, then restore the previous settings.
-
-    Uses PyTorch's current per-backend ``fp32_precision`` flags (the ``allow_tf32`` booleans are deprecated
-    since 2.9; see the "TensorFloat-32 (TF32) on Ampere (and later) devices" section of the CUDA notes).
-    """
-    flags = (torch.backends.cuda.matmul, torch.backends.cudnn.conv)
-    saved = [f.fp32_precision for f in flags]
-    for f in flags:
-        f.fp32_precision = "tf32" if tf32 else "ieee"
-    try:
-        yield
-    finally:
-        for f, value in zip(flags, saved):
-            f.fp32_precision = value
-
-
-def math_mode(recipe: Recipe, device_type: str) -> str:
-    """The arithmetic a recipe's convolutions run in: the autocast dtype, else TF32 or strict fp32."""
-    if recipe.amp_dtype:
-        return recipe.amp_dtype
-    return "tf32" if recipe.tf32 and device_type == "cuda" else "fp32"
 
 
 def train_loader(dataset: Dataset, recipe: Recipe, seed: int, device: str = "cpu") -> DataLoader | DeviceLoader:
@@ -108,14 +82,19 @@ def summarise_run(result: RunResult, warmup_steps: int, sync_every_step: bool) -
     return samples_per_s, step_time_s, startup_s
 
 
+def run_spec(recipe: Recipe, *, lr: float = 0.05, seed: int = 0, lr_warmup_steps: int = 0) -> RunSpec:
+    """The run a recipe describes (SGD, momentum 0.9): its batch, precision, memory format and compilation."""
+    return RunSpec(batch_size=recipe.batch_size, lr=lr, precision=recipe.amp_dtype, channels_last=recipe.channels_last,
+                   compile=recipe.compile, lr_warmup_steps=lr_warmup_steps, seed=seed)
+
+
 def train_config(recipe: Recipe, *, steps: int, lr: float, warmup_steps: int, seed: int, device: str,
                  lr_warmup_steps: int = 0) -> TrainConfig:
     """The loop's TrainConfig for a recipe (also what the hardware ceiling is measured with)."""
-    return TrainConfig(steps=steps, lr=lr, warmup_steps=warmup_steps, device=device, amp_dtype=recipe.amp_dtype,
-                       channels_last=recipe.channels_last, compile=recipe.compile,
-                       sync_every_step=recipe.sync_every_step, evaluate=False, seed=seed, progress=False,
-                       lr_warmup_steps=lr_warmup_steps,
-                       profile_model=not recipe.compile)   # FLOP probes would recompile a compiled model
+    return run_spec(recipe, lr=lr, seed=seed, lr_warmup_steps=lr_warmup_steps).train_config(
+        steps=steps, warmup_steps=warmup_steps, device=device, sync_every_step=recipe.sync_every_step,
+        evaluate=False, progress=False,
+        profile_model=not recipe.compile)   # FLOP probes would recompile a compiled model
 
 
 def measure_model(model: nn.Module, loader: BatchLoader, val_loader: Iterable[tuple[torch.Tensor, torch.Tensor]] | None,
@@ -136,7 +115,7 @@ def measure_model(model: nn.Module, loader: BatchLoader, val_loader: Iterable[tu
     peak = result.peak_mem_bytes
     if peak is None and recipe.compile and torch.device(device).type == "cpu":
         peak = _memory_model_bytes(eval_model or model, loader, recipe)
-    mode = getattr(result, "math_mode", None) or math_mode(recipe, torch.device(device).type)
+    mode = getattr(result, "math_mode", None) or math_mode_of(recipe.amp_dtype, recipe.tf32, torch.device(device).type)
     return Measurement(sps, step_s, float(result.data_wait_fraction), peak, result.flops_per_sample, acc,
                        startup_s, len(result.steps), sum(r.samples for r in result.steps), mode)
 
@@ -145,8 +124,7 @@ def _memory_model_bytes(model, loader, recipe: Recipe) -> int | None:
     """The memory model's training-memory estimate for the un-compiled module (CPU, compiled rung)."""
     try:
         x, _ = next(iter(loader))
-        return int(build_memory_model(model, tuple(x.shape[1:]), "sgd", 0.9, amp_dtype=recipe.amp_dtype)
-                   .predict(recipe.batch_size).total_bytes)
+        return int(run_spec(recipe).memory_model(model, tuple(x.shape[1:])).predict(recipe.batch_size).total_bytes)
     except Exception:  # noqa: BLE001 - an estimate that cannot be made is reported as unknown
         return None
 

@@ -22,19 +22,20 @@ from labkit.core.step import StepOptions, TrainStep
 from labkit.memory.device import baseline_bytes, optimizer_state_bytes, peak_since
 from labkit.memory.model import MemoryModel, build_memory_model
 from labkit.memory.probe import preserved_state
+from labkit.memory.saved import storage_bytes, storage_key, storage_keys
 
 
-def _storages(value) -> list:
+def _tensors(value) -> list:
     if isinstance(value, torch.Tensor):
-        return [value.untyped_storage()]
+        return [value]
     if isinstance(value, (tuple, list)):
-        return [s for v in value for s in _storages(v)]
+        return [s for v in value for s in _tensors(v)]
     return []
 
 
 def graph_saved_bytes(output: torch.Tensor, exclude: list[torch.Tensor] = ()) -> int:
     """Bytes of distinct storages saved for backward, found by walking the autograd graph from ``output``."""
-    skip = {t.untyped_storage().data_ptr() for t in exclude}
+    skip = storage_keys(exclude)
     seen_nodes, stack, storages = set(), [output.grad_fn], {}
     while stack:
         node = stack.pop()
@@ -48,10 +49,10 @@ def graph_saved_bytes(output: torch.Tensor, exclude: list[torch.Tensor] = ()) ->
                 value = getattr(node, attr)
             except RuntimeError:            # already freed by a backward pass
                 continue
-            for storage in _storages(value):
-                ptr = storage.data_ptr()
+            for t in _tensors(value):
+                ptr = storage_key(t)
                 if ptr and ptr not in skip:
-                    storages[ptr] = storage.nbytes()
+                    storages[ptr] = storage_bytes(t)
         stack.extend(fn for fn, _ in node.next_functions)
     return int(sum(storages.values()))
 

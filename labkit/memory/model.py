@@ -17,6 +17,7 @@ from labkit.core.choices import OPTIMIZERS
 from labkit.core.dtypes import autocast, dtype_bytes, normalise_dtype
 from labkit.core.validation import positive_int
 from labkit.memory.probe import preserved_state
+from labkit.memory.saved import SavedStorages, watch_saved
 from labkit.memory.timeline import LayerLine, backward_peak_bytes, fit_layer_lines, forward_peak_bytes, layer_memory
 from labkit.memory.workspaces import StepWorkspaces
 
@@ -37,23 +38,13 @@ def optimizer_kind(optimizer: str, momentum: float = 0.0) -> str:
 
 def saved_activation_bytes(model: nn.Module, inputs: torch.Tensor, amp_dtype: str | None = None) -> int:
     """Exact bytes of the distinct non-parameter storages autograd saves for backward in one forward pass."""
-    param_ptrs = {p.untyped_storage().data_ptr() for p in model.parameters()}
-    seen: dict[int, int] = {}
-
-    def pack(t: torch.Tensor) -> torch.Tensor:
-        storage = t.untyped_storage()
-        ptr = storage.data_ptr()
-        if ptr not in param_ptrs and ptr != 0:
-            seen[ptr] = storage.nbytes()
-        return t.detach()   # same storage, no grad_fn: returning t would make a cycle (see memory.timeline)
-
+    saved = SavedStorages(exclude=model.parameters())
     with preserved_state(model):
         model.train()
-        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), autocast(inputs.device.type, amp_dtype):
+        with watch_saved(saved.on_save), autocast(inputs.device.type, amp_dtype):
             out = model(inputs)
-        total = sum(seen.values())
         del out
-    return int(total)
+    return saved.total_bytes
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ import torch
 from torch import nn
 
 from labkit.memory.probe import leaf_modules
+from labkit.memory.saved import SavedStorages, storage_bytes, watch_saved
 
 
 @dataclass(frozen=True)
@@ -56,39 +57,28 @@ class LayerLine:
         return LayerMemory(max(0.0, saved), self.grad_bytes, max(0.0, io))
 
 
-def _nbytes(t) -> int:
-    return t.untyped_storage().nbytes() if isinstance(t, torch.Tensor) else 0
-
-
 def layer_memory(model: nn.Module, inputs: torch.Tensor,
                  autocast: contextlib.AbstractContextManager | None = None) -> list[LayerMemory]:
     """Per leaf module, in forward order: saved, gradient and input/output bytes of one forward pass."""
-    param_ptrs = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    saved = SavedStorages(exclude=model.parameters())
     leaves = leaf_modules(model)
     rows: list[list[float]] = []
-    seen: set[int] = set()
 
     def before(mod, args):
         grads = sum(p.numel() * p.element_size() for p in mod.parameters(recurse=False) if p.requires_grad)
-        rows.append([0.0, float(grads), float(sum(_nbytes(a) for a in args))])
+        rows.append([0.0, float(grads), float(sum(storage_bytes(a) for a in args))])
 
     def after(mod, args, out):
-        rows[-1][2] += _nbytes(out)
+        rows[-1][2] += storage_bytes(out)
 
-    def pack(t: torch.Tensor) -> torch.Tensor:
-        ptr = t.untyped_storage().data_ptr()
-        if rows and ptr and ptr not in param_ptrs and ptr not in seen:
-            seen.add(ptr)
-            rows[-1][0] += t.untyped_storage().nbytes()
-        # A new handle on the same storage: it keeps the bytes alive (so a freed pointer cannot be reused and
-        # missed) without a grad_fn. Returning ``t`` itself would let a saved output hold its own grad_fn, a
-        # cycle through C++ that only a full gc pass frees (~52 MB per ResNet-18 probe).
-        return t.detach()
+    def on_save(t: torch.Tensor) -> None:
+        if rows and saved.on_save(t):
+            rows[-1][0] += storage_bytes(t)
 
     handles = [m.register_forward_pre_hook(before) for m in leaves]
     handles += [m.register_forward_hook(after) for m in leaves]
     try:
-        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), (autocast or contextlib.nullcontext()):
+        with watch_saved(on_save), (autocast or contextlib.nullcontext()):
             out = model(inputs)
         del out
     finally:

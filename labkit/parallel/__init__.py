@@ -14,3 +14,9 @@ tp_report, tp_compare (against DP and ZeRO-3); tp_cost (the formulas). Along the
 context_parallel on GPUs against the ring). A rank's device is
 labkit.comm.worker.rank_device.
 """
+
+# the modules a learner uses (what the notebooks import; docs/api.md lists their names, one line each)
+__all__ = ["costmodel", "data_pitfalls", "diagnose", "drift", "exercises", "hang_exercises", "hangs",
+           "model_parallel", "pipeline", "pipeline_schedules", "plots", "published", "rank_pitfalls",
+           "ring_attention", "ring_report", "ring_runs", "scaling", "schedule_report", "schedule_sim", "speedup",
+           "sync_sgd", "tensor_parallel", "tp_compare", "tp_cost", "tp_dtensor", "tp_report", "tp_runs"]

@@ -18,6 +18,7 @@ from torch import nn
 
 from labkit.core.clock import now_s, thread_time_s
 from labkit.core.timing import synchronize
+from labkit.memory.saved import storage_key, storage_keys
 from labkit.parallel.schedule_sim import Span
 
 
@@ -37,12 +38,12 @@ class ActivationMeter:
     """Live and peak bytes of the activations autograd saves for backward (parameters excluded)."""
 
     def __init__(self, params: list[nn.Parameter]) -> None:
-        self._param_storages = {p.untyped_storage().data_ptr() for p in params}
+        self._param_storages = storage_keys(params)
         self._live: dict[tuple[int, int], list[int]] = {}     # (data pointer, bytes) -> [references, bytes]
         self.live_bytes = self.peak_bytes = 0
 
     def _pack(self, tensor: torch.Tensor) -> Any:
-        if tensor.untyped_storage().data_ptr() in self._param_storages:
+        if storage_key(tensor) in self._param_storages:
             return tensor
         nbytes = tensor.numel() * tensor.element_size()       # the view's bytes: a micro-batch of a batch counts
         key = (tensor.data_ptr(), nbytes)                      # as itself, and two views of it count once

@@ -19,6 +19,7 @@ import torch
 from torch import nn
 
 from labkit.core.validation import positive_int
+from labkit.memory.saved import storage_bytes, storage_key, storage_keys, watch_saved
 from labkit.sharding.comm_volume import ring_bytes_sent
 
 ALL_REDUCES_PER_LAYER = 4          # two per block kind (attention, MLP): one forward, one backward
@@ -81,26 +82,24 @@ class SavedBytes:
         self.model, self.norm_modules = model, norm_modules
         self.by_region: dict[str, dict[int, int]] = {"norm": {}, "split": {}}
         self._region = "split"
-        self._params = {(p.to_local() if hasattr(p, "to_local") else p).untyped_storage().data_ptr()
-                        for p in model.parameters()}             # a DTensor's storage is its local shard
+        self._params = storage_keys(p.to_local() if hasattr(p, "to_local") else p
+                                    for p in model.parameters())   # a DTensor's storage is its local shard
         self._norm_outputs: set[int] = set()
 
-    def _pack(self, t: torch.Tensor) -> torch.Tensor:
+    def _on_save(self, t: torch.Tensor) -> None:
         if isinstance(t, nn.Parameter):            # FSDP2's gathered weights are Parameters too
-            return t.detach()
-        storage = t.untyped_storage()
-        key = storage.data_ptr()
+            return
+        key = storage_key(t)
         if key not in self._params and not any(key in r for r in self.by_region.values()):
             region = "norm" if key in self._norm_outputs else self._region
-            self.by_region[region][key] = storage.nbytes()
-        return t.detach()          # same storage, no grad_fn: returning t would make a reference cycle
+            self.by_region[region][key] = storage_bytes(t)
 
     def _enter(self, *_: object) -> None:
         self._region = "norm"
 
     def _leave(self, _module: nn.Module, _inputs: object, output: torch.Tensor) -> None:
         self._region = "split"
-        self._norm_outputs.add(output.untyped_storage().data_ptr())
+        self._norm_outputs.add(storage_key(output))
 
     @contextlib.contextmanager
     def recording(self) -> Iterator["SavedBytes"]:
@@ -108,7 +107,7 @@ class SavedBytes:
         handles = [h for m in self.norm_modules
                    for h in (m.register_forward_pre_hook(self._enter), m.register_forward_hook(self._leave))]
         try:
-            with torch.autograd.graph.saved_tensors_hooks(self._pack, lambda t: t):
+            with watch_saved(self._on_save):
                 yield self
         finally:
             for h in handles:

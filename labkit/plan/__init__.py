@@ -3,3 +3,5 @@
 the ranking within what runs here, the picks) < score (the top layouts run on
 real ranks, predicted against measured) and published (the memory formula against a paper's figures);
 exercises (notebook 14's)."""
+
+__all__ = ["exercises", "planner", "published", "score", "score_runs", "specs"]

@@ -9,9 +9,7 @@ datasheet figure from :data:`labkit.training.flops.PEAK_TABLE` where one is know
 """
 from __future__ import annotations
 
-import contextlib
 from dataclasses import dataclass
-from typing import Iterator
 
 import torch
 
@@ -19,7 +17,7 @@ from labkit.core.device import device_label, get_device
 from labkit.core.timing import time_fn
 from labkit.core.validation import positive_int
 from labkit.profile.roofline import CACHE_TAG, RoofMeasurement, Roofs
-from labkit.training.flops import peak_flops_per_s, peak_memory_bytes_per_s
+from labkit.training.flops import fp32_math, peak_flops_per_s, peak_memory_bytes_per_s
 
 DTYPES = {"fp32": torch.float32, "tf32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 PLATEAU_GAIN = 1.10        # a size that raises the rate by less than 10% ends the sweep
@@ -65,22 +63,11 @@ def supported_matmul_dtypes(device: str | torch.device | None = None) -> list[st
     return ["fp32", "bf16"] if native_bf16 else ["fp32"]
 
 
-@contextlib.contextmanager
-def math_mode(mode: str) -> Iterator[None]:
-    """Let fp32 matmuls use TF32 tensor cores only for ``mode == 'tf32'``; restore the setting afterwards."""
-    before = torch.get_float32_matmul_precision()
-    torch.set_float32_matmul_precision("high" if mode == "tf32" else "highest")
-    try:
-        yield
-    finally:
-        torch.set_float32_matmul_precision(before)
-
-
 def matmul_rates(n: int, mode: str, device: torch.device, repeats: int) -> list[float]:
     """FLOP/s of each of ``repeats`` n x n matmuls in math mode ``mode`` (2n^3 FLOPs each)."""
     a = torch.randn(n, n, device=device, dtype=DTYPES[mode])
     b = torch.randn(n, n, device=device, dtype=DTYPES[mode])
-    with math_mode(mode):
+    with fp32_math(mode == "tf32"):
         times = time_fn(lambda: torch.mm(a, b), warmup=1, repeats=repeats, device=device).times_s
     return [2 * n**3 / t for t in times if t > 0]
 

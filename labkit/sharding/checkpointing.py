@@ -26,6 +26,7 @@ from labkit.core.step import TrainStep
 from labkit.core.timing import Stopwatch, synchronize
 from labkit.core.validation import positive_int
 from labkit.memory.probe import preserved_state, probe_forward
+from labkit.memory.saved import storage_bytes, storage_key, storage_keys, watch_saved
 
 
 class Checkpointed(nn.Module):
@@ -52,19 +53,13 @@ def with_checkpointing(model: nn.Module, segments: Sequence[str]) -> nn.Module:
     return out
 
 
-def _storage(t: torch.Tensor) -> tuple[int, int]:
-    s = t.untyped_storage()
-    return s.data_ptr(), s.nbytes()
-
-
 def predict_checkpointed_bytes(model: nn.Module, inputs: torch.Tensor, segments: Sequence[str]) -> dict[str, int]:
     """Saved-activation bytes of one forward without and (predicted) with ``segments`` checkpointed.
 
     Parameters and the input batch are excluded: they exist before the forward and are not activations.
     """
     children = dict(model.named_children())
-    param_ptrs = {p.untyped_storage().data_ptr() for p in model.parameters()}
-    param_ptrs.add(inputs.untyped_storage().data_ptr())     # the batch exists before the forward: not new memory
+    param_ptrs = storage_keys([*model.parameters(), inputs])   # the batch exists before the forward: not new memory
     current: list[str | None] = [None]
     saved: dict[int, tuple[int, set]] = {}
     kept_inputs: dict[int, int] = {}
@@ -72,19 +67,18 @@ def predict_checkpointed_bytes(model: nn.Module, inputs: torch.Tensor, segments:
     def enter(name):
         def hook(module, args):
             current[0] = name
-            ptr, nbytes = _storage(args[0])
+            ptr, nbytes = storage_key(args[0]), storage_bytes(args[0])
             kept_inputs[ptr] = nbytes          # a checkpointed segment keeps its input for the recompute
         return hook
 
-    def pack(t: torch.Tensor) -> torch.Tensor:
-        ptr, nbytes = _storage(t)
+    def on_save(t: torch.Tensor) -> None:
+        ptr = storage_key(t)
         if ptr and ptr not in param_ptrs:
-            saved.setdefault(ptr, (nbytes, set()))[1].add(current[0])
-        return t.detach()   # same storage, no grad_fn: returning t would make a cycle (see memory.timeline)
+            saved.setdefault(ptr, (storage_bytes(t), set()))[1].add(current[0])
 
     handles = [children[s].register_forward_pre_hook(enter(s)) for s in segments]
     handles += [children[s].register_forward_hook(lambda *_: current.__setitem__(0, None)) for s in segments]
-    probe_forward(model, inputs, handles, torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t))
+    probe_forward(model, inputs, handles, watch_saved(on_save))
     outside = {ptr: n for ptr, (n, segs) in saved.items() if None in segs}   # also saved outside: still kept
     kept = {**outside, **{p: n for p, n in kept_inputs.items() if p not in param_ptrs}}
     rng_bytes = rng_state_bytes(inputs.device) * len(segments)
@@ -117,7 +111,7 @@ def measure_forward_retained_bytes(model: nn.Module, inputs: torch.Tensor) -> in
             with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
                 out = model(inputs)
             retained = sum(e.self_cpu_memory_usage for e in prof.key_averages())
-        retained -= out.untyped_storage().nbytes()   # the output is not an activation kept for backward
+        retained -= storage_bytes(out)   # the output is not an activation kept for backward
         del out
     return int(retained)
 

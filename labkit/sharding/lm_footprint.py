@@ -22,6 +22,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from labkit.core.validation import positive_int, positive_number
 from labkit.core.dtypes import precision_of
+from labkit.memory.saved import SavedStorages, watch_saved
 from labkit.training.flops import find_peak
 
 
@@ -54,20 +55,16 @@ def transformer_lm_footprint(d_model: int, heads: int, layers: int, seq_len: int
         block = nn.TransformerEncoderLayer(d_model, heads, 4 * d_model, dropout=0.0, batch_first=True,
                                            norm_first=True, dtype=dt)
         x = torch.randn(micro_batch, seq_len, d_model, dtype=dt)
-    excluded = {p.untyped_storage()._cdata for p in block.parameters()} | {x.untyped_storage()._cdata}
-    saved: dict[int, int] = {}
+    saved = SavedStorages(exclude=[*block.parameters(), x])
 
-    def pack(t: torch.Tensor) -> torch.Tensor:
-        storage = t.untyped_storage()
-        is_scores = t.dim() >= 3 and t.shape[-1] == t.shape[-2] == seq_len    # (batch, heads, s, s)
-        if storage._cdata not in excluded and not is_scores:
-            saved[storage._cdata] = storage.nbytes()
-        return t.detach()   # same storage, no grad_fn: returning t would make a cycle (see memory.timeline)
+    def on_save(t: torch.Tensor) -> None:
+        if not (t.dim() >= 3 and t.shape[-1] == t.shape[-2] == seq_len):    # not the (batch, heads, s, s) scores
+            saved.on_save(t)
 
     block.train()
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), FlopCounterMode(display=False) as counter:
+    with watch_saved(on_save), FlopCounterMode(display=False) as counter:
         block(x)
-    per_block = sum(saved.values()) + micro_batch * heads * seq_len * 4      # + a fused kernel's fp32 log-sum-exp
+    per_block = saved.total_bytes + micro_batch * heads * seq_len * 4      # + a fused kernel's fp32 log-sum-exp
     block_input = x.numel() * x.element_size()
     params = sum(p.numel() for p in block.parameters()) * layers
     return LMFootprint(name=f"{layers} x d{d_model} LM ({params / 1e9:.1f} B)", num_params=params,

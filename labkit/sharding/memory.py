@@ -18,6 +18,7 @@ from torch import nn
 
 from labkit.core.validation import positive_int
 from labkit.memory.model import MemoryBreakdown, MemoryModel
+from labkit.memory.saved import storage_bytes, storage_key
 
 STRATEGIES = ("ddp", "zero1", "zero2", "zero3")
 ZERO_PAPER_K_MIXED_ADAM = 12   # ZeRO Section 3.1: fp32 params + momentum + variance = 12 bytes per parameter
@@ -101,8 +102,7 @@ def _add_storage(t: torch.Tensor | None, seen: dict[int, int]) -> int:
     """Add ``t``'s storage once (keyed by address); return the bytes newly counted."""
     if t is None or not isinstance(t, torch.Tensor):
         return 0
-    storage = _local(t).untyped_storage()
-    ptr, nbytes = storage.data_ptr(), storage.nbytes()
+    ptr, nbytes = storage_key(_local(t)), storage_bytes(_local(t))
     if ptr == 0 or ptr in seen:
         return 0
     seen[ptr] = nbytes

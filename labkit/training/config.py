@@ -47,7 +47,7 @@ class TrainConfig:
         positive_number(self.lr, "lr")
         if self.optimizer not in ("sgd", "adam"):
             raise ValueError(f"optimizer must be 'sgd' or 'adam', got {self.optimizer!r}")
-        self.step_options()                                 # validates amp_dtype
+        object.__setattr__(self, "amp_dtype", self.step_options().amp_dtype)   # one spelling: 'bf16', 'fp16', None
         if self.timing not in TIMINGS:
             raise ValueError(f"timing must be one of {TIMINGS} ('step' times whole steps only, the cheapest on a "
                              f"launch-bound GPU step), got {self.timing!r}")

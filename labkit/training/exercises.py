@@ -18,6 +18,7 @@ from labkit.memory.model import MemoryModel
 from labkit.training.batch_rules import scaled_lr
 from labkit.training.config import TrainConfig
 from labkit.training.stepper import Stepper, warmup_factor
+from labkit.training.target_exercises import CRITICAL_BATCH, NOISE_SCALE  # noqa: F401 - notebook 02b's, checked as ex.*
 
 
 # ------------------------------------------------------------------------------------ 00: samples per second

@@ -23,6 +23,7 @@ from labkit.core.validation import checked_int, positive_int, positive_number
 from labkit.memory.device import baseline_bytes, peak_since
 from labkit.memory.host import release_cpu_memory
 from labkit.memory.model import MemoryModel, build_memory_model, optimizer_kind, optimizer_settings
+from labkit.training.run_spec import RunSpec
 
 
 @dataclass(frozen=True)
@@ -169,18 +170,22 @@ def find_max_batch(model: nn.Module, sample_shape: tuple[int, ...], *, num_class
                    momentum: float = 0.9, device: str | torch.device | None = None,
                    memory_budget_bytes: int | None = None, safety_margin: float = 0.1, start: int = 1,
                    limit: int | None = None, dataset_size: int | None = None, timing_steps: int = 2,
-                   method: str = "auto", memory_model: MemoryModel | None = None) -> FinderResult:
+                   method: str = "auto", memory_model: MemoryModel | None = None,
+                   run: RunSpec | None = None) -> FinderResult:
     """Largest batch that trains within memory (minus ``safety_margin``); every trial reported with samples/s.
 
     ``method``: "auto" (real steps + OOM on CUDA, memory model on CPU), "oom" or "memory-model". With no
     ``limit`` the search runs until a size fails, so on an 80 GB GPU it still ends at a real boundary;
     on CUDA it starts from the memory model's prediction and confirms it. ``dataset_size`` caps the
     search: a batch larger than the data is never claimed. ``memory_model``: one already built for this
-    model and optimizer (:func:`labkit.memory.model.build_memory_model`), instead of probing it again.
+    model and optimizer (:func:`labkit.memory.model.build_memory_model`), instead of probing it again. ``run``: the
+    run's description (:class:`labkit.training.run_spec.RunSpec`), whose optimizer and momentum then apply.
     """
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}; pass the model itself")
     dev = get_device(device) if device is not None else next(model.parameters()).device
+    if run is not None:
+        optimizer_name, momentum = run.optimizer, run.momentum
     method, budget_bytes = _checked_method(method, dev, memory_budget_bytes, safety_margin)
     start, timing_steps = positive_int(start, "start"), checked_int(timing_steps, "timing_steps", minimum=0)
     cap = min(checked_int(limit, "limit", allow_none=True) or SEARCH_CAP,

@@ -9,8 +9,10 @@ device not in the table the kit says "peak unknown" rather than guessing.
 """
 from __future__ import annotations
 
+import contextlib
 import warnings
 from dataclasses import dataclass
+from typing import Iterator
 
 import torch
 from torch import nn
@@ -115,20 +117,44 @@ def _tf32_enabled() -> bool:
     return "tf32" in (matmul, conv)
 
 
+@contextlib.contextmanager
+def fp32_math(tf32: bool) -> Iterator[None]:
+    """Run fp32 convolutions and matmuls strictly (IEEE) or in TF32, then restore the previous settings.
+
+    Uses PyTorch's current per-backend ``fp32_precision`` flags (the ``allow_tf32`` booleans and
+    ``set_float32_matmul_precision`` are the legacy API, and torch refuses to read a mix of the two; see the
+    "TensorFloat-32 (TF32) on Ampere (and later) devices" section of the CUDA notes).
+    """
+    flags = (torch.backends.cuda.matmul, torch.backends.cudnn.conv)
+    saved = [f.fp32_precision for f in flags]
+    for f in flags:
+        f.fp32_precision = "tf32" if tf32 else "ieee"
+    try:
+        yield
+    finally:
+        for f, value in zip(flags, saved):
+            f.fp32_precision = value
+
+
+def math_mode_of(amp_dtype: str | torch.dtype | None, tf32: bool, device_type: str) -> str:
+    """The one math-mode rule: the autocast dtype ('bf16'/'fp16'), else 'tf32' where fp32 may use TF32 on a
+    CUDA GPU, else strict 'fp32'."""
+    if amp_dtype is not None and math_mode_name(amp_dtype) != "fp32":
+        return math_mode_name(amp_dtype)
+    return "tf32" if tf32 and device_type == "cuda" else "fp32"
+
+
 def active_math_mode(device: str | torch.device | None = None, amp_dtype: str | torch.dtype | None = None) -> str:
-    """The math the tensor work runs in: 'bf16'/'fp16' under autocast, 'tf32' when torch lets fp32
-    matmuls or convolutions use TF32 on a CUDA GPU of compute capability >= 8.0, else strict 'fp32'.
+    """The math the tensor work runs in now (:func:`math_mode_of` with torch's current TF32 settings): TF32
+    counts on a CUDA GPU of compute capability >= 8.0 when matmuls or convolutions may use it.
 
     When either matmuls or convolutions may use TF32 the answer is 'tf32': its peak is the higher one,
     so MFU is never overstated.
     """
-    if amp_dtype is not None:
-        return math_mode_name(amp_dtype)
     dev = torch.device(device) if device is not None else torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if dev.type != "cuda":
-        return "fp32"
-    major, _minor = torch.cuda.get_device_capability(dev)
-    return "tf32" if major >= 8 and _tf32_enabled() else "fp32"
+    tf32 = (dev.type == "cuda" and amp_dtype is None and torch.cuda.get_device_capability(dev)[0] >= 8
+            and _tf32_enabled())
+    return math_mode_of(amp_dtype, tf32, dev.type)
 
 
 def peak_flops_per_s(device: str | torch.device | None = None,

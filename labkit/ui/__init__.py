@@ -2,3 +2,6 @@
 batch_runs: runs as data and their fair comparisons; batch_limits: the largest batch the memory model and the
 finder allow; batch_views: bars, curves and the results table), ring_view and explorer.
 """
+
+# the modules a learner uses (what the notebooks import; docs/api.md lists their names, one line each)
+__all__ = ["batch_limits", "batch_runs", "dashboard", "explorer", "plan_view", "ring_view", "target_views"]

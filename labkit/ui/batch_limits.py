@@ -15,6 +15,7 @@ from torch import nn
 from labkit.core.validation import positive_int
 from labkit.training.finder import find_max_batch
 from labkit.memory.model import MemoryModel
+from labkit.training.run_spec import RunSpec
 
 
 @dataclass(frozen=True)
@@ -48,12 +49,15 @@ def capacity_bytes(device: torch.device, cpu_budget_bytes: int | None) -> int:
     return positive_int(cpu_budget_bytes, "memory_budget_bytes")
 
 
-def batch_limit(model: nn.Module, memory_model: MemoryModel, sample_shape: tuple[int, ...], *, device: torch.device,
-                cpu_budget_bytes: int | None, dataset_size: int, safety_margin: float = 0.1) -> BatchLimit:
-    """The finder's answer (memory-model method, no timing steps) for ``model`` on ``device``."""
+def batch_limit(model: nn.Module, run: RunSpec, memory_model: MemoryModel, sample_shape: tuple[int, ...], *,
+                device: torch.device, cpu_budget_bytes: int | None, dataset_size: int,
+                safety_margin: float = 0.1) -> BatchLimit:
+    """The finder's answer (memory-model method, no timing steps) for ``model`` trained as ``run`` on ``device``."""
+    if memory_model.optimizer != run.optimizer_kind:
+        raise ValueError(f"the memory model prices optimizer {memory_model.optimizer!r} but the run trains with "
+                         f"{run.optimizer_kind!r}: build it with run.memory_model(model, sample_shape)")
     capacity = capacity_bytes(device, cpu_budget_bytes)
-    found = find_max_batch(model, sample_shape, optimizer_name="adam" if memory_model.optimizer == "adam" else "sgd",
-                           momentum=0.9 if memory_model.optimizer == "sgd_momentum" else 0.0, device=device,
+    found = find_max_batch(model, sample_shape, run=run, device=device,
                            memory_budget_bytes=capacity, safety_margin=safety_margin, dataset_size=dataset_size,
                            timing_steps=0, method="memory-model", memory_model=memory_model)
     return BatchLimit(found.max_batch, capacity, int(found.usable_bytes), found.stopped_by, device.type,

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from labkit.training.batch_size import knee_batch
+from labkit.training.run_spec import RunSpec
 
 SPREAD_WARN = 0.05      # repeats of the same settings whose final accuracies differ by more are flagged
 
@@ -38,6 +39,7 @@ class DashboardRun:
     result: object | None = None                    # labkit RunResult when finished
     stopped: bool = False
     error: str | None = None
+    spec: RunSpec | None = None                     # labkit RunSpec: the run as described and checked once
 
     @property
     def label(self) -> str:

@@ -4,9 +4,8 @@ ceiling and memory against the device's capacity, while :func:`labkit.training.l
 background thread. Earlier runs stay for comparison in plots and a results table; Stop ends a run cleanly;
 a second Run while one runs is refused with a message.
 
-The widget only decorates functions that run without it (:mod:`labkit.ui.batch_runs`,
-:mod:`labkit.ui.batch_limits`, :mod:`labkit.ui.batch_views`); tests drive it by setting ``.value`` and calling
-``.click()``, and ``dash.run(blocking=True)`` runs without a browser.
+Each run is one :class:`labkit.training.run_spec.RunSpec`, checked once. The widget only decorates functions that
+run without it (:mod:`labkit.ui.batch_runs`, ``batch_limits``, ``batch_views``); tests set ``.value``, ``.click()``.
 """
 from __future__ import annotations
 
@@ -18,24 +17,24 @@ import ipywidgets as W
 from torch.utils.data import Subset
 
 from labkit.core.clock import now_s
-from labkit.core.data import ImageData, load_data, make_loader, validate_batch_size
+from labkit.core.data import ImageData, load_data, make_loader
 from labkit.core.device import get_device
 from labkit.core.env import deterministic_kernels, pick, seed_everything
 from labkit.core.models import build_model
 from labkit.core.validation import checked_int, positive_int
 from labkit.memory.device import cuda_baseline_bytes, peak_since
-from labkit.memory.model import MemoryModel, build_memory_model
+from labkit.memory.model import MemoryModel
 from labkit.training.batch_rules import scaled_lr
 from labkit.training.ceiling import measure_ceiling
 from labkit.training.config import TrainConfig
 from labkit.training.loop import evaluate_accuracy, train
 from labkit.training.run_memory import measure_run_memory
+from labkit.training.run_spec import RunSpec
 from labkit.ui.batch_limits import BatchLimit, batch_limit, fit_verdict, power_of_two_batches, slider_labels
 from labkit.ui.batch_runs import DashboardRun, knee_of_runs
 from labkit.ui.batch_views import curves_png, memory_bars_html, results_html
 
 PLOT_EVERY_S = 1.0          # curves redraw at most this often (a PNG redraw costs ~0.1 s of a CPU core)
-TRAIN_KW = dict(optimizer="sgd", momentum=0.9)
 CPU_BUDGET_BYTES = 256 * 10**6   # a CPU has no card to fill: the default budget (notebook 02's finder uses the same)
 # torch's random generator and cuDNN flags are per process: two dashboards training at once draw from one generator
 ONE_TRAINING_AT_A_TIME = threading.Lock()
@@ -50,7 +49,9 @@ class BatchSizeDashboard:
                  memory_budget_bytes: int | None = None, safety_margin: float = 0.1, target_accuracy: float = 0.8,
                  knees: dict[str, int] | None = None, ceiling_steps: int = 8, seed: int = 0):
         self._data, self.device = data, get_device(device)
-        self.base_lr, self.base_batch = base_lr, base_batch
+        # every run is this recipe (SGD, momentum 0.9) with its own model, batch, lr and seed
+        self.base_run = RunSpec(model=models[0], batch_size=base_batch, lr=base_lr, optimizer="sgd", momentum=0.9)
+        self.base_lr, self.base_batch = self.base_run.lr, self.base_run.batch_size
         self.budget_bytes = CPU_BUDGET_BYTES if memory_budget_bytes is None else memory_budget_bytes
         self.update_every = positive_int(update_every, "update_every")
         # evaluations on one grid of samples seen for every batch size, so accuracy curves compare like with like
@@ -110,8 +111,9 @@ class BatchSizeDashboard:
         if name not in self._limits:
             data = self.data()
             net = build_model(name, data.num_classes, data.image_shape).to(self.device)
-            mem = build_memory_model(net, data.image_shape, **TRAIN_KW)
-            self._limits[name] = mem, batch_limit(net, mem, data.image_shape, device=self.device,
+            run = self.base_run.replace(model=name)
+            mem = run.memory_model(net, data.image_shape)
+            self._limits[name] = mem, batch_limit(net, run, mem, data.image_shape, device=self.device,
                                                   cpu_budget_bytes=self.budget_bytes, dataset_size=len(data.train),
                                                   safety_margin=self.safety_margin)
         return self._limits[name]
@@ -200,21 +202,21 @@ class BatchSizeDashboard:
             self._idle.set()
 
     def _new_run(self, pressed_s: float) -> tuple[DashboardRun, MemoryModel]:
-        """Validate the widget values once, refuse a batch that would not fit, scale the LR (Goyal et al. 2017)."""
+        """Check the widget values once (a RunSpec), refuse a batch that would not fit, scale the LR (Goyal 2017)."""
         data = self.data()
-        bs = validate_batch_size(self.batch_size.value, len(data.train), "Batch size")
         steps = positive_int(self.steps.value, "Steps")
-        seed = checked_int(self.seed.value, "Seed", minimum=0)
+        spec = self.base_run.replace(model=self.model_name.value, batch_size=self.batch_size.value,
+                                     seed=self.seed.value, dataset_size=len(data.train))
         mem, lim = self.limit()
-        verdict = fit_verdict(mem, bs, lim)
+        verdict = fit_verdict(mem, spec.batch_size, lim)
         if verdict:
             raise ValueError(verdict)
-        scaling = self.lr_scaling.value
-        lr = scaled_lr(self.base_lr, bs, self.base_batch) if scaling else self.base_lr
-        rule = f"linear x{bs}/{self.base_batch} + warm-up" if scaling else "same lr"
-        run = DashboardRun(self.model_name.value, bs, lr, steps, rule, seed, started_s=pressed_s)
-        run.memory = mem.predict(bs)
-        return run, mem
+        bs, rule = spec.batch_size, "same lr"
+        if self.lr_scaling.value:
+            spec = spec.replace(lr=scaled_lr(self.base_lr, bs, self.base_batch), lr_warmup_steps=5)
+            rule = f"linear x{bs}/{self.base_batch} + warm-up"
+        return DashboardRun(spec.model, bs, spec.lr, steps, rule, spec.seed, memory=mem.predict(bs),
+                            started_s=pressed_s, spec=spec), mem
 
     def _train_once(self, pressed_s: float) -> None:
         run, _ = self._new_run(pressed_s)
@@ -237,10 +239,9 @@ class BatchSizeDashboard:
             seed_everything(run.seed)        # the weights too: repeats of the same settings start alike
             model = build_model(run.model, data.num_classes, data.image_shape)
             baseline = cuda_baseline_bytes()
-            cfg = TrainConfig(steps=run.total_steps, lr=run.lr, lr_warmup_steps=5 if self.lr_scaling.value else 0,
-                              device=str(self.device), progress=False, warmup_steps=min(2, run.total_steps - 1),
-                              profile_model=False, seed=run.seed, **TRAIN_KW)
-            result = train(model, make_loader(data.train, run.batch_size, shuffle=True, seed=run.seed), cfg,
+            cfg = run.spec.train_config(steps=run.total_steps, device=str(self.device), progress=False,
+                                        warmup_steps=min(2, run.total_steps - 1), profile_model=False)
+            result = train(model, run.spec.loader(data.train), cfg,
                            val_loader=make_loader(data.val, min(len(data.val), 256)),
                            callback=lambda rec, progress: self._on_step(run, rec, progress, baseline))
             run.result, run.stopped = result, result.stopped_early
@@ -259,8 +260,8 @@ class BatchSizeDashboard:
     def _ceiling(self, model, run: DashboardRun, cfg: TrainConfig) -> float:
         """The same model and recipe on batches resident on the device (:func:`labkit.training.ceiling`)."""
         data = self.data()
-        ceil_cfg = TrainConfig(steps=self.ceiling_steps + cfg.warmup_steps, lr=cfg.lr, device=cfg.device,
-                               progress=False, warmup_steps=cfg.warmup_steps, profile_model=False, **TRAIN_KW)
+        ceil_cfg = run.spec.replace(lr_warmup_steps=0).train_config(steps=self.ceiling_steps + cfg.warmup_steps,
+            device=cfg.device, progress=False, warmup_steps=cfg.warmup_steps, profile_model=False)
         best = measure_ceiling(model, run.batch_size, ceil_cfg, image_shape=data.image_shape,
                                num_classes=data.num_classes, repeats=2, sample_from=data.train)
         return best.samples_per_s_median

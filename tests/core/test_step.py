@@ -200,3 +200,9 @@ def test_out_of_memory_on_the_first_call_stays_out_of_memory():
 
     with pytest.raises(torch.cuda.OutOfMemoryError):
         TrainStep(OutOfMemory(), None)(torch.randn(2, 3), torch.zeros(2, dtype=torch.long))
+
+
+@pytest.mark.parametrize("spelling, stored", [("bfloat16", "bf16"), (torch.bfloat16, "bf16"), ("half", "fp16"),
+                                              ("fp32", None), (None, None)])
+def test_step_options_take_every_spelling_of_the_one_precision_table(spelling, stored):
+    assert StepOptions(amp_dtype=spelling).amp_dtype == stored

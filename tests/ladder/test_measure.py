@@ -5,8 +5,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from labkit.ladder.measure import fp32_math, math_mode, steps_for_budget, summarise_run
-from labkit.ladder.rungs import Recipe
+from labkit.ladder.measure import steps_for_budget, summarise_run
+from labkit.training.flops import fp32_math, math_mode_of
 
 
 def test_fp32_math_sets_strict_or_tf32_and_restores():
@@ -16,8 +16,8 @@ def test_fp32_math_sets_strict_or_tf32_and_restores():
     with fp32_math(True):
         assert torch.backends.cudnn.conv.fp32_precision == "tf32" == torch.backends.cuda.matmul.fp32_precision
     assert (torch.backends.cuda.matmul.fp32_precision, torch.backends.cudnn.conv.fp32_precision) == before
-    assert math_mode(Recipe(tf32=True), "cuda") == "tf32" and math_mode(Recipe(tf32=True), "cpu") == "fp32"
-    assert math_mode(Recipe(tf32=True, amp_dtype="bf16"), "cuda") == "bf16"
+    assert math_mode_of(None, True, "cuda") == "tf32" and math_mode_of(None, True, "cpu") == "fp32"
+    assert math_mode_of("bfloat16", True, "cuda") == "bf16" and math_mode_of("fp32", False, "cuda") == "fp32"
 
 def test_mfu_uses_the_peak_of_the_math_mode_run(monkeypatch):
     """The H100 showed 93% 'MFU' on fp32 rungs: the fp32 peak against TF32 math. Each mode has its own peak."""

@@ -7,9 +7,9 @@ import pytest
 import torch
 
 from labkit.profile import roofs as roofs_mod
-from labkit.profile.roofs import (RoofConfig, math_mode, measure_bandwidth_roofs, measure_compute_roof,
+from labkit.profile.roofs import (RoofConfig, measure_bandwidth_roofs, measure_compute_roof,
                                   measure_roofs, supported_matmul_dtypes, sweep_matmul)
-from labkit.training.flops import peak_memory_bytes_per_s
+from labkit.training.flops import fp32_math, peak_memory_bytes_per_s
 
 TINY = RoofConfig(min_matmul_n=64, max_matmul_n=256, bandwidth_bytes=4 * 2**20, repeats=3, cache_bytes=2**16)
 
@@ -52,11 +52,11 @@ def test_config_is_validated():
     assert RoofConfig.full().max_matmul_n > RoofConfig.fast().max_matmul_n
 
 
-def test_math_mode_restores_the_matmul_precision():
-    before = torch.get_float32_matmul_precision()
-    with math_mode("tf32"):
-        assert torch.get_float32_matmul_precision() == "high"
-    assert torch.get_float32_matmul_precision() == before
+def test_the_roofs_use_the_kits_one_tf32_switch_and_restore_it():
+    before = torch.backends.cuda.matmul.fp32_precision
+    with fp32_math(True):
+        assert torch.backends.cuda.matmul.fp32_precision == "tf32"
+    assert torch.backends.cuda.matmul.fp32_precision == before
 
 
 def test_gpu_dtypes_by_compute_capability_with_mocks():

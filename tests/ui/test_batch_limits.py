@@ -5,24 +5,25 @@ import pytest
 import torch
 
 from labkit.core.models import build_model
-from labkit.memory.model import build_memory_model
+from labkit.training.run_spec import RunSpec
 from labkit.ui.batch_limits import BatchLimit, batch_limit, capacity_bytes, fit_verdict, power_of_two_batches, \
     slider_labels
 
 SHAPE = (3, 8, 8)
+RUN = RunSpec(model="small_cnn", optimizer="sgd", momentum=0.9)
 
 
 @pytest.fixture(scope="module")
 def cnn():
     torch.manual_seed(0)
     net = build_model("small_cnn", 10, SHAPE)
-    return net, build_memory_model(net, SHAPE, "sgd", 0.9)
+    return net, RUN.memory_model(net, SHAPE)
 
 
 def test_limit_is_the_memory_models_largest_batch(cnn):
     net, mem = cnn
     budget = 8 * 10**6
-    lim = batch_limit(net, mem, SHAPE, device=torch.device("cpu"), cpu_budget_bytes=budget, dataset_size=10**6)
+    lim = batch_limit(net, RUN, mem, SHAPE, device=torch.device("cpu"), cpu_budget_bytes=budget, dataset_size=10**6)
     assert lim.limited_by == "memory" and lim.max_batch == mem.largest_batch_within(budget, 0.1)
     assert mem.predict(lim.max_batch).total_bytes <= lim.usable_bytes < mem.predict(lim.max_batch + 1).total_bytes
     assert lim.capacity_bytes == budget and lim.usable_bytes == int(0.9 * budget)
@@ -33,7 +34,7 @@ def test_limit_is_the_memory_models_largest_batch(cnn):
 
 def test_a_batch_past_the_limit_says_by_how_much(cnn):
     net, mem = cnn
-    lim = batch_limit(net, mem, SHAPE, device=torch.device("cpu"), cpu_budget_bytes=8 * 10**6, dataset_size=10**6)
+    lim = batch_limit(net, RUN, mem, SHAPE, device=torch.device("cpu"), cpu_budget_bytes=8 * 10**6, dataset_size=10**6)
     too_big = power_of_two_batches(lim)[-1]
     assert fit_verdict(mem, lim.max_batch, lim) is None
     verdict = fit_verdict(mem, too_big, lim)
@@ -44,7 +45,7 @@ def test_a_batch_past_the_limit_says_by_how_much(cnn):
 
 def test_the_dataset_can_be_the_limit(cnn):
     net, mem = cnn
-    lim = batch_limit(net, mem, SHAPE, device=torch.device("cpu"), cpu_budget_bytes=10**9, dataset_size=100)
+    lim = batch_limit(net, RUN, mem, SHAPE, device=torch.device("cpu"), cpu_budget_bytes=10**9, dataset_size=100)
     assert lim.limited_by == "dataset" and lim.max_batch == 100
     assert power_of_two_batches(lim)[-1] == 64              # nothing past the data is offered
     assert "larger than the dataset" in fit_verdict(mem, 128, lim)
@@ -67,3 +68,12 @@ def test_capacity_is_the_card_on_a_gpu_and_the_budget_on_a_cpu(monkeypatch):
         capacity_bytes(torch.device("cpu"), None)
     with pytest.raises(ValueError, match="limited_by"):
         BatchLimit(1, 1, 1, "luck", "cpu", "")
+
+
+def test_the_run_the_memory_model_prices_is_the_run_the_finder_trains(cnn):
+    """No optimizer decoded from a kind string with a guessed momentum: a mismatch is one clear error."""
+    net, mem = cnn
+    assert RUN.memory_model(net, SHAPE).optimizer == "sgd_momentum" == RUN.optimizer_kind
+    with pytest.raises(ValueError, match="prices optimizer 'sgd_momentum' but the run trains with 'adam'"):
+        batch_limit(net, RUN.replace(optimizer="adam"), mem, SHAPE, device=torch.device("cpu"),
+                    cpu_budget_bytes=8 * 10**6, dataset_size=100)

@@ -1,4 +1,4 @@
-"""`make gpu-check`'s report writer (labkit.cli.gpu_report) and its script: JUnit parsing on a real pytest run,
+"""`make gpu-check`'s report writer (scripts/gpu_report.py) and its script: JUnit parsing on a real pytest run,
 every section rendered from the recorded H100 fixtures, missing steps reported, and the no-GPU dry run."""
 import importlib.util
 import json
@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from labkit.cli.gpu_report import Outcome, ReportInputs, junit_file_of, load_inputs, parse_junit, render_report
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))   # developer tooling lives in scripts/
+from gpu_report import Outcome, ReportInputs, junit_file_of, load_inputs, parse_junit, render_report
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 FIXTURES = REPO / "tests" / "fixtures" / "gpu_check"
 
 

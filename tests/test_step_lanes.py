@@ -3,11 +3,13 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
-from labkit.cli.gpu_report import _steps_section
-from labkit.cli.step_lanes import GpuMemorySampler, Step, plan_lanes, run_steps, split_cpus
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))   # developer tooling lives in scripts/
+from gpu_report import _steps_section
+from step_lanes import GpuMemorySampler, Step, plan_lanes, run_steps, split_cpus
 
 PY = sys.executable
 

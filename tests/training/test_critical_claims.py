@@ -1,0 +1,63 @@
+"""The critical-batch verdicts: checked, failed and INCONCLUSIVE each reachable, with the numbers in the reason."""
+from labkit.core.verdict import CHECKED, FAILED, INCONCLUSIVE, Load
+from labkit.training.critical_claims import (doubling_ratios, doubling_verdicts, estimates_agree,
+                                             noise_grows, noise_scale_agrees, throughput_peak_loses)
+from labkit.training.noise_scale import NoiseScale
+from labkit.training.to_target import CriticalBatchFit
+
+
+def _fit(b_crit=40.0, low=35.0, high=45.0, batches=(2, 4, 8, 16, 32, 64, 128, 256, 512)):
+    s_min = 20.0
+    return CriticalBatchFit(s_min, s_min * b_crit, b_crit, low, high, {b: s_min * (1 + b_crit / b) for b in batches}, 3)
+
+
+def _ns(b, err, pairs=20):
+    return NoiseScale(b, err, 1.0, b, pairs, 8, 256)
+
+
+def test_agreement_checked_failed_inconclusive():
+    assert noise_scale_agrees(_fit(), _ns(30, 5)).state == CHECKED
+    assert noise_scale_agrees(_fit(), _ns(4000, 10)).state == FAILED
+    wide = noise_scale_agrees(_fit(low=10, high=2000), _ns(30, 5))
+    assert wide.state == INCONCLUSIVE and "more seeds" in wide.detail
+
+
+def test_doubling_follows_the_model_below_and_above():
+    below, above = doubling_verdicts(_fit())
+    assert below.state == CHECKED and above.state == CHECKED
+    assert doubling_ratios({8: 100, 16: 60, 64: 10})[8] == 0.6
+
+
+def test_doubling_fails_on_flat_steps_and_is_inconclusive_without_pairs():
+    flat = _fit()
+    flat = CriticalBatchFit(flat.s_min, flat.e_min, 40, 35, 45, {2: 100, 4: 95, 8: 90, 256: 20, 512: 20}, 3)
+    assert doubling_verdicts(flat)[0].state == FAILED
+    narrow = _fit(batches=(16, 32, 64))
+    below, above = doubling_verdicts(narrow)
+    assert below.state == INCONCLUSIVE and above.state == INCONCLUSIVE and "fewer than two" in below.detail
+
+
+def test_doubling_is_inconclusive_when_the_seeds_straddle_the_line():
+    base = _fit(batches=(2, 4, 8, 16))
+    noisy = CriticalBatchFit(base.s_min, base.e_min, 40, 35, 45, {2: 100.0, 16: 100.0 * 0.7 ** 3}, 3,
+                             {2: 20.0, 16: 10.0})
+    below, _ = doubling_verdicts(noisy)
+    assert below.state == INCONCLUSIVE and "straddles" in below.detail
+
+
+def test_growth_and_agreement_of_estimates():
+    assert noise_grows(_ns(20, 3), _ns(80, 10)).state == CHECKED
+    assert noise_grows(_ns(80, 3), _ns(20, 3)).state == FAILED
+    assert noise_grows(_ns(20, 10), _ns(30, 10)).state == INCONCLUSIVE
+    assert estimates_agree(_ns(30, 5), _ns(35, 5)).state == CHECKED
+    assert estimates_agree(_ns(30, 1), _ns(60, 1)).state == FAILED
+
+
+def test_throughput_peak_loses_uses_the_load_and_needs_a_peak_above_b_crit():
+    times = {16: 1.0, 64: 0.8, 256: 2.0}
+    rates = {16: 100.0, 64: 300.0, 256: 900.0}
+    assert throughput_peak_loses(times, rates, _fit(), Load()).state == CHECKED
+    assert throughput_peak_loses({16: 1.0, 64: 0.8, 256: 0.82}, rates, _fit(), Load()).state == FAILED
+    assert throughput_peak_loses({16: 1.0, 64: 0.8, 256: 0.82}, rates, _fit(), Load({"k": 0.3})).state == INCONCLUSIVE
+    low_peak = throughput_peak_loses(times, {16: 100.0, 64: 50.0, 256: 10.0}, _fit(), Load())
+    assert low_peak.state == INCONCLUSIVE and "not above" in low_peak.detail
