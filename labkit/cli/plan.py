@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import argparse
 
-from labkit.cli.common import (add_output_flags, fmt, format_table, int_list, jsonable, positive_float, positive_int,
-                               print_json, subparser)
+from labkit.cli.common import (add_output_flags, fmt, format_table, int_list, jsonable, positive_float,
+                               positive_int_arg, print_json, subparser)
 
 PRESETS = {"7b": (32, 4096, 32, 4096, 32000), "70b": (80, 8192, 64, 4096, 32000)}
 
@@ -62,20 +62,20 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                             "labkit plan --layers 24 --hidden 2048 --heads 16 --seq-len 2048 --vocab 50000 --json"])
     p.add_argument("--preset", choices=sorted(PRESETS), default="7b", help="model shape to start from (default 7b)")
     for flag in ("--layers", "--hidden", "--heads", "--seq-len", "--vocab"):
-        p.add_argument(flag, type=positive_int, default=None, help=f"override the preset's {flag[2:]}")
-    p.add_argument("--global-batch", type=positive_int, default=64, help="sequences per step (default 64)")
+        p.add_argument(flag, type=positive_int_arg, default=None, help=f"override the preset's {flag[2:]}")
+    p.add_argument("--global-batch", type=positive_int_arg, default=64, help="sequences per step (default 64)")
     p.add_argument("--gpu", default="NVIDIA H100 SXM", help="a GPU of the kit's peak table (default H100 SXM)")
     p.add_argument("--memory-gib", type=positive_float, default=80.0, help="memory per GPU (default 80)")
     p.add_argument("--dtype", choices=("bf16", "fp16", "tf32", "fp32"), default="bf16", help="math mode (default bf16)")
     p.add_argument("--efficiency", type=positive_float, default=0.4,
                    help="fraction of the peak a training step reaches, measured (default 0.4)")
-    p.add_argument("--gpus-per-node", type=positive_int, default=8, help="GPUs per node (default 8)")
-    p.add_argument("--nodes", type=positive_int, default=1, help="nodes (default 1)")
+    p.add_argument("--gpus-per-node", type=positive_int_arg, default=8, help="GPUs per node (default 8)")
+    p.add_argument("--nodes", type=positive_int_arg, default=1, help="nodes (default 1)")
     p.add_argument("--intra-alpha-us", type=positive_float, default=5.0, help="intra-node latency, us (default 5)")
     p.add_argument("--intra-gb-s", type=positive_float, default=150.0, help="intra-node GB/s per GPU (default 150)")
     p.add_argument("--inter-alpha-us", type=positive_float, default=20.0, help="inter-node latency, us (default 20)")
     p.add_argument("--inter-gb-s", type=positive_float, default=25.0, help="inter-node GB/s per GPU (default 25)")
     p.add_argument("--micro-batches", type=int_list, default=[1, 2, 4], help="micro-batch sizes tried (default 1,2,4)")
-    p.add_argument("--top", type=positive_int, default=10, help="layouts to list (default 10)")
+    p.add_argument("--top", type=positive_int_arg, default=10, help="layouts to list (default 10)")
     add_output_flags(p)
     p.set_defaults(func=run)

@@ -18,5 +18,5 @@ labkit.comm.worker.rank_device.
 # the modules a learner uses (what the notebooks import; docs/api.md lists their names, one line each)
 __all__ = ["costmodel", "data_pitfalls", "diagnose", "drift", "exercises", "hang_exercises", "hangs",
            "model_parallel", "pipeline", "pipeline_schedules", "plots", "published", "rank_pitfalls",
-           "ring_attention", "ring_report", "ring_runs", "scaling", "schedule_report", "schedule_sim", "speedup",
-           "sync_sgd", "tensor_parallel", "tp_compare", "tp_cost", "tp_dtensor", "tp_report", "tp_runs"]
+           "ring_attention", "ring_report", "ring_runs", "ring_torch_cp", "scaling", "schedule_report",
+           "schedule_sim", "speedup", "sync_sgd", "tensor_parallel", "tp_compare", "tp_cost", "tp_dtensor", "tp_report", "tp_runs"]
