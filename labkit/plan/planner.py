@@ -102,13 +102,37 @@ def predict(model: ModelSpec, device: DeviceSpec, cluster: ClusterSpec, layout: 
                       time_terms(model, device, cluster, layout), device.memory_bytes)
 
 
+@dataclass(frozen=True)
+class Space:
+    """The values each axis may take (None: any): the planner's constraint, e.g. what a runner can execute here."""
+
+    tp: tuple[int, ...] | None = None
+    pp: tuple[int, ...] | None = None
+    cp: tuple[int, ...] | None = None
+    zero: tuple[int, ...] | None = None
+    micro_batches: tuple[int, ...] | None = None     # micro-batches per step (global / (dp x micro-batch size))
+    checkpointing: tuple[bool, ...] | None = None
+
+    def allows(self, model: ModelSpec, layout: Layout) -> bool:
+        """Every constrained axis of ``layout`` takes one of its allowed values."""
+        values = {"tp": layout.tp, "pp": layout.pp, "cp": layout.cp, "zero": layout.zero,
+                  "micro_batches": layout.micro_batches(model), "checkpointing": layout.checkpointing}
+        return all(getattr(self, k) is None or v in getattr(self, k) for k, v in values.items())
+
+    def describe(self) -> str:
+        """e.g. 'pp in (1,), cp in (1,), ...; tp any'."""
+        fixed = [f"{k} in {v}" for k, v in vars(self).items() if v is not None]
+        free = [k for k, v in vars(self).items() if v is None]
+        return ", ".join(fixed) + (f"; {', '.join(free)} any" if free else "")
+
+
 def _divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
 def enumerate_layouts(model: ModelSpec, cluster: ClusterSpec, micro_batches: tuple[int, ...] = (1, 2, 4),
-                      max_cp: int = 8) -> list[Layout]:
-    """Every layout that can run (divisibility, ranks), before memory is checked."""
+                      max_cp: int = 8, space: Space | None = None) -> list[Layout]:
+    """Every layout that can run (divisibility, ranks) within ``space``, before memory is checked."""
     n, out = cluster.world_size, []
     for tp, pp, cp in itertools.product(_divisors(n), repeat=3):
         if n % (tp * pp * cp) or cp > max_cp:
@@ -116,18 +140,20 @@ def enumerate_layouts(model: ModelSpec, cluster: ClusterSpec, micro_batches: tup
         dp = n // (tp * pp * cp)
         for zero, mb, ckpt in itertools.product((0, 1, 2, 3), micro_batches, (False, True)):
             layout = Layout(dp, tp, pp, cp, zero, mb, ckpt)
-            if layout_problem(model, cluster, layout) is None:
+            if layout_problem(model, cluster, layout) is None and (space is None or space.allows(model, layout)):
                 out.append(layout)
     return out
 
 
 def plan(model: ModelSpec, device: DeviceSpec, cluster: ClusterSpec, micro_batches: tuple[int, ...] = (1, 2, 4),
-         selective: bool = True) -> list[Prediction]:
-    """Every feasible layout's prediction, fitting ones first, each group fastest first."""
-    preds = [predict(model, device, cluster, lay, selective) for lay in enumerate_layouts(model, cluster, micro_batches)]
+         selective: bool = True, space: Space | None = None) -> list[Prediction]:
+    """Every feasible layout's prediction (within ``space`` if given), fitting ones first, each group fastest first."""
+    layouts = enumerate_layouts(model, cluster, micro_batches, space=space)
+    preds = [predict(model, device, cluster, lay, selective) for lay in layouts]
     if not preds:
-        raise ValueError(f"no layout of {cluster.world_size} GPUs can split {model.name}: check that heads, layers, "
-                         "sequence and global batch divide")
+        within = f" within {space.describe()}" if space else ""
+        raise ValueError(f"no layout of {cluster.world_size} GPUs can split {model.name}{within}: check that heads, "
+                         "layers, sequence and global batch divide")
     return sorted(preds, key=lambda p: (not p.fits, p.step_s, p.memory_bytes))
 
 

@@ -12,20 +12,19 @@ from __future__ import annotations
 
 import statistics
 
-from labkit.comm.two_tier import Link
 from labkit.core.clock import paired_median
 from labkit.core.verdict import CHECKED, FAILED, INCONCLUSIVE, Load, Verdict, relative_spread
 from labkit.parallel.tensor_parallel import build_block
 from labkit.parallel.tp_cost import SavedBytes
 from labkit.parallel.tp_runs import layer_inputs
 from labkit.plan.planner import Prediction, predict
+from labkit.plan.runnable import TOP, machine_specs
 from labkit.plan.score_runs import ScoreConfig
-from labkit.plan.specs import ClusterSpec, DeviceSpec, Layout, ModelSpec
+from labkit.plan.specs import Layout
 
 STATE_BAND = 0.05          # parameters + gradients + optimizer state: counted, so within 5%
 ACTIVATION_BAND = 0.35     # saved activations: the layer count misses the stack's hand-offs between layers
 CLEAR_MARGIN = 1.15        # the measured winner must beat the next layout by this (paired) to count as clear
-TOP = 3
 
 
 def layer_regions(cfg: ScoreConfig, micro_batch: int) -> dict[str, int]:
@@ -35,22 +34,6 @@ def layer_regions(cfg: ScoreConfig, micro_batch: int) -> dict[str, int]:
     with saved.recording():
         block(layer_inputs(cfg.shape(micro_batch))[0])
     return saved.totals()
-
-
-def machine_specs(results: list[dict], cfg: ScoreConfig, dp: int) -> tuple[ModelSpec, DeviceSpec, ClusterSpec]:
-    """The stack, this device (peak and efficiency measured at the dp share) and the fitted link, as planner input."""
-    model = ModelSpec(cfg.layers, cfg.d_model, cfg.heads, cfg.seq_len, vocab=1, global_batch=cfg.global_batch,
-                      name=f"{cfg.layers} x d{cfg.d_model} stack", embedding=False)
-    peak = statistics.median(r["matmul_flops_per_s"] for r in results)
-    compute_s = max(r["compute_only_s"][str(dp)] for r in results)
-    efficiency = min(1.0, model.step_flops() / dp / (compute_s * peak))
-    device = DeviceSpec("this CPU (measured)", 64 * 2**30, peak, efficiency, param_bytes=4,
-                        optimizer_bytes_per_param=8)
-    intra, inter = (Link(statistics.median(r["link"][tier]["alpha_s"] for r in results),
-                         statistics.median(r["link"][tier]["beta_s_per_byte"] for r in results))
-                    for tier in ("intra", "inter"))
-    per_node = int(results[0]["per_node"])
-    return model, device, ClusterSpec(per_node, len(results) // per_node, intra=intra, inter=inter)
 
 
 def predictions(results: list[dict], cfg: ScoreConfig, layouts: list[Layout]) -> list[Prediction]:
@@ -65,13 +48,26 @@ def predictions(results: list[dict], cfg: ScoreConfig, layouts: list[Layout]) ->
     return out
 
 
+def layouts_run(results: list[dict]) -> list[Layout]:
+    """The layouts the ranks ran (given, or the planner's picks), in run order."""
+    return [Layout(**d) for d in results[0]["layouts"]]
+
+
+def planner_ranking(results: list[dict]) -> list[dict]:
+    """The planner's ranking of the runnable space (made on the specs the ranks measured first), runs marked."""
+    ran = {lay.label() for lay in layouts_run(results)}
+    return [{"planner rank": i, "layout": name, "run": name in ran}
+            for i, name in enumerate(results[0]["ranking"], 1)]
+
+
 def _slowest(results: list[dict], name: str) -> list[float]:
     return [max(r["seconds"][name][i] for r in results) for i in range(len(results[0]["seconds"][name]))]
 
 
 def score_rows(results: list[dict], preds: list[Prediction]) -> list[dict]:
-    """Per layout: predicted rank, step ms and memory MiB (model state, activations) beside measured, with errors."""
+    """Per layout: predicted rank (in the planner's ranking of the space it chose from), step ms and memory MiB (model state, activations) beside measured, with errors."""
     by_step = sorted(preds, key=lambda p: p.step_s)
+    ranking = results[0].get("ranking") or [p.layout.label() for p in by_step]   # the planner's, when it chose
     rows = []
     for p in preds:
         name = p.layout.label()
@@ -79,7 +75,7 @@ def score_rows(results: list[dict], preds: list[Prediction]) -> list[dict]:
         state = mem["params"] + mem["grads"] + mem["optimizer"]
         pred_state = p.memory["parameters"] + p.memory["gradients"] + p.memory["optimizer state"]
         measured_ms = 1e3 * statistics.median(_slowest(results, name))
-        rows.append({"layout": name, "predicted rank": by_step.index(p) + 1, "predicted ms": 1e3 * p.step_s,
+        rows.append({"layout": name, "predicted rank": ranking.index(name) + 1, "predicted ms": 1e3 * p.step_s,
                      "measured ms": measured_ms, "step error": measured_ms / (1e3 * p.step_s) - 1,
                      "predicted state MiB": pred_state / 2**20, "measured state MiB": state / 2**20,
                      "state error": state / pred_state - 1,
@@ -97,19 +93,23 @@ def memory_within_band(rows: list[dict]) -> bool:
 
 
 def winner_verdict(results: list[dict], rows: list[dict]) -> Verdict:
-    """Is the measured fastest layout among the planner's top three? Decided only where the margin is clear."""
-    measured = sorted(rows, key=lambda r: r["measured ms"])
-    best, second = measured[0], measured[1]
-    margin = paired_median(_slowest(results, second["layout"]), _slowest(results, best["layout"]))
-    ratios = [a / b for a, b in zip(_slowest(results, second["layout"]), _slowest(results, best["layout"]))]
-    load = Load({f"rank {r['rank']}": min(1.0, max(r["cpu_share"], 1e-3)) for r in results},
-                spread=relative_spread(ratios))
+    """Is the measured fastest layout among the planner's top three? Decided only where the margin is clear: the
+    fastest of the top three against the fastest of the others, paired round by round."""
+    top = sorted((r for r in rows if r["predicted rank"] <= TOP), key=lambda r: r["measured ms"])
+    rest = sorted((r for r in rows if r["predicted rank"] > TOP), key=lambda r: r["measured ms"])
     claim = f"the measured fastest layout is among the planner's top {TOP}"
-    detail = (f"measured fastest {best['layout']} (predicted rank {best['predicted rank']}), "
-              f"{margin:.2f}x ahead of {second['layout']}")
-    if best["predicted rank"] <= TOP:
+    if not top or not rest:
+        return Verdict(claim, INCONCLUSIVE, f"the runs need layouts inside and outside the top {TOP} to compare")
+    inside, outside = _slowest(results, top[0]["layout"]), _slowest(results, rest[0]["layout"])
+    margin = paired_median(outside, inside)                     # > 1: the planner's top three won
+    load = Load({f"rank {r['rank']}": min(1.0, max(r["cpu_share"], 1e-3)) for r in results},
+                spread=relative_spread([a / b for a, b in zip(outside, inside)]))
+    winner = top[0] if margin >= 1 else rest[0]
+    detail = (f"measured fastest {winner['layout']} (predicted rank {winner['predicted rank']}); best of the top "
+              f"{TOP}, {top[0]['layout']}, is {margin:.2f}x the speed of the best other, {rest[0]['layout']}")
+    if margin >= CLEAR_MARGIN:
         return Verdict(claim, CHECKED, detail)
-    if margin < CLEAR_MARGIN or load.busy:
-        why = f"margin under {CLEAR_MARGIN}x" if margin < CLEAR_MARGIN else load.reason()
+    if margin > 1 / CLEAR_MARGIN or load.busy:
+        why = f"margin under {CLEAR_MARGIN}x either way" if margin > 1 / CLEAR_MARGIN else load.reason()
         return Verdict(claim, INCONCLUSIVE, f"{detail}; {why}")
-    return Verdict(claim, FAILED, f"{detail} on a quiet machine, with a clear margin")
+    return Verdict(claim, FAILED, f"{detail}, on a quiet machine, with a clear margin")

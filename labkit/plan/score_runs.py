@@ -6,7 +6,9 @@ Per rank and layout: seconds per step each round (after a barrier), the model st
 (:func:`labkit.memory.model.saved_activation_bytes`). Per rank once: the link's alpha and beta fitted from all-reduce
 timings (:func:`labkit.parallel.costmodel.fit_alpha_beta`), the unsplit stack's compute-only step at the dp share
 (for the measured efficiency), and a bare matmul's rate (the "peak" of this device, measured). Layouts are
-:class:`labkit.plan.specs.Layout`; pipeline and context parallelism are not run here (see ``run_layouts``).
+:class:`labkit.plan.specs.Layout`; what this runner can execute is :data:`RUNNABLE` (dp x tp, with or without
+checkpointing, one or two micro-batches accumulated; no ZeRO, pipeline or context parallelism). Given no layouts,
+the ranks measure this machine first and the planner picks what to run within RUNNABLE (:mod:`labkit.plan.runnable`).
 """
 from __future__ import annotations
 
@@ -25,18 +27,21 @@ from labkit.cluster.run import run_job
 from labkit.comm.launch import launch
 from labkit.core.clock import now_s
 from labkit.core.contention import ShareMeter
-from labkit.core.step import TrainStep
+from labkit.core.step import StepOptions, TrainStep
 from labkit.core.validation import positive_int
 from labkit.memory.model import saved_activation_bytes
 from labkit.parallel.costmodel import fit_alpha_beta
 from labkit.parallel.sync_sgd import sync_gradients
 from labkit.parallel.tensor_parallel import LayerShape, ParallelBlock, build_block
 from labkit.parallel.tp_runs import layer_inputs, probe_loss
+from labkit.plan.planner import Space
+from labkit.plan.runnable import pick_runs, rank_runnable
 from labkit.plan.specs import Layout
 from labkit.sharding.memory import count_rank_state_bytes
 from labkit.training.flops import measured_matmul_flops_per_s
 
 FIT_SIZES_BYTES = (4 * 1024, 64 * 1024, 512 * 1024)
+RUNNABLE = Space(pp=(1,), cp=(1,), zero=(0,), micro_batches=(1, 2), checkpointing=(False, True))  # tp: any dividing
 
 
 @dataclass(frozen=True)
@@ -99,7 +104,8 @@ def build_stack(cfg: ScoreConfig, layout: Layout, tp_rank: int = 0, tp_group: ob
 
 
 def _layout_step(cfg: ScoreConfig, layout: Layout, rank: int) -> TrainStep:
-    """This rank's step: its TP part, its DP share of the batch, Adam, gradients averaged over its DP group."""
+    """This rank's step: its TP part, its DP share of the batch in micro-batches of ``layout.micro_batch``
+    (gradients accumulated), Adam, gradients averaged over its DP group once per step."""
     tp_members, dp_members = mesh_groups(layout, dist.get_world_size())
     (tp_group, tp_ranks), (dp_group, dp_ranks) = _mine(tp_members, rank), _mine(dp_members, rank)
     model = build_stack(cfg, layout, tp_ranks.index(rank), tp_group)
@@ -111,7 +117,8 @@ def _layout_step(cfg: ScoreConfig, layout: Layout, rank: int) -> TrainStep:
         if len(dp_ranks) > 1:
             sync_gradients(m, lambda t: dist.all_reduce(t, group=dp_group), len(dp_ranks), bucket=True)
 
-    step = TrainStep(model, opt, loss_fn=probe_loss, grad_hook=dp_sync)
+    accumulate = StepOptions(accumulation_steps=cfg.global_batch // (layout.dp * layout.micro_batch))
+    step = TrainStep(model, opt, loss_fn=probe_loss, grad_hook=dp_sync, options=accumulate)
     step.feed = tuple(v.chunk(layout.dp)[dp_ranks.index(rank)].contiguous()  # type: ignore[attr-defined]
                       for v in layer_inputs(cfg.shape()))
     return step
@@ -156,20 +163,45 @@ def _compute_only_s(cfg: ScoreConfig, dp: int, repeats: int = 3) -> float:
     return statistics.median(runs)
 
 
-def score_job(cfg_dict: dict, layout_dicts: list[dict], per_node: int | None = None) -> dict:
-    """One rank: the link fit (per tier when ``per_node`` ranks share a node), compute-only time and matmul rate,
-    then every layout's memory and timed rounds."""
-    cfg, rank = ScoreConfig(**cfg_dict), dist.get_rank()
-    layouts = [Layout(**d) for d in layout_dicts]
+def _calibrate(cfg: ScoreConfig, per_node: int | None) -> dict:
+    """This rank's link fit (per tier when ``per_node`` ranks share a node), matmul rate and compute-only step at
+    every dp share of the world."""
     link = _fit_tiers(per_node) if per_node else dict.fromkeys(("intra", "inter"), _fit_link())
     peak, _ = measured_matmul_flops_per_s("cpu", size=256)
+    world = dist.get_world_size()
+    compute = {str(d): _compute_only_s(cfg, d) for d in range(1, world + 1) if world % d == 0}
+    return {"link": link, "per_node": per_node or world, "matmul_flops_per_s": peak, "compute_only_s": compute}
+
+
+def _planner_choice(cfg: ScoreConfig, mine: dict, space: Space) -> tuple[list[Layout], list[str]]:
+    """Every rank's calibration gathered, the planner's ranking within ``space`` and its picks (rank 0's, shared)."""
+    every: list = [None] * dist.get_world_size()
+    dist.all_gather_object(every, mine)
+    ranked = rank_runnable(every, cfg, space)
+    choice = [[ranked[i].layout for i in pick_runs(ranked)], [p.layout.label() for p in ranked]]
+    dist.broadcast_object_list(choice, src=0)
+    return choice[0], choice[1]
+
+
+def score_job(cfg_dict: dict, layout_dicts: list[dict], per_node: int | None = None, space: dict | None = None) -> dict:
+    """One rank: calibration (:func:`_calibrate`); the layouts given, or the planner's picks within ``space``;
+    then every layout's memory and timed rounds."""
+    cfg, rank = ScoreConfig(**cfg_dict), dist.get_rank()
+    out = _calibrate(cfg, per_node)
+    ranking: list[str] = []
+    if layout_dicts:
+        layouts = [Layout(**d) for d in layout_dicts]
+    else:
+        layouts, ranking = _planner_choice(cfg, out, Space(**{k: v if v is None else tuple(v)
+                                                               for k, v in (space or {}).items()}))
     steps = {lay.label(): _layout_step(cfg, lay, rank) for lay in layouts}
-    memory = {}
+    layouts_by, memory = {lay.label(): lay for lay in layouts}, {}
     for name, step in steps.items():
         step(*step.feed)                                        # warm-up, and Adam's state exists
         state = count_rank_state_bytes(step.model.parameters(), step.optimizer)
         memory[name] = {"params": step.held["params"], "grads": step.held["grads"], "optimizer": state["optimizer"],
-                        "activations": saved_activation_bytes(step.model, step.feed[0])}
+                        "activations": saved_activation_bytes(step.model,   # one micro-batch's
+                                                              step.feed[0][:layouts_by[name].micro_batch])}
     seconds: dict[str, list[float]] = {name: [] for name in steps}
     names = list(steps)
     with ShareMeter() as meter:
@@ -179,8 +211,7 @@ def score_job(cfg_dict: dict, layout_dicts: list[dict], per_node: int | None = N
                 start = now_s()
                 steps[name](*steps[name].feed)
                 seconds[name].append(now_s() - start)
-    compute = {str(d): _compute_only_s(cfg, d) for d in sorted({lay.dp for lay in layouts})}
-    return {"rank": rank, "link": link, "per_node": per_node or dist.get_world_size(), "matmul_flops_per_s": peak, "compute_only_s": compute,
+    return {**out, "rank": rank, "layouts": [asdict(lay) for lay in layouts], "ranking": ranking,
             "memory": memory, "seconds": seconds, "cpu_share": meter.share}
 
 
@@ -188,27 +219,30 @@ def score_node_job() -> dict:
     """:func:`score_job` on emulated nodes: join the node launcher's group, read the job's parameters, report."""
     me = _join()
     params = job_params()
-    out = score_job(params["cfg"], params["layouts"], per_node=me.local_world_size)
+    out = score_job(params["cfg"], params["layouts"], per_node=me.local_world_size, space=params.get("space"))
     return report({**out, "node": me.group_rank}, me.rank)
 
 
-def run_layouts_on_nodes(cfg: ScoreConfig, layouts: list[Layout], config: NodesConfig | None = None,
-                         per_node: int = 2, timeout_s: float = 240.0) -> list[dict]:
+def run_layouts_on_nodes(cfg: ScoreConfig, layouts: list[Layout] | None = None, config: NodesConfig | None = None,
+                         per_node: int = 2, timeout_s: float = 240.0, space: Space = RUNNABLE) -> list[dict]:
     """Build the emulated nodes (notebook 12's: namespaces and a shaped link), run :func:`score_node_job` on
-    ``per_node`` ranks each, tear the nodes down (always); every rank's report in rank order."""
+    ``per_node`` ranks each (``layouts``, or the planner's picks within ``space``), tear the nodes down (always);
+    every rank's report in rank order."""
     config = config or NodesConfig.fast()
-    for layout in layouts:
+    for layout in layouts or []:
         mesh_groups(layout, config.nodes * per_node)
-    params = {"cfg": asdict(cfg), "layouts": [asdict(lay) for lay in layouts]}
+    params = {"cfg": asdict(cfg), "layouts": [asdict(lay) for lay in layouts or []], "space": asdict(space)}
     with EmulatedNodes(config) as nodes:
         results = run_job(nodes, "labkit.plan.score_runs:score_node_job", nproc_per_node=per_node, params=params,
                           timeout_s=timeout_s).results
     return sorted(results, key=lambda r: r["rank"])
 
 
-def run_layouts(cfg: ScoreConfig, layouts: list[Layout], world_size: int = 4, timeout_s: float = 150.0) -> list[dict]:
-    """Run :func:`score_job` on ``world_size`` ranks under a timeout; every rank's report, in rank order."""
-    for layout in layouts:
+def run_layouts(cfg: ScoreConfig, layouts: list[Layout] | None = None, world_size: int = 4, timeout_s: float = 150.0,
+                space: Space = RUNNABLE) -> list[dict]:
+    """Run :func:`score_job` on ``world_size`` ranks under a timeout (``layouts``, or the planner's picks within
+    ``space``); every rank's report, in rank order."""
+    for layout in layouts or []:
         mesh_groups(layout, world_size)                 # one clear error before any process starts
-    return launch(score_job, world_size, args=(asdict(cfg), [asdict(lay) for lay in layouts]), timeout_s=timeout_s,
-                  show_output=False)
+    return launch(score_job, world_size, args=(asdict(cfg), [asdict(lay) for lay in layouts or []]),
+                  kwargs={"space": asdict(space)}, timeout_s=timeout_s, show_output=False)

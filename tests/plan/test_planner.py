@@ -49,3 +49,16 @@ def test_the_plan_ranks_fitting_layouts_first_and_says_why():
 def test_an_impossible_layout_gets_one_clear_message():
     with pytest.raises(ValueError, match="heads"):
         predict(GPT, DEV, ClusterSpec(32, 1), Layout(tp=32))
+
+
+def test_a_space_constrains_every_axis_and_says_what_it_allowed():
+    from labkit.plan.planner import Space
+
+    space = Space(pp=(1,), cp=(1,), zero=(0,), micro_batches=(1,), checkpointing=(False,))
+    ranked = plan(GPT, DEV, ClusterSpec(8, 1), micro_batches=(1, 2, 4, 8), space=space)
+    assert ranked and all(p.layout.pp == p.layout.cp == 1 and p.layout.zero == 0 and not p.layout.checkpointing
+                          and p.layout.micro_batches(GPT) == 1 for p in ranked)
+    assert len(ranked) < len(plan(GPT, DEV, ClusterSpec(8, 1), micro_batches=(1, 2, 4, 8)))
+    assert space.describe().endswith("; tp any")
+    with pytest.raises(ValueError, match="within tp in \\(3,\\)"):
+        plan(GPT, DEV, ClusterSpec(8, 1), space=Space(tp=(3,)))

@@ -1,5 +1,5 @@
-"""The self-score's verdict on made-up rank reports: checked inside the top three, INCONCLUSIVE on a thin margin or
-a starved run, failed when a clear, quiet winner was ranked low."""
+"""The self-score's verdict on made-up rank reports: checked when the top three's best clearly beats the others',
+INCONCLUSIVE on a thin margin (either way) or a starved run, failed when a clear, quiet winner was ranked low."""
 from labkit.plan.score import winner_verdict
 
 
@@ -12,9 +12,17 @@ def _rows(predicted_ranks, measured_ms):
             for i, (p, m) in enumerate(zip(predicted_ranks, measured_ms))]
 
 
-def test_the_winner_inside_the_top_three_is_checked():
+def test_the_winner_inside_the_top_three_is_checked_only_with_a_clear_margin():
     ranks = _ranks({"L0": [0.1, 0.1], "L1": [0.2, 0.2]})
-    assert winner_verdict(ranks, _rows([1, 2], [100, 200])).state == "checked"
+    assert winner_verdict(ranks, _rows([1, 4], [100, 200])).state == "checked"
+    thin = _ranks({"L0": [0.1, 0.1], "L1": [0.105, 0.105]})
+    verdict = winner_verdict(thin, _rows([1, 4], [100, 105]))
+    assert verdict.state == "INCONCLUSIVE" and "margin under" in verdict.detail
+
+
+def test_nothing_to_compare_is_inconclusive_with_the_reason():
+    ranks = _ranks({"L0": [0.1, 0.1], "L1": [0.2, 0.2]})
+    assert "inside and outside the top 3" in winner_verdict(ranks, _rows([1, 2], [100, 200])).detail
 
 
 def test_a_low_ranked_winner_fails_only_when_the_margin_is_clear_and_the_machine_quiet():

@@ -1,0 +1,47 @@
+"""The planner picks what to run here: its ranking within the runner's space on measured specs, top three plus the
+worst and a middle one."""
+import pytest
+
+from labkit.plan.planner import Space
+from labkit.plan.runnable import TOP, machine_specs, pick_runs, rank_runnable
+from labkit.plan.score_runs import RUNNABLE, ScoreConfig
+
+CFG = ScoreConfig(layers=2, d_model=64, heads=4, seq_len=16, global_batch=8)
+
+
+def _calibration(ranks=4, per_node=2, inter_beta=1e-7):
+    fast, slow = {"alpha_s": 1e-5, "beta_s_per_byte": 1e-9}, {"alpha_s": 1e-4, "beta_s_per_byte": inter_beta}
+    return [{"rank": r, "per_node": per_node, "matmul_flops_per_s": 1e10, "link": {"intra": fast, "inter": slow},
+             "compute_only_s": {"1": 0.04, "2": 0.02, "4": 0.01}} for r in range(ranks)]
+
+
+def test_pick_runs_takes_the_top_three_the_worst_and_a_middle_one():
+    assert pick_runs(list(range(6))) == [0, 1, 2, 4, 5]
+    assert pick_runs(list(range(11))) == [0, 1, 2, 6, 10]
+    assert pick_runs(list(range(4))) == [0, 1, 2, 3]
+    assert len(pick_runs(list(range(20)), others=3)) == TOP + 3
+
+
+def test_the_ranking_stays_in_the_runnable_space_and_is_fastest_first():
+    ranked = rank_runnable(_calibration(), CFG, RUNNABLE)
+    labels = {p.layout.label() for p in ranked}
+    assert labels == {f"dp{4 // t} tp{t} pp1 cp1 zero0 mb{8 // (4 // t) // m}" + c
+                      for t in (1, 2, 4) for m in (1, 2) for c in ("", " ckpt")}
+    assert [p.step_s for p in ranked] == sorted(p.step_s for p in ranked)
+
+
+def test_a_slow_inter_node_link_keeps_tp_inside_a_node_and_the_full_gradient_sync_last():
+    ranked = rank_runnable(_calibration(inter_beta=1e-5), CFG, RUNNABLE)
+    assert ranked[0].layout.label() == "dp2 tp2 pp1 cp1 zero0 mb4"
+    assert ranked[-1].layout.dp == 4 and ranked[-1].layout.checkpointing
+
+
+def test_the_efficiency_is_measured_at_each_dp_share():
+    assert machine_specs(_calibration(), CFG, 4)[1].efficiency == pytest.approx(
+        machine_specs(_calibration(), CFG, 1)[1].efficiency)
+    assert machine_specs(_calibration(), CFG, 2)[2].world_size == 4
+
+
+def test_an_empty_space_gets_one_clear_message():
+    with pytest.raises(ValueError, match="within pp in \\(3,\\)"):
+        rank_runnable(_calibration(), CFG, Space(pp=(3,)))
