@@ -200,8 +200,10 @@ def score_job(cfg_dict: dict, layout_dicts: list[dict], per_node: int | None = N
         step(*step.feed)                                        # warm-up, and Adam's state exists
         state = count_rank_state_bytes(step.model.parameters(), step.optimizer)
         memory[name] = {"params": step.held["params"], "grads": step.held["grads"], "optimizer": state["optimizer"],
-                        "activations": saved_activation_bytes(step.model,   # one micro-batch's
-                                                              step.feed[0][:layouts_by[name].micro_batch])}
+                        # one micro-batch's, as a tensor of its own: a slice is a view of the whole feed, and the
+                        # saved first-layer input would count the storage of every sequence (9x the kept inputs)
+                        "activations": saved_activation_bytes(
+                            step.model, step.feed[0][:layouts_by[name].micro_batch].clone())}
     seconds: dict[str, list[float]] = {name: [] for name in steps}
     names = list(steps)
     with ShareMeter() as meter:
