@@ -20,14 +20,15 @@ from labkit.parallel.ring_runs import RingConfig, reference_inputs
 MEMORY_BAND = 0.4          # measured peak within +-40% of the formula: allocator and GEMM workspaces move it
 
 
-def exactness_errors(results: list[dict], cfg: RingConfig) -> dict[str, float]:
-    """Largest absolute difference of out, dq, dk, dv (all ranks, unsharded) from full attention + autograd."""
+def exactness_errors(results: list[dict], cfg: RingConfig, key: str = "exact") -> dict[str, float]:
+    """Largest absolute difference of out, dq, dk, dv (all ranks, unsharded) from full attention + autograd;
+    ``key``: "exact" (the overlapped ring) or "exact_serial" (each block waited for before it is used)."""
     q, k, v, d_out = (t.requires_grad_(i < 3) for i, t in enumerate(reference_inputs(cfg, cfg.check_seq)))
     ref = full_attention(q, k, v, cfg.causal)
     grads = torch.autograd.grad(ref, (q, k, v), d_out)
     out = {}
     for name, want in zip(("out", "dq", "dk", "dv"), (ref.detach(), *grads)):
-        got = zigzag_unshard([r["exact"][name] for r in results], cfg.check_seq)
+        got = zigzag_unshard([r[key][name] for r in results], cfg.check_seq)
         out[name] = float((got - want).abs().max())
     return out
 

@@ -63,6 +63,18 @@ def _wait(reqs: list) -> None:
         reqs.pop(0).wait()
 
 
+def _next_block(held: torch.Tensor, rank: int, w: int, step: int, comm: bool,
+                overlap: bool) -> tuple[torch.Tensor | None, list]:
+    """Start passing the held K/V block on (serial: wait for it at once); (None, []) where nothing moves. The
+    caller swaps blocks on ``recv is not None``: after a serial wait the request list is already empty."""
+    if not (comm and step < w - 1):
+        return None, []
+    recv, reqs = _pass(held, rank, w, KV_TAG)
+    if not overlap:
+        _wait(reqs)
+    return recv, reqs
+
+
 def ring_forward(q: torch.Tensor, kv: torch.Tensor, seq_len: int, causal: bool = True, overlap: bool = True,
                  compute: bool = True, comm: bool = True) -> RingState:
     """This rank's attention output and lse: W steps, each folding in the held K/V block (kv: (2, b, h, t, d))."""
@@ -70,14 +82,10 @@ def ring_forward(q: torch.Tensor, kv: torch.Tensor, seq_len: int, causal: bool =
     state, held, mine = start_state(q), kv, zigzag_positions(seq_len, w, rank)
     for step in range(w):
         src = (rank - step) % w
-        reqs: list = []
-        if comm and step < w - 1:
-            recv, reqs = _pass(held, rank, w, KV_TAG)
-            if not overlap:
-                _wait(reqs)
+        recv, reqs = _next_block(held, rank, w, step, comm, overlap)
         if compute:
             forward_block(state, q, mine, held[0], held[1], zigzag_positions(seq_len, w, src), causal)
-        if reqs:
+        if recv is not None:
             _wait(reqs)
             held = recv
     return state
@@ -92,11 +100,7 @@ def ring_backward(q: torch.Tensor, kv: torch.Tensor, state: RingState, d_out: to
     grad_in, grad_reqs, dkv = None, [], torch.zeros_like(kv)
     for step in range(w):
         src = (rank - step) % w
-        reqs: list = []
-        if comm and step < w - 1:
-            recv, reqs = _pass(held, rank, w, KV_TAG)
-            if not overlap:
-                _wait(reqs)
+        recv, reqs = _next_block(held, rank, w, step, comm, overlap)
         dkv = torch.zeros_like(kv)
         if compute:
             backward_block(q, mine, held[0], held[1], zigzag_positions(seq_len, w, src), state.out, state.lse,
@@ -108,7 +112,7 @@ def ring_backward(q: torch.Tensor, kv: torch.Tensor, state: RingState, d_out: to
             grad_in, grad_reqs = _pass(dkv, rank, w, GRAD_TAG)
             if not overlap:
                 _wait(grad_reqs)
-        if reqs:
+        if recv is not None:
             _wait(reqs)
             held = recv
     _wait(grad_reqs)
@@ -134,11 +138,12 @@ def _shards(cfg: RingConfig, seq_len: int, dtype: torch.dtype) -> tuple[torch.Te
     return q, torch.stack([k, v]), d_out
 
 
-def _exact(cfg: RingConfig) -> dict:
-    """This rank's output and gradients at ``check_seq`` in float64, to be compared with full attention."""
+def _exact(cfg: RingConfig, overlap: bool = True) -> dict:
+    """This rank's output and gradients at ``check_seq`` in float64, to be compared with full attention (the serial
+    variant too: the timed comparison is only fair if both compute the same thing)."""
     q, kv, d_out = _shards(cfg, cfg.check_seq, torch.float64)
-    state = ring_forward(q, kv, cfg.check_seq, cfg.causal)
-    dq, dkv = ring_backward(q, kv, state, d_out, cfg.check_seq, cfg.causal)
+    state = ring_forward(q, kv, cfg.check_seq, cfg.causal, overlap=overlap)
+    dq, dkv = ring_backward(q, kv, state, d_out, cfg.check_seq, cfg.causal, overlap=overlap)
     return {"out": state.out.cpu(), "dq": dq.cpu(), "dk": dkv[0].cpu(), "dv": dkv[1].cpu()}
 
 
@@ -181,7 +186,8 @@ def _peak(cfg: RingConfig) -> int | None:
 def ring_job(cfg_dict: dict) -> dict:
     """One rank's part: exactness, the timed variants, the forward's memory peak."""
     cfg = RingConfig(**cfg_dict)
-    return {"rank": dist.get_rank(), "exact": _exact(cfg), **_timed(cfg), "peak_bytes": _peak(cfg),
+    return {"rank": dist.get_rank(), "exact": _exact(cfg), "exact_serial": _exact(cfg, overlap=False),
+            **_timed(cfg), "peak_bytes": _peak(cfg),
             "backend": dist.get_backend()}
 
 

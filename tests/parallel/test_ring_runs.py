@@ -24,6 +24,11 @@ def test_two_ranks_equal_full_attention_and_its_gradients(ranks):
     assert max(errors.values()) < 1e-12, errors
 
 
+def test_the_serial_variant_timed_against_it_computes_the_same_attention(ranks):
+    errors = exactness_errors(ranks, CFG, key="exact_serial")
+    assert max(errors.values()) < 1e-12, errors
+
+
 def test_every_variant_is_timed_every_round_and_summarised(ranks):
     for r in ranks:
         assert set(r["seconds"]) == set(VARIANTS) and all(len(v) == 2 for v in r["seconds"].values())
