@@ -41,7 +41,7 @@ def mesh_members(placement: str, nodes: int, per_node: int) -> tuple[list[list[i
     return (inside, across) if placement == "tp_inside" else (across, inside)
 
 
-def _my_group(members: list[list[int]], rank: int) -> tuple[object, list[int]]:
+def my_group(members: list[list[int]], rank: int) -> tuple[object, list[int]]:
     """Create every group of ``members`` (all ranks must, in the same order); return this rank's and its ranks."""
     mine = None
     for ranks in members:
@@ -55,7 +55,7 @@ def placement_step(me: Place, placement: str, shape: LayerShape) -> TrainStep:
     """This rank's step for ``placement``: its TP part of the layer, its DP share of the batch, SGD."""
     nodes = me.world_size // me.local_world_size
     tp_members, dp_members = mesh_members(placement, nodes, me.local_world_size)
-    (tp_group, tp_ranks), (dp_group, dp_ranks) = _my_group(tp_members, me.rank), _my_group(dp_members, me.rank)
+    (tp_group, tp_ranks), (dp_group, dp_ranks) = my_group(tp_members, me.rank), my_group(dp_members, me.rank)
     tp_rank, dp_rank = tp_ranks.index(me.rank), dp_ranks.index(me.rank)
     model = ParallelBlock(build_block(shape), tp_rank, len(tp_ranks), group=tp_group)
     opt = torch.optim.SGD(model.parameters(), lr=1e-3)

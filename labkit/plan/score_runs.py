@@ -24,6 +24,7 @@ from labkit.cluster.link_jobs import _join
 from labkit.cluster.nodes import EmulatedNodes, NodesConfig
 from labkit.cluster.rankside import job_params, report
 from labkit.cluster.run import run_job
+from labkit.cluster.tp_mesh import my_group
 from labkit.comm.launch import launch
 from labkit.core.clock import now_s
 from labkit.core.contention import ShareMeter
@@ -84,16 +85,6 @@ def mesh_groups(layout: Layout, world_size: int) -> tuple[list[list[int]], list[
     return tp_groups, [list(range(t, world_size, layout.tp)) for t in range(layout.tp)]
 
 
-def _mine(members: list[list[int]], rank: int) -> tuple[object, list[int]]:
-    """Create every group (all ranks, same order); this rank's group and its ranks."""
-    mine = None
-    for ranks in members:
-        group = dist.new_group(ranks)
-        if rank in ranks:
-            mine = (group, ranks)
-    return mine  # type: ignore[return-value]
-
-
 def build_stack(cfg: ScoreConfig, layout: Layout, tp_rank: int = 0, tp_group: object = None) -> nn.Module:
     """``layers`` of this rank's TP part of the kit's layer, each checkpointed if the layout says so."""
     blocks = []
@@ -107,7 +98,7 @@ def _layout_step(cfg: ScoreConfig, layout: Layout, rank: int) -> TrainStep:
     """This rank's step: its TP part, its DP share of the batch in micro-batches of ``layout.micro_batch``
     (gradients accumulated), Adam, gradients averaged over its DP group once per step."""
     tp_members, dp_members = mesh_groups(layout, dist.get_world_size())
-    (tp_group, tp_ranks), (dp_group, dp_ranks) = _mine(tp_members, rank), _mine(dp_members, rank)
+    (tp_group, tp_ranks), (dp_group, dp_ranks) = my_group(tp_members, rank), my_group(dp_members, rank)
     model = build_stack(cfg, layout, tp_ranks.index(rank), tp_group)
     opt = torch.optim.Adam(model.parameters(), lr=1e-4)
 
@@ -144,7 +135,7 @@ def _fit_tiers(per_node: int) -> dict[str, dict[str, float]]:
     world, rank = dist.get_world_size(), dist.get_rank()
     inside = [list(range(n, n + per_node)) for n in range(0, world, per_node)]
     across = [list(range(k, world, per_node)) for k in range(per_node)]
-    (g_in, r_in), (g_across, r_across) = _mine(inside, rank), _mine(across, rank)
+    (g_in, r_in), (g_across, r_across) = my_group(inside, rank), my_group(across, rank)
     return {"intra": _fit_link(g_in, len(r_in)), "inter": _fit_link(g_across, len(r_across))}
 
 
