@@ -23,6 +23,7 @@ import signal
 import subprocess
 import tempfile
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
@@ -244,12 +245,21 @@ class EmulatedNodes:
         out = self.host_run(["ip", "netns", "pids", f"lkn{node}"], _holder=_holder)
         return [int(p) for p in out.split()]
 
-    def kill_all(self) -> None:
-        """SIGKILL every process still running on any node (the lab's last word after a job)."""
-        for node in range(self.config.nodes):
-            for pid in self.pids(node):
+    def kill_all(self, timeout_s: float = 10.0) -> list[int]:
+        """SIGKILL every process still running on any node (the lab's last word after a job); the pids left.
+
+        SIGKILL is asynchronous: a large process can stay listed for a while as it exits, and a launcher may fork
+        between one look and the next, so this kills and looks again until every node is empty or ``timeout_s``.
+        """
+        deadline = Deadline(timeout_s)
+        while True:
+            left = [pid for node in range(self.config.nodes) for pid in self.pids(node)]
+            if not left or deadline.expired:
+                return left
+            for pid in left:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
+            time.sleep(0.05)
 
     def _check_node(self, node: int) -> None:
         if not (isinstance(node, int) and 0 <= node < self.config.nodes):

@@ -59,6 +59,20 @@ def test_an_error_inside_the_block_tears_everything_down(namespaces_here):
     _gone(ids, holder, scratch)
 
 
+def test_kill_all_empties_a_node_that_keeps_forking(namespaces_here):
+    """One look-then-kill pass loses to a process that forks between the look and the kill (a launcher mid-restart,
+    a worker spawning its loader): kill_all looks again until the nodes are empty."""
+    with EmulatedNodes(NodesConfig()) as nodes:
+        forker = nodes.popen(0, ["sh", "-c", "while true; do sleep 60 & done"])
+        deadline = time.monotonic() + 15
+        while len(nodes.pids(0)) < 20 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert len(nodes.pids(0)) >= 20
+        assert nodes.kill_all() == []
+        assert nodes.pids(0) == [] and nodes.pids(1) == []
+        forker.wait(timeout=10)
+
+
 @pytest.mark.parametrize("how", [signal.SIGTERM, signal.SIGINT, signal.SIGKILL])
 def test_a_killed_lab_leaves_no_namespace_or_process(namespaces_here, how):
     code = textwrap.dedent("""
