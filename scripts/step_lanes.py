@@ -19,7 +19,7 @@ from typing import Callable
 import psutil
 
 from labkit.core.clock import now_s
-from labkit.core.procs import kill_tree
+from labkit.comm.stop import stop_group
 
 
 @dataclass(frozen=True)
@@ -183,7 +183,7 @@ def _run_one(step: Step, record: StepRecord, cpus: list[int], env: dict, cwd: Pa
         record.returncode = proc.returncode
         record.status = "ok" if proc.returncode == 0 else f"failed (exit {proc.returncode})"
     except subprocess.TimeoutExpired:
-        kill_tree(proc.pid)
+        stop_group(proc)
         proc.wait()
         record.status = "stopped at the deadline"
     finally:

@@ -11,7 +11,7 @@ from typing import Iterator
 
 import psutil
 
-from labkit.core.procs import kill_tree
+from labkit.comm.stop import stop_group
 from labkit.core.clock import Deadline
 
 REPO = Path(__file__).resolve().parents[1]
@@ -45,7 +45,7 @@ def parent_of_sleeping_ranks(tmp_path: Path, start_method: str = "fresh",
             kids = psutil.Process(parent.pid).children(recursive=True)
         yield parent, kids
     finally:
-        kill_tree(parent.pid)
+        stop_group(parent)
 
 
 def rank_one_is_killed() -> int:

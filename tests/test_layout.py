@@ -323,6 +323,9 @@ SINGLE_HOMES = {
                              "parallel.schedule_trace"),            # the meter wraps saved tensors to see them freed
     ".untyped_storage()": ("memory.saved",),                        # storage keys and bytes counted one way
     "os.killpg(": ("comm.stop",),                                   # one way to stop a launched process group
+    "children(recursive=True)": ("comm.stop",                       # ... and all it started
+                                 "core.gpu_neighbours"),            # (which reads this kernel's family, kills none)
+    "def run_torchrun(": ("comm.launch_nodes",),                    # one torchrun runner, for a cell and the CLI
     'with_name("torchrun")': ("comm.launch_nodes",),                # one torchrun command builder
     'environ["LOCAL_RANK"]': (),                                    # comm.launch_env reads the launcher's variables
     'environ["WORLD_SIZE"]': (),

@@ -11,13 +11,11 @@ import argparse
 import contextlib
 import os
 import signal
-import subprocess
 import tempfile
 from typing import TYPE_CHECKING, Any, Iterator
 
 from labkit.cli.common import nonnegative_int_arg, positive_float, positive_int_arg, subparser
 from labkit.comm.launch_env import detect_launcher_env
-from labkit.comm.stop import stop_group
 from labkit.core.results import ResultStream, keep_finished
 from labkit.core.choices import BACKENDS
 
@@ -55,23 +53,27 @@ def run(args: argparse.Namespace) -> int:
 
 def _run_node(args: argparse.Namespace) -> int:
     """This machine's part of a multi-node job: run torchrun with c10d rendezvous, under the timeout."""
-    from labkit.comm.launch_nodes import NodeLaunch, torchrun_nodes_command
+    from labkit.comm.launch_nodes import NodeLaunch, run_torchrun, torchrun_nodes_command
 
     if args.node_rank is None or args.rdzv_endpoint is None:
         raise ValueError("--nnodes needs --node-rank (this node's number, 0..nnodes-1) and --rdzv-endpoint "
                          "(node 0's HOST:PORT), e.g. --nnodes 2 --node-rank 0 --rdzv-endpoint 10.0.0.1:29400")
     node = NodeLaunch(args.nnodes, args.node_rank, args.nproc_per_node, args.rdzv_endpoint,
                       rdzv_id=args.rdzv_id, local_addr=args.local_addr, max_restarts=args.max_restarts)
-    # torchrun's agent leaves torchelastic_* folders and error files in the temporary folder: give it one that goes
-    with tempfile.TemporaryDirectory(prefix="labkit-torchrun-") as tmp:
-        if args.fork_workers:
-            from labkit.comm.node_agent import run_forked_agent
+    command = torchrun_nodes_command(args.target, node)
+    if args.fork_workers:
+        from labkit.comm.node_agent import run_forked_agent
 
-            with _temporary_folder(tmp), _deadline(args.timeout, node):     # this process is the agent
-                run_forked_agent(torchrun_nodes_command(args.target, node))
-            return 0
-        return _wait_torchrun(subprocess.Popen(torchrun_nodes_command(args.target, node), start_new_session=True,
-                                               env={**os.environ, "TMPDIR": tmp}), node, args.timeout)
+        # torchrun's agent leaves torchelastic_* folders and error files in the temporary folder: give it one that goes
+        with tempfile.TemporaryDirectory(prefix="labkit-torchrun-") as tmp, _temporary_folder(tmp), \
+                _deadline(args.timeout, node):                     # this process is the agent
+            run_forked_agent(command)
+        return 0
+    try:                                                         # Ctrl-C or SIGTERM: no worker outlives this node
+        return run_torchrun(command, args.timeout, capture_output=False, threads_per_rank=None, grace_s=10).returncode
+    except TimeoutError:
+        raise TimeoutError(f"node {node.node_rank}'s torchrun did not finish within --timeout {args.timeout:g} s; "
+                           "it was stopped (is every node started, and node 0's endpoint reachable?)") from None
 
 
 @contextlib.contextmanager
@@ -105,19 +107,6 @@ def _deadline(timeout_s: float, node: NodeLaunch) -> Iterator[None]:
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
-
-
-def _wait_torchrun(proc: subprocess.Popen, node: NodeLaunch, timeout_s: float) -> int:
-    """torchrun's exit code; on timeout, Ctrl-C or SIGTERM its whole process group is stopped first."""
-    try:
-        return proc.wait(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        stop_group(proc, grace_s=10, reap_s=None)
-        raise TimeoutError(f"node {node.node_rank}'s torchrun did not finish within --timeout {timeout_s:g} s; "
-                           "it was stopped (is every node started, and node 0's endpoint reachable?)") from None
-    except BaseException:
-        stop_group(proc, grace_s=10, reap_s=None)                                   # Ctrl-C or SIGTERM: no worker outlives this node
-        raise
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

@@ -246,11 +246,8 @@ class EmulatedNodes:
         return [int(p) for p in out.split()]
 
     def kill_all(self, timeout_s: float = 10.0) -> list[int]:
-        """SIGKILL every process still running on any node (the lab's last word after a job); the pids left.
-
-        SIGKILL is asynchronous: a large process can stay listed for a while as it exits, and a launcher may fork
-        between one look and the next, so this kills and looks again until every node is empty or ``timeout_s``.
-        """
+        """SIGKILL every process on any node (the lab's last word after a job), looking again until every node is
+        empty or ``timeout_s`` (a large process stays listed as it exits; a launcher may fork between look and kill)."""
         deadline = Deadline(timeout_s)
         while True:
             left = [pid for node in range(self.config.nodes) for pid in self.pids(node)]

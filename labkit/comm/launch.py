@@ -34,9 +34,9 @@ from labkit.comm.backend import check_world_size, choose_backend, world_size_lim
 from labkit.comm.forkserver import ForkedRank, RankForkServer, uses_forkserver
 from labkit.comm.stop import stop_group
 from labkit.core.clock import Deadline
-from labkit.core.procs import kill_tree, parse_target
+from labkit.core.procs import parse_target
 from labkit.core.results import sigterm_as_interrupt
-from labkit.core.validation import checked_int, positive_int, positive_number
+from labkit.core.validation import positive_int, positive_number
 
 FAILURE_GRACE_S = 1.0    # after one rank fails, how long the others get to finish or report their own error
 RUN_DIR_PREFIX = "labkit-launch-"   # + the launcher's pid: a later launch removes the folder if that pid is gone
@@ -203,10 +203,9 @@ def _stop(procs: list[subprocess.Popen | ForkedRank], server: RankForkServer | N
     """Kill every rank (and what it started) and the forkserver; wait until each has an exit code."""
     for proc in procs:
         if proc.pid is not None:
-            kill_tree(proc.pid)
             stop_group(proc.pid)
     if server is not None:
-        server.close(kill_tree)  # also kills a rank forked after the loop above read the pids
+        server.close(stop_group)  # also kills a rank forked after the loop above read the pids
         for proc in procs:
             if proc.pid is not None:
                 stop_group(proc.pid)

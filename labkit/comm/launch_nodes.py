@@ -11,16 +11,22 @@ and when the rendezvous completes the agents are sorted (address, then pid) and 
 in that order (torch/distributed/elastic/rendezvous/dynamic_rendezvous.py): ``--node-rank`` is ignored, with a
 warning, except under the static rendezvous. Each agent then starts its workers with RANK, LOCAL_RANK, GROUP_RANK
 and WORLD_SIZE (torch.distributed.elastic docs, "torchrun"). ``--max-restarts`` lets the agents restart the whole group when a
-worker dies. Torch-free: the CLI builds the command without loading torch.
+worker dies. :func:`run_torchrun` is the one runner, for a cell (output captured) and for ``labkit launch --nnodes``
+(output to the terminal). Torch-free: the CLI builds and runs the command without loading torch.
 """
 from __future__ import annotations
 
+import os
 import re
+import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from labkit.core.validation import checked_int, positive_int
+from labkit.comm.stop import stop_group
+from labkit.core.results import sigterm_as_interrupt
+from labkit.core.validation import checked_int, positive_int, positive_number
 
 _ENDPOINT = re.compile(r"^(?P<host>[A-Za-z0-9_.\-]+|\[[0-9a-fA-F:]+\]):(?P<port>\d{1,5})$")
 
@@ -86,3 +92,31 @@ def torchrun_nodes_command(target: str, launch: NodeLaunch, *, monitor_interval_
             # hostname does not resolve to (a second interface, a namespace) must be told so, or no node hosts it
             options.append("--rdzv-conf=is_host=1")
     return torchrun_argv(target, launch.nnodes, launch.nproc_per_node, launch.node_rank, *options)
+
+
+def run_torchrun(cmd: list[str], timeout_s: float = 180.0, *, capture_output: bool = True,
+                 threads_per_rank: int | None = 1, grace_s: float = 5.0) -> subprocess.CompletedProcess:
+    """Run a torchrun command line as a terminal would; its exit code, and its output when ``capture_output``.
+
+    ``threads_per_rank`` sets each rank's OMP_NUM_THREADS (None: torchrun's own choice). A timeout, Ctrl-C or
+    SIGTERM stops torchrun and every rank it started (SIGTERM, ``grace_s`` for torchrun to stop them itself, then
+    SIGKILL), and torchrun's ``torchelastic_*`` log folders, which it never deletes, go to a temporary folder that
+    is deleted afterwards.
+    """
+    positive_number(timeout_s, "timeout_s", hint="a number of seconds")
+    pipe = subprocess.PIPE if capture_output else None
+    with tempfile.TemporaryDirectory(prefix="labkit-torchrun-") as tmp, sigterm_as_interrupt():
+        env = {**os.environ, "TMPDIR": tmp, **({"OMP_NUM_THREADS": str(threads_per_rank)} if threads_per_rank else {})}
+        proc = subprocess.Popen(cmd, stdout=pipe, stderr=pipe, stdin=subprocess.DEVNULL, text=True,
+                                start_new_session=True, env=env)
+        try:
+            out, err = proc.communicate(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            stop_group(proc, grace_s=grace_s)
+            proc.communicate()
+            raise TimeoutError(f"torchrun did not finish within timeout_s={timeout_s:g}; it and its ranks were "
+                               "stopped") from None
+        except BaseException:
+            stop_group(proc, grace_s=grace_s)
+            raise
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)

@@ -9,7 +9,6 @@ package imports torch (~3 s per rank on a small CPU), which those demos do not n
 """
 from __future__ import annotations
 
-import contextlib
 import importlib.util
 import json
 import os
@@ -20,7 +19,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -30,7 +29,7 @@ from labkit.comm.bench import DEFAULT_SIZES_BYTES, BenchRow, bandwidths_gb_s, ch
 from labkit.comm.collectives import allreduce
 from labkit.comm.leftovers import removing_mpi_leftovers
 from labkit.comm.launch import free_port
-from labkit.core.procs import kill_tree
+from labkit.comm.stop import stop_group
 from labkit.core.clock import Deadline, now_s
 from labkit.core.machine import cpu_count
 from labkit.core.validation import checked_int, positive_int, positive_number
@@ -228,7 +227,7 @@ def _launch(command: list[str], result_dir: Path, env: dict, timeout_s: float, d
         try:
             while proc.poll() is None:
                 if deadline.expired:
-                    kill_tree(proc.pid, grace_s=STOP_GRACE_S)
+                    stop_group(proc, grace_s=STOP_GRACE_S)
                     proc.wait()
                     raise MpiTimeout(f"MPI demo {demo!r} on {world_size} ranks did not finish within "
                                      f"timeout_s={timeout_s:g}; every process was killed. Last launcher output:\n"
@@ -239,7 +238,7 @@ def _launch(command: list[str], result_dir: Path, env: dict, timeout_s: float, d
                     break
                 time.sleep(POLL_S)
         finally:
-            kill_tree(proc.pid, grace_s=STOP_GRACE_S)  # no-op after a clean exit; stops all on an error or Ctrl-C
+            stop_group(proc, grace_s=STOP_GRACE_S)  # no-op after a clean exit; stops all on an error or Ctrl-C
     return now_s() - start_s, proc.wait()
 
 

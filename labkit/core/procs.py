@@ -15,8 +15,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import psutil
-
 from labkit.core.clock import now_s
 
 _RESULT_TAG = "@@LABKIT_RESULT@@"
@@ -99,29 +97,3 @@ def run_in_fresh_process(target: str, kwargs: dict | None = None, *, timeout_s: 
 def _probe_modules() -> dict:
     """Test hook: which heavy modules the child has loaded."""
     return {"torch": "torch" in sys.modules, "tensorflow": "tensorflow" in sys.modules}
-
-
-def kill_tree(pid: int, grace_s: float = 0.0) -> None:
-    """Kill a process and all its descendants (a rank may have started data-loader workers).
-
-    With ``grace_s`` the root first gets SIGTERM and that long to end its family itself: a launcher
-    (mpiexec, torchrun) then stops its ranks and deletes its own temporary files, which SIGKILL would leave
-    behind; whatever is still running afterwards is killed.
-    """
-    try:
-        parent = psutil.Process(pid)
-        family = parent.children(recursive=True) + [parent]
-    except psutil.NoSuchProcess:
-        return
-    if grace_s > 0:
-        try:
-            parent.terminate()
-        except psutil.NoSuchProcess:
-            pass
-        _, family = psutil.wait_procs(family, timeout=grace_s)
-    for proc in family:
-        try:
-            proc.kill()
-        except psutil.NoSuchProcess:
-            pass
-    psutil.wait_procs(family, timeout=5)

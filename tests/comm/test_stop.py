@@ -1,10 +1,13 @@
 """Tests for labkit.comm.stop: one signal reaches a launched session's whole family; a gone group is no error."""
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+import time
 
 import psutil
+import pytest
 
 from labkit.comm.stop import stop_group
 
@@ -38,3 +41,69 @@ def test_stop_group_of_a_group_that_is_gone_is_quiet():
     proc.wait()
     stop_group(proc)
     stop_group(proc.pid)
+
+
+TRAPS_SIGTERM = ("import pathlib, signal, sys, time\n"
+                 "def tidy(*_):\n"
+                 "    pathlib.Path(sys.argv[1]).write_text('tidied'); sys.exit(0)\n"
+                 "signal.signal(signal.SIGTERM, tidy); print('ready', flush=True); time.sleep(60)\n")
+
+
+@pytest.mark.parametrize("grace_s, tidied", [(0.0, False), (5.0, True)])
+def test_stop_group_lets_a_launcher_tidy_up_only_with_a_grace(tmp_path, grace_s, tidied):
+    marker = tmp_path / "marker"
+    proc = subprocess.Popen([sys.executable, "-c", TRAPS_SIGTERM, str(marker)], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "ready"
+    stop_group(proc, grace_s=grace_s)
+    assert proc.wait(timeout=10) is not None
+    assert marker.exists() is tidied
+
+
+def test_a_child_in_a_session_of_its_own_is_stopped_too():
+    """A forked rank or a loader worker may start its own session: the group signal misses it, the family read
+    before the first signal does not."""
+    code = ("import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'], "
+            "start_new_session=True); print('up', flush=True); time.sleep(60)")
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, start_new_session=True)
+    assert proc.stdout.readline().strip() == "up"
+    (child,) = psutil.Process(proc.pid).children(recursive=True)
+    assert os.getpgid(child.pid) != proc.pid
+    stop_group(proc)
+    assert proc.returncode is not None
+    assert not psutil.wait_procs([child], timeout=5)[1]
+
+
+def test_an_exited_and_reaped_popen_is_not_looked_up_again():
+    """Its pid may already belong to another process: nothing is read or signalled through it but its group."""
+    proc = subprocess.Popen([sys.executable, "-c", "pass"], start_new_session=True)
+    proc.wait()
+    code = proc.returncode
+    stop_group(proc, grace_s=1.0)
+    assert proc.returncode == code
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def test_a_launcher_still_starting_workers_in_their_own_sessions_loses_none(tmp_path):
+    """torchrun starts each worker in a session of its own, and may be starting them as the stop comes: the
+    launcher is frozen before its family is read for the last time, so no worker born during the grace survives."""
+    pids = tmp_path / "pids"
+    worker = f"import os, time; open({str(pids)!r}, 'a').write(f'{{os.getpid()}}\\n'); time.sleep(60)"
+    code = ("import signal, subprocess, sys, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('up', "
+            "flush=True)\nwhile True:\n    subprocess.Popen([sys.executable, '-c', sys.argv[1]], "
+            "start_new_session=True); time.sleep(0.05)\n")
+    proc = subprocess.Popen([sys.executable, "-c", code, worker], stdout=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    assert proc.stdout.readline().strip() == "up"
+    stop_group(proc, grace_s=1.0)                  # the launcher ignores SIGTERM and keeps starting workers
+    started = [int(line) for line in pids.read_text().split()]
+    assert len(started) >= 3
+    deadline = time.monotonic() + 5
+    while any(_alive(pid) for pid in started) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert [pid for pid in started if _alive(pid)] == []

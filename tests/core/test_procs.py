@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from labkit.core.procs import kill_tree, run_in_fresh_process
+from labkit.core.procs import run_in_fresh_process
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -119,19 +119,3 @@ def test_tensorflow_children_grow_gpu_memory_instead_of_reserving_it(monkeypatch
     with pytest.raises(Exception):
         procs.run_in_fresh_process("labkit.tf.distribute:tf_device_label", timeout_s=1)
     assert seen["TF_FORCE_GPU_ALLOW_GROWTH"] == "true" and seen["TF_CPP_MIN_LOG_LEVEL"] == "2"
-
-
-TRAPS_SIGTERM = ("import pathlib, signal, sys, time\n"
-                 "def tidy(*_):\n"
-                 "    pathlib.Path(sys.argv[1]).write_text('tidied'); sys.exit(0)\n"
-                 "signal.signal(signal.SIGTERM, tidy); print('ready', flush=True); time.sleep(60)\n")
-
-
-@pytest.mark.parametrize("grace_s, tidied", [(0.0, False), (5.0, True)])
-def test_kill_tree_lets_a_launcher_tidy_up_only_with_a_grace(tmp_path, grace_s, tidied):
-    marker = tmp_path / "marker"
-    proc = subprocess.Popen([sys.executable, "-c", TRAPS_SIGTERM, str(marker)], stdout=subprocess.PIPE, text=True)
-    assert proc.stdout.readline().strip() == "ready"
-    kill_tree(proc.pid, grace_s=grace_s)
-    assert proc.wait(timeout=10) is not None
-    assert marker.exists() is tidied
