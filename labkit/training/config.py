@@ -8,10 +8,24 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import torch
+from torch import nn
+
 from labkit.core.step import StepOptions
 from labkit.core.validation import checked_int, positive_int, positive_number
 
 TIMINGS = ("phases", "step")
+OPTIMIZERS = ("sgd", "adam")
+
+
+def build_optimizer(model: nn.Module, optimizer: str, lr: float, momentum: float = 0.0,
+                    weight_decay: float = 0.0) -> torch.optim.Optimizer:
+    """The one place a run's optimizer is made from its description: SGD (with ``momentum``) or Adam."""
+    if optimizer == "adam":
+        return torch.optim.Adam(model.parameters(), lr=lr, weight_decay=weight_decay)
+    if optimizer == "sgd":
+        return torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum, weight_decay=weight_decay)
+    raise ValueError(f"optimizer must be one of {OPTIMIZERS}, got {optimizer!r}")
 
 
 @dataclass(frozen=True)
@@ -45,8 +59,8 @@ class TrainConfig:
         for name in ("steps", "epochs"):
             checked_int(getattr(self, name), name, allow_none=True)
         positive_number(self.lr, "lr")
-        if self.optimizer not in ("sgd", "adam"):
-            raise ValueError(f"optimizer must be 'sgd' or 'adam', got {self.optimizer!r}")
+        if self.optimizer not in OPTIMIZERS:
+            raise ValueError(f"optimizer must be one of {OPTIMIZERS}, got {self.optimizer!r}")
         object.__setattr__(self, "amp_dtype", self.step_options().amp_dtype)   # one spelling: 'bf16', 'fp16', None
         if self.timing not in TIMINGS:
             raise ValueError(f"timing must be one of {TIMINGS} ('step' times whole steps only, the cheapest on a "

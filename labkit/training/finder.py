@@ -184,8 +184,7 @@ def find_max_batch(model: nn.Module, sample_shape: tuple[int, ...], *, num_class
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}; pass the model itself")
     dev = get_device(device) if device is not None else next(model.parameters()).device
-    if run is not None:
-        optimizer_name, momentum = run.optimizer, run.momentum
+    run = run or RunSpec(optimizer=optimizer_name, momentum=momentum, lr=1e-3)   # one way to name an optimizer
     method, budget_bytes = _checked_method(method, dev, memory_budget_bytes, safety_margin)
     start, timing_steps = positive_int(start, "start"), checked_int(timing_steps, "timing_steps", minimum=0)
     cap = min(checked_int(limit, "limit", allow_none=True) or SEARCH_CAP,
@@ -193,8 +192,7 @@ def find_max_batch(model: nn.Module, sample_shape: tuple[int, ...], *, num_class
     _check_boundary(model, sample_shape, num_classes, start, cap)
     usable = None if budget_bytes is None else int(budget_bytes * (1 - safety_margin))
     model.to(dev)
-    opt = optimizer or (torch.optim.Adam(model.parameters()) if optimizer_name == "adam"
-                        else torch.optim.SGD(model.parameters(), lr=1e-3, momentum=momentum))
+    opt = optimizer or run.build_optimizer(model)
     opt_name, opt_momentum = optimizer_settings(opt)
     saved_model, saved_opt = copy.deepcopy(model.state_dict()), copy.deepcopy(opt.state_dict())
     runner, trials = _StepRunner(model, opt, sample_shape, num_classes, dev), []

@@ -24,7 +24,7 @@ from labkit.core.progress import progress_bar
 from labkit.core.step import prepare_model
 from labkit.core.timing import PhaseClock, Stopwatch
 from labkit.memory.device import baseline_bytes, peak_since
-from labkit.training.config import TrainConfig
+from labkit.training.config import TrainConfig, build_optimizer
 from labkit.training.flops import active_math_mode, checked_mfu, peak_flops_per_s
 from labkit.training.sampling import UtilizationSampler
 from labkit.training.stepper import Stepper
@@ -109,10 +109,7 @@ def evaluate_accuracy(model: nn.Module, loader: Iterable[tuple[torch.Tensor, tor
 
 def make_optimizer(model: nn.Module, config: TrainConfig) -> torch.optim.Optimizer:
     """SGD (with momentum) or Adam, as the config says."""
-    if config.optimizer == "adam":
-        return torch.optim.Adam(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
-    return torch.optim.SGD(model.parameters(), lr=config.lr, momentum=config.momentum,
-                           weight_decay=config.weight_decay)
+    return build_optimizer(model, config.optimizer, config.lr, config.momentum, config.weight_decay)
 
 
 def _batches(loader, config: TrainConfig) -> Iterator[tuple[int, object]]:

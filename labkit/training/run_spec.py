@@ -13,6 +13,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
+import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
@@ -22,9 +23,7 @@ from labkit.core.dtypes import amp_mode
 from labkit.core.step import StepOptions
 from labkit.core.validation import checked_int, positive_int, positive_number
 from labkit.memory.model import MemoryModel, build_memory_model, optimizer_kind
-from labkit.training.config import TrainConfig
-
-RUN_OPTIMIZERS = ("sgd", "adam")
+from labkit.training.config import OPTIMIZERS, TrainConfig, build_optimizer
 
 
 @dataclass(frozen=True)
@@ -52,8 +51,8 @@ class RunSpec:
         positive_int(self.batch_size, "batch_size", maximum=self.dataset_size,
                      hint=f"it cannot be larger than the dataset ({self.dataset_size} samples)"
                      if self.dataset_size else "")
-        if self.optimizer not in RUN_OPTIMIZERS:
-            raise ValueError(f"optimizer must be one of {RUN_OPTIMIZERS}, got {self.optimizer!r}")
+        if self.optimizer not in OPTIMIZERS:
+            raise ValueError(f"optimizer must be one of {OPTIMIZERS}, got {self.optimizer!r}")
         positive_number(self.lr, "lr")
         if isinstance(self.momentum, bool) or not isinstance(self.momentum, (int, float)) or not 0 <= self.momentum < 1:
             raise ValueError(f"momentum must be a number in [0, 1), got {self.momentum!r}")
@@ -75,6 +74,10 @@ class RunSpec:
     def optimizer_kind(self) -> str:
         """The memory model's name for the optimizer state: 'sgd', 'sgd_momentum' or 'adam'."""
         return optimizer_kind(self.optimizer, self.momentum if self.optimizer == "sgd" else 0.0)
+
+    def build_optimizer(self, model: nn.Module) -> torch.optim.Optimizer:
+        """This run's optimizer for ``model``'s parameters (the same one the loop makes from its config)."""
+        return build_optimizer(model, self.optimizer, self.lr, self.momentum, self.weight_decay)
 
     def step_options(self) -> StepOptions:
         """The one training step's options for this run."""

@@ -141,6 +141,25 @@ def test_finder_models_the_runs_own_optimizer():
     assert adam.max_batch < sgd.max_batch                      # Adam's two state copies leave less for activations
 
 
+def test_the_finder_makes_the_runs_optimizer_and_refuses_a_name_it_does_not_know(monkeypatch):
+    """One way to name an optimizer: the run's (or the name given) is built by RunSpec; 'rmsprop' used to train
+    SGD silently."""
+    import labkit.training.finder as finder
+    from labkit.training.run_spec import RunSpec
+
+    seen = []
+    monkeypatch.setattr(finder, "_StepRunner", lambda model, opt, *a: seen.append(opt) or pytest.fail("stop"))
+    model = MLP(10, in_features=3 * 8 * 8, hidden=32)
+    with pytest.raises(pytest.fail.Exception):
+        find_max_batch(model, SHAPE, memory_budget_bytes=10**9, run=RunSpec(optimizer="adam", lr=0.01))
+    assert isinstance(seen[-1], torch.optim.Adam) and seen[-1].param_groups[0]["lr"] == 0.01
+    with pytest.raises(pytest.fail.Exception):
+        find_max_batch(model, SHAPE, memory_budget_bytes=10**9, optimizer_name="sgd", momentum=0.5)
+    assert isinstance(seen[-1], torch.optim.SGD) and seen[-1].param_groups[0]["momentum"] == 0.5
+    with pytest.raises(ValueError, match="optimizer must be one of"):
+        find_max_batch(model, SHAPE, memory_budget_bytes=10**9, optimizer_name="rmsprop")
+
+
 def test_finder_takes_a_memory_model_already_built(monkeypatch):
     """memory_model=: the same answer as probing again, without a second probe; a model's for another model or
     optimizer is refused."""
