@@ -10,8 +10,8 @@ The c10d rendezvous is a TCP store hosted by the agent on the endpoint's host; e
 and when the rendezvous completes the agents are sorted (address, then pid) and each node's GROUP_RANK is its place
 in that order (torch/distributed/elastic/rendezvous/dynamic_rendezvous.py): ``--node-rank`` is ignored, with a
 warning, except under the static rendezvous. Each agent then starts its workers with RANK, LOCAL_RANK, GROUP_RANK
-and WORLD_SIZE (torch.distributed.elastic docs, "torchrun"). ``--max-restarts`` lets the agents restart the whole group when a
-worker dies. :func:`run_torchrun` is the one runner, for a cell (output captured) and for ``labkit launch --nnodes``
+and WORLD_SIZE (torch.distributed.elastic docs, "torchrun"). ``--max-restarts`` lets the agents restart the whole
+group when a worker dies. :func:`run_torchrun` is the one runner, for a cell (output captured) and for ``labkit launch --nnodes``
 (output to the terminal). Torch-free: the CLI builds and runs the command without loading torch.
 """
 from __future__ import annotations

@@ -196,6 +196,7 @@ def ring_peak_bytes(batch: int, heads: int, seq_len: int, head_dim: int, world_s
 
 
 INPUT_TERMS = ("inputs: Q shard + own K/V block",)     # allocated before the forward starts
+PACKING_TERMS = ("the GEMM's packed copy of the weights (P V)",)   # the BLAS packs, or not, or reuses a buffer
 
 
 def full_attention_peak_bytes(batch: int, heads: int, seq_len: int, head_dim: int,
