@@ -20,8 +20,8 @@ from labkit.core.threads import matched_threads
 from labkit.ladder.capabilities import detect_capabilities
 from labkit.ladder.config import LadderConfig, budget_samples
 from labkit.ladder.ddp import measure_ddp
-from labkit.ladder.measure import (Measurement, measure_model, mfu_of, run_spec, steps_for_budget, train_config,
-                                   train_loader)
+from labkit.ladder.measure import (SLOW_RUNG_FRACTION, Measurement, measure_model, mfu_of, run_spec, steps_for_budget,
+                                   train_config, train_loader)
 from labkit.ladder.report import LadderResult, LadderRow
 from labkit.ladder.rungs import RUNGS, Capabilities, Recipe, RungSpec, propose
 from labkit.training.batch_rules import scaled_lr
@@ -52,8 +52,9 @@ def lr_warmup_steps(job: LadderJob, recipe: Recipe, steps: int) -> int:
     return int(steps * job.config.lr_warmup_fraction) if recipe.global_batch > job.config.lr_ref_batch else 0
 
 
-def measure_recipe(job: LadderJob, recipe: Recipe) -> Measurement:
-    """Train a fresh, identically initialised model with ``recipe`` for the fixed budget and measure it."""
+def measure_recipe(job: LadderJob, recipe: Recipe, stop_below_sps: float | None = None) -> Measurement:
+    """Train a fresh, identically initialised model with ``recipe`` for the fixed budget and measure it
+    (``stop_below_sps``: a single-process rung running slower stops early; see ladder.measure.measure_model)."""
     cfg = job.config
     steps = steps_for_budget(job.budget_samples, recipe.global_batch, cfg.warmup_steps + MIN_TIMED_STEPS)
     lr = scaled_lr(cfg.lr, recipe.global_batch, cfg.lr_ref_batch)
@@ -66,7 +67,8 @@ def measure_recipe(job: LadderJob, recipe: Recipe) -> Measurement:
     model = job.model_fn()
     loader = train_loader(job.data.train, recipe, cfg.seed, job.device)
     return measure_model(model, loader, job.val_loader, recipe, steps=steps, lr=lr, warmup_steps=cfg.warmup_steps,
-                         seed=cfg.seed, device=job.device, trainer=job.trainer, lr_warmup_steps=warm)
+                         seed=cfg.seed, device=job.device, trainer=job.trainer, lr_warmup_steps=warm,
+                         stop_below_sps=stop_below_sps)
 
 
 def choose_batch_size(job: LadderJob) -> tuple[int, dict[int, float], str]:
@@ -133,10 +135,12 @@ def _numbers(job: LadderJob, recipe: Recipe, m: Measurement, sps0: float, base_s
                 speedup_cumulative=m.samples_per_s / sps0, speedup_rung=m.samples_per_s / base_sps)
 
 
-def _attempt(job: LadderJob, spec: RungSpec, recipe: Recipe) -> tuple[Measurement | None, str]:
-    """(measurement, "") or, for a hardware rung that fails here, (None, the error's first line)."""
+def _attempt(job: LadderJob, spec: RungSpec, recipe: Recipe, base_sps: float) -> tuple[Measurement | None, str]:
+    """(measurement, "") or, for a hardware rung that fails here, (None, the error's first line). A rung after the
+    first two stops early once it runs under SLOW_RUNG_FRACTION of its base recipe's speed: it cannot be kept."""
+    stop_below = base_sps * SLOW_RUNG_FRACTION if spec.key not in ("naive", "batch_size") and base_sps > 0 else None
     try:
-        return measure_recipe(job, recipe), ""
+        return measure_recipe(job, recipe, stop_below), ""
     except Exception as err:  # noqa: BLE001 - a hardware rung that fails here is reported, not fatal
         if spec.key not in HARDWARE_RUNGS:
             raise
@@ -173,7 +177,7 @@ def climb(job: LadderJob, on_rung: Callable[[LadderRow], None] | None = None
         if recipe is None:
             keep(_row(spec, "not applicable here", change, False, None, ""))
             continue
-        m, why = _attempt(job, spec, recipe)
+        m, why = _attempt(job, spec, recipe, base_sps)
         if m is None:
             keep(_row(spec, "unsupported here", why, False, None, change, recipe=asdict(recipe)))
             continue
@@ -183,6 +187,9 @@ def climb(job: LadderJob, on_rung: Callable[[LadderRow], None] | None = None
             ref_acc = m.val_accuracy                                   # rung 0: the accuracy reference
         status, reason, kept = ("baseline", "the reference for every speedup and accuracy", True) \
             if spec.key == "naive" else verdict(job, m, base_sps, base_rung, ref_acc)
+        if m.stopped_early:
+            reason += (f"; stopped after {m.steps} steps, under {SLOW_RUNG_FRACTION:.0%} of its base's speed "
+                       "(accuracy not measured)")
         keep(_row(spec, status, reason, kept, None if spec.key == "naive" else base_rung, change,
                   **_numbers(job, recipe, m, sps0, base_sps, flops, None if spec.key == "naive" else ref_acc)))
         if kept:

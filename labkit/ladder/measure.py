@@ -6,7 +6,9 @@ throughput *and* accuracy after a fixed budget compare like for like. Rungs befo
 """
 from __future__ import annotations
 
+import dataclasses
 import math
+import statistics
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Iterable
 
@@ -39,6 +41,11 @@ class Measurement:
     steps: int
     samples_trained: int
     math_mode: str = "fp32"          # 'fp32' (strict) | 'tf32' | 'bf16' | 'fp16': the peak MFU is taken against
+    stopped_early: bool = False      # under SLOW_RUNG_FRACTION of its base's speed: stopped, accuracy not measured
+
+
+SLOW_RUNG_FRACTION = 0.5    # a rung under half its base recipe's speed cannot be carried forward: it stops early
+SLOW_CHECK_STEPS = 10       # steady steps measured before a rung is judged that slow
 
 
 def train_loader(dataset: Dataset, recipe: Recipe, seed: int, device: str = "cpu") -> DataLoader | DeviceLoader:
@@ -100,24 +107,46 @@ def train_config(recipe: Recipe, *, steps: int, lr: float, warmup_steps: int, se
 def measure_model(model: nn.Module, loader: BatchLoader, val_loader: Iterable[tuple[torch.Tensor, torch.Tensor]] | None,
                   recipe: Recipe, *, steps: int, lr: float, warmup_steps: int, seed: int, device: str,
                   trainer: Callable[..., RunResult] | None = None, eval_model: nn.Module | None = None,
-                  lr_warmup_steps: int = 0) -> Measurement:
+                  lr_warmup_steps: int = 0, stop_below_sps: float | None = None) -> Measurement:
     """Train ``model`` with ``recipe`` for ``steps`` in this process and measure it.
 
     Accuracy is read from ``eval_model`` (default ``model``): the plain module, never a compiled or DDP
-    wrapper, so evaluation neither recompiles nor issues collectives.
+    wrapper, so evaluation neither recompiles nor issues collectives. ``stop_below_sps``: stop once the steady
+    steps run below it (:func:`slow_rung_check`); such a run keeps its throughput and has no accuracy.
     """
     cfg = train_config(recipe, steps=steps, lr=lr, warmup_steps=warmup_steps, seed=seed, device=device,
                        lr_warmup_steps=lr_warmup_steps)
+    extra = {}
+    if stop_below_sps is not None and steps > warmup_steps + SLOW_CHECK_STEPS:
+        cfg, extra = slow_rung_check(cfg, stop_below_sps, steps)
     with fp32_math(recipe.tf32):
-        result = (trainer or train)(model, loader, cfg)
-        acc = evaluate_accuracy(eval_model or model, val_loader, device) if val_loader is not None else None
+        result = (trainer or train)(model, loader, cfg, **extra)
+        stopped = bool(getattr(result, "stopped_early", False))
+        acc = evaluate_accuracy(eval_model or model, val_loader, device) \
+            if val_loader is not None and not stopped else None
     sps, step_s, startup_s = summarise_run(result, warmup_steps, recipe.sync_every_step)
     peak = result.peak_mem_bytes
     if peak is None and recipe.compile and torch.device(device).type == "cpu":
         peak = _memory_model_bytes(eval_model or model, loader, recipe)
     mode = getattr(result, "math_mode", None) or math_mode_of(recipe.amp_dtype, recipe.tf32, torch.device(device).type)
     return Measurement(sps, step_s, float(result.data_wait_fraction), peak, result.flops_per_sample, acc,
-                       startup_s, len(result.steps), sum(r.samples for r in result.steps), mode)
+                       startup_s, len(result.steps), sum(r.samples for r in result.steps), mode, stopped)
+
+
+def slow_rung_check(cfg: TrainConfig, stop_below_sps: float, steps: int) -> tuple[TrainConfig, dict]:
+    """(config, train kwargs) that stop a run whose steady steps' median rate is under ``stop_below_sps``.
+
+    The look reads the timing marks back (a device sync on a GPU), so it comes once a third of the way in there,
+    and after the first ``SLOW_CHECK_STEPS`` steady steps on a CPU, where reading back costs nothing.
+    """
+    first = cfg.warmup_steps + SLOW_CHECK_STEPS
+    every = first if (cfg.device or "cpu").startswith("cpu") else max(first, steps // 3)
+
+    def check(record, progress) -> bool:
+        steady = progress.records[cfg.warmup_steps:]
+        return len(steady) >= SLOW_CHECK_STEPS and statistics.median(r.samples_per_s for r in steady) < stop_below_sps
+
+    return dataclasses.replace(cfg, log_every=every), {"callback": check}
 
 
 def _memory_model_bytes(model, loader, recipe: Recipe) -> int | None:

@@ -30,17 +30,22 @@ def fake_rate(batch: int, cfg, workers: int, device_data: bool) -> float:
     return rate
 
 
-def fake_trainer(model, loader, cfg, val_loader=None):
+def fake_trainer(model, loader, cfg, val_loader=None, callback=None):
     """Stands in for labkit.training.loop.train: puts the model on the run's device (as train does) and returns step
-    records whose times give exactly fake_rate()."""
+    records whose times give exactly fake_rate(); ``callback`` runs every ``cfg.log_every`` steps, True stops."""
     model.to(cfg.device)
     batch = int(next(iter(loader))[0].shape[0])
     rate = fake_rate(batch, cfg, getattr(loader, "num_workers", 0), not isinstance(loader, DataLoader))
     step_s = batch / rate
-    steps = [SimpleNamespace(samples=batch, step_time_s=step_s * (3.0 if i < cfg.warmup_steps else 1.0))
-             for i in range(cfg.steps)]
+    steps, stopped = [], False
+    for i in range(cfg.steps):
+        time_s = step_s * (3.0 if i < cfg.warmup_steps else 1.0)
+        steps.append(SimpleNamespace(samples=batch, step_time_s=time_s, samples_per_s=batch / time_s))
+        if callback is not None and (i + 1) % cfg.log_every == 0 and callback(steps[-1], SimpleNamespace(records=steps)):
+            stopped = True
+            break
     return SimpleNamespace(steps=steps, samples_per_s_median=rate, data_wait_fraction=0.25, peak_mem_bytes=1000,
-                           flops_per_sample=None, samples_per_s_p10=rate)
+                           flops_per_sample=None, samples_per_s_p10=rate, stopped_early=stopped)
 
 
 def fake_ceiling(model, batch_size, config, *, image_shape, num_classes, sample_from):

@@ -36,6 +36,22 @@ def test_rungs_are_cumulative_and_unhelpful_ones_are_not_carried(fake_result):
     assert fake_result.best.key == "channels_last"
     assert fake_result.batch_probe == pytest.approx({2: 20.0, 8: 80.0, 16: 80.0})
 
+def test_a_rung_under_half_its_base_speed_stops_early_and_only_it(data):
+    """bf16 runs at 0.1x here: after its warm-up and ten steady steps the ladder stops it (it could never be kept)
+    and measures no accuracy for it; every rung at least half as fast as its base runs its whole budget."""
+    res = run_ladder(smoke(min_optimizer_steps=40, skip=("compile", "ddp")), model_fn=tiny_mlp, data=data,
+                     trainer=fake_trainer)
+    rows = {r.key: r for r in res.rows}
+    bf16 = rows["mixed_precision"]
+    full = rows["channels_last"].samples_trained
+    assert bf16.status == "slower" and not bf16.kept and bf16.val_accuracy is None
+    assert "stopped after 11 steps, under 50% of its base's speed" in bf16.reason
+    assert bf16.samples_trained == 11 * bf16.batch_size < full
+    assert bf16.speedup_rung == pytest.approx(0.1)
+    for key in ("batch_size", "device_data", "no_sync", "channels_last"):
+        assert rows[key].samples_trained == full and "stopped" not in rows[key].reason, key
+
+
 def test_tf32_is_reported_not_dropped(fake_result):
     row = fake_result.rung(5)
     assert row.key == "tf32"
