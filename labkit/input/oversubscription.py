@@ -4,7 +4,7 @@ With a neighbour spinning on one of two cores, a step split over two intra-op th
 for the thread that the scheduler parked behind the neighbour; if idle threads also spin (OpenMP's
 ``OMP_WAIT_POLICY=ACTIVE``, and for a while by default), they burn the one free core their partner needs. One
 thread per *free* core avoids both. The thread pool and OpenMP's wait policy are fixed when torch loads, so each
-setting runs in a fresh process (:func:`labkit.core.procs.run_in_fresh_process`), in interleaved rounds while
+wait policy runs in a fresh process (:func:`labkit.core.procs.run_in_fresh_process`), in interleaved rounds while
 :func:`labkit.core.contention.spinning_cores` keeps the neighbour busy; each child reports its step times, the CPU
 seconds it burned per step and the share of a core it got (:class:`labkit.core.contention.ShareMeter`).
 """
@@ -24,12 +24,15 @@ from labkit.core.verdict import Load, Verdict, judge_at_least, relative_spread
 WAIT_POLICIES = ("PASSIVE", "ACTIVE")
 
 
-def time_steps_with_threads(threads: int, wait_policy: str, batch: int = 32, steps: int = 3,
-                            warmup: int = 1) -> dict:
-    """In a fresh process: set the OpenMP policy and thread count, then time ResNet-18 SGD steps on 32x32 inputs."""
+def time_steps_with_threads(thread_counts: list[int], wait_policy: str, batch: int = 32, steps: int = 3,
+                            warmup: int = 1) -> dict[str, dict]:
+    """In a fresh process: set the OpenMP wait policy, then time ResNet-18 SGD steps on 32x32 inputs under each
+    thread count in turn -> {count: figures}. The policy is fixed when torch loads, a thread count is not, so one
+    process per policy measures all of that policy's settings (matched and sleeping share one: half the start-ups)."""
     if wait_policy not in WAIT_POLICIES:
         raise ValueError(f"wait_policy must be one of {WAIT_POLICIES}, got {wait_policy!r}")
-    os.environ.update(OMP_WAIT_POLICY=wait_policy, OMP_NUM_THREADS=str(threads))
+    counts = [positive_int(n, "thread count") for n in thread_counts]
+    os.environ.update(OMP_WAIT_POLICY=wait_policy, OMP_NUM_THREADS=str(max(counts)))
     import torch  # lazy: OpenMP reads OMP_WAIT_POLICY once, when torch loads
 
     from labkit.core.models import resnet18_cifar  # lazy: loads torch
@@ -38,17 +41,20 @@ def time_steps_with_threads(threads: int, wait_policy: str, batch: int = 32, ste
     from labkit.training.loop import make_optimizer  # lazy: loads torch
     from labkit.training.stepper import Stepper  # lazy: loads torch
 
-    torch.set_num_threads(threads)
     torch.manual_seed(0)
     model = resnet18_cifar(10)
     config = TrainConfig(steps=warmup + steps, progress=False, evaluate=False, profile_model=False)
     stepper = Stepper(model, make_optimizer(model, config), config, torch.device("cpu"))
     data = (torch.randn(batch, 3, 32, 32), torch.randint(0, 10, (batch,)))
-    with ShareMeter() as meter:
-        timing = time_fn(lambda: stepper.step(1, data), warmup=warmup, repeats=steps, device="cpu")
-    cpu_s = meter.result.on_cpu_s if meter.result else 0.0
-    return {"step_s": timing.median_s, "cpu_s_per_step": cpu_s / (warmup + steps), "cpu_share": meter.share,
-            "threads_seen": torch.get_num_threads()}
+    out = {}
+    for threads in counts:
+        torch.set_num_threads(threads)
+        with ShareMeter() as meter:
+            timing = time_fn(lambda: stepper.step(1, data), warmup=warmup, repeats=steps, device="cpu")
+        cpu_s = meter.result.on_cpu_s if meter.result else 0.0
+        out[str(threads)] = {"step_s": timing.median_s, "cpu_s_per_step": cpu_s / (warmup + steps),
+                             "cpu_share": meter.share, "threads_seen": torch.get_num_threads()}
+    return out
 
 
 @dataclass(frozen=True)
@@ -93,12 +99,15 @@ def measure_oversubscription(busy_cores: int = 1, *, rounds: int = 2, batch: int
     cores = cpu_count()
     settings = oversubscription_settings(cores, busy_cores)
     kwargs = {"batch": positive_int(batch, "batch"), "steps": positive_int(steps, "steps")}
-    runs = {name: (lambda t=threads, p=policy: run_in_fresh_process(
+    counts = {policy: sorted({t for t, p in settings.values() if p == policy}) for _, policy in settings.values()}
+    runs = {policy: (lambda c=c, p=policy: run_in_fresh_process(
                 "labkit.input.oversubscription:time_steps_with_threads",
-                dict(threads=t, wait_policy=p, **kwargs), timeout_s=timeout_s))
-            for name, (threads, policy) in settings.items()}
+                dict(thread_counts=c, wait_policy=p, **kwargs), timeout_s=timeout_s))
+            for policy, c in counts.items()}
     with spinning_cores(busy_cores):
-        rounds_by_setting = interleaved(runs, rounds=positive_int(rounds, "rounds"))
+        by_policy = interleaved(runs, rounds=positive_int(rounds, "rounds"))
+    rounds_by_setting = {name: [child[str(threads)] for child in by_policy[policy]]
+                         for name, (threads, policy) in settings.items()}
     return OversubscriptionRun({k: v[0] for k, v in settings.items()}, rounds_by_setting, busy_cores, cores)
 
 

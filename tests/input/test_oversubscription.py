@@ -39,7 +39,28 @@ def test_a_setting_that_does_not_hurt_fails_unless_the_rounds_disagree_enough_to
 
 def test_a_child_gets_the_threads_and_wait_policy_it_asked_for():
     out = run_in_fresh_process("labkit.input.oversubscription:time_steps_with_threads",
-                               dict(threads=1, wait_policy="PASSIVE", batch=2, steps=1, warmup=0), timeout_s=240)
-    assert out["threads_seen"] == 1 and out["step_s"] > 0 and 0 < out["cpu_share"] <= 1
+                               dict(thread_counts=[1, 2], wait_policy="PASSIVE", batch=2, steps=1, warmup=0),
+                               timeout_s=240)
+    assert [out[n]["threads_seen"] for n in ("1", "2")] == [1, 2]
+    assert all(out[n]["step_s"] > 0 and 0 < out[n]["cpu_share"] <= 1 for n in ("1", "2"))
     with pytest.raises(ValueError, match="wait_policy must be one of"):
-        ov.time_steps_with_threads(1, "SPIN")
+        ov.time_steps_with_threads([1], "SPIN")
+
+
+def test_one_child_per_wait_policy_measures_each_of_its_settings(monkeypatch):
+    """Matched and sleeping share a PASSIVE child, spinning has an ACTIVE one: two start-ups a round, not three."""
+    calls = []
+
+    def child(target, kwargs, timeout_s):
+        calls.append((kwargs["wait_policy"], kwargs["thread_counts"]))
+        return {str(n): {"step_s": 0.1 * n, "cpu_s_per_step": 0.1, "cpu_share": 0.5, "threads_seen": n}
+                for n in kwargs["thread_counts"]}
+
+    monkeypatch.setattr(ov, "run_in_fresh_process", child)
+    monkeypatch.setattr(ov, "cpu_count", lambda: 2)
+    monkeypatch.setattr(ov, "spinning_cores", lambda n: __import__("contextlib").nullcontext([]))
+    run = ov.measure_oversubscription(1, rounds=2, batch=2, steps=1)
+    assert sorted(calls) == [("ACTIVE", [2]), ("ACTIVE", [2]), ("PASSIVE", [1, 2]), ("PASSIVE", [1, 2])]
+    assert [r["threads_seen"] for r in run.rounds["matched"]] == [1, 1]
+    assert [r["threads_seen"] for r in run.rounds["oversubscribed, sleeping"]] == [2, 2]
+    assert run.slowdown("oversubscribed, spinning") == pytest.approx(2.0)
