@@ -94,7 +94,8 @@ class LessonLog:
         if self.not_checked_reasons:
             line += "; not checked: " + "; ".join(f"{c} ({r})" for c, r in self.not_checked_reasons.items())
         if self.inconclusive_reasons:
-            line += (f"\n{self.notebook}: {len(self.inconclusive_reasons)} INCONCLUSIVE (machine too busy to tell): "
+            line += (f"\n{self.notebook}: {len(self.inconclusive_reasons)} INCONCLUSIVE "
+                     "(load or spread too large to decide): "
                      + "; ".join(f"{c} ({r})" for c, r in self.inconclusive_reasons.items()))
         print(line)
         append_to_lesson_log({"notebook": self.notebook, "checked": self.checked,
@@ -187,7 +188,7 @@ def summarize_lesson_log(path: str | Path) -> str:
     inconclusive = sum(len(r.get("inconclusive", {})) for r in by_notebook.values())
     total = checked + inconclusive + sum(len(r["not_checked"]) for r in by_notebook.values())
     lines = [f"lessons: {checked} of {total} checked in {len(by_notebook)} notebooks",
-             f"INCONCLUSIVE (machine too busy to tell): {inconclusive}"]
+             f"INCONCLUSIVE (load or spread too large to decide): {inconclusive}"]
     for name, record in sorted(by_notebook.items()):
         for claim, reason in record["not_checked"].items():
             lines.append(f"  NOT CHECKED in {name}: {claim} ({reason})")

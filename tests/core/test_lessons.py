@@ -102,7 +102,7 @@ def test_inconclusive_is_printed_tallied_on_its_own_line_and_never_counted_as_ch
     assert second.startswith("07: 1 INCONCLUSIVE") and "rank 0 got 0.46 of a core" in second
     summary = summarize_lesson_log(path).splitlines()
     assert summary[0] == "lessons: 1 of 2 checked in 1 notebooks"
-    assert summary[1] == "INCONCLUSIVE (machine too busy to tell): 1"
+    assert summary[1] == "INCONCLUSIVE (load or spread too large to decide): 1"
     assert summary[2].startswith("  INCONCLUSIVE in 07: it pays (")
     log.decide(judge_agreement("it pays", predicted=1.65, measured=1.6, tolerance=0.25, load=busy))
     assert log.inconclusive_reasons == {} and log.checked == ["a", "it pays"]
@@ -116,7 +116,7 @@ def test_summary_reads_tallies_written_before_inconclusive_existed(tmp_path):
     path = tmp_path / "old.jsonl"
     path.write_text(json.dumps({"notebook": "01", "checked": ["x"], "not_checked": {}}) + "\n")
     assert summarize_lesson_log(path).splitlines()[:2] == ["lessons: 1 of 1 checked in 1 notebooks",
-                                                          "INCONCLUSIVE (machine too busy to tell): 0"]
+                                                          "INCONCLUSIVE (load or spread too large to decide): 0"]
 
 
 def test_exercise_tallies_in_the_same_log_are_left_to_their_own_command(tmp_path):
