@@ -81,7 +81,12 @@ def measure_step_times(model: nn.Module, make_batch: Callable[[int], tuple[torch
                        batch_sizes: Sequence[int], *, rounds: int = 3, repeats: int = 2,
                        device: torch.device | None = None) -> OverheadFit:
     """The kit's one training step (:class:`labkit.core.step.TrainStep`) timed at each batch size, the sizes
-    interleaved round by round, then fitted."""
+    interleaved round by round, then fitted.
+
+    On a CPU the step runs on one intra-op thread meanwhile: with two, a larger batch spreads over both cores and a
+    busy neighbour slows it more than batch 1 (whose small operators barely use the second), which bends the line
+    and moved the fitted fixed cost from 1.37 t(1) on a quiet run to 0.16 t(1) beside a busy notebook. On one
+    thread a neighbour slows every size alike, and the process's CPU share says how much."""
     device = device or next(model.parameters()).device
     model = model.to(device).train()
     step = TrainStep(model, torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9), device=device)
@@ -90,7 +95,13 @@ def measure_step_times(model: nn.Module, make_batch: Callable[[int], tuple[torch
     def timed(b: int) -> Callable[[], float]:
         return lambda: time_fn(lambda: step(*batches[b]), warmup=1, repeats=repeats, device=device).median_s
 
-    results = interleaved({str(b): timed(b) for b in batch_sizes}, rounds=rounds)
+    before = torch.get_num_threads()
+    if torch.device(device).type == "cpu":
+        torch.set_num_threads(1)
+    try:
+        results = interleaved({str(b): timed(b) for b in batch_sizes}, rounds=rounds)
+    finally:
+        torch.set_num_threads(before)
     return fit_overhead(list(batch_sizes), [results[str(b)] for b in batch_sizes])
 
 
