@@ -25,6 +25,7 @@ from labkit.core.clock import now_s
 from labkit.core.step import TrainStep
 from labkit.core.timing import Stopwatch, synchronize
 from labkit.core.validation import positive_int
+from labkit.core.verdict import relative_spread
 from labkit.memory.probe import preserved_state, probe_forward
 from labkit.memory.saved import storage_bytes, storage_key, storage_keys, watch_saved
 
@@ -142,7 +143,9 @@ def _train_step_time_s(model: nn.Module, inputs: torch.Tensor) -> tuple[float, f
 class StepTimeComparison:
     """Median step times with and without checkpointing, measured interleaved, and the host's launch time of each
     (on a GPU, a step whose launch time nears its wall time is launch-bound: the recompute then costs its launches
-    and the checkpoint hooks' Python, not its FLOPs)."""
+    and the checkpoint hooks' Python, not its FLOPs). ``ratio_by_round`` and ``share_by_round`` hold each paired
+    round's checkpointed/plain step time and forward/plain step time: the price is decided from those pairs, so a
+    burst of load that hits one round moves one pair, not one side of the comparison."""
 
     plain_step_s: float
     checkpointed_step_s: float
@@ -150,15 +153,27 @@ class StepTimeComparison:
     plain_launch_s: float = float("nan")
     checkpointed_launch_s: float = float("nan")
     forward_launch_s: float = float("nan")
+    ratio_by_round: tuple[float, ...] = ()
+    share_by_round: tuple[float, ...] = ()
 
     @property
     def time_added_fraction(self) -> float:
+        """The median round's checkpointed/plain step time, less one (the medians' ratio without rounds)."""
+        if self.ratio_by_round:
+            return statistics.median(self.ratio_by_round) - 1.0
         return self.checkpointed_step_s / self.plain_step_s - 1.0
 
     @property
     def predicted_added_fraction(self) -> float:
         """Checkpointing every segment recomputes about one forward pass (Chen et al. 2016, Section 4)."""
+        if self.share_by_round:
+            return statistics.median(self.share_by_round)
         return self.forward_s / self.plain_step_s
+
+    @property
+    def spread(self) -> float:
+        """How far the paired rounds' checkpointed/plain ratios disagree ((p90 - p10) / median): the noise of the price."""
+        return relative_spread(self.ratio_by_round)
 
     @property
     def launch_bound_fraction(self) -> float:
@@ -180,7 +195,8 @@ def pace(times: StepTimeComparison, on_gpu: bool) -> str:
 
 def compare_step_time(plain: nn.Module, checkpointed: nn.Module, inputs: torch.Tensor,
                       repeats: int = 5) -> StepTimeComparison:
-    """Interleave plain and checkpointed steps (so load hits both alike) and take medians; also time a forward."""
+    """Interleave plain and checkpointed steps (so load hits both alike), pair them round by round and take medians;
+    also time a forward in each round (its share of the plain step is the predicted price)."""
     repeats = positive_int(repeats, "repeats")
     rows = []
     threads = torch.get_num_threads()
@@ -190,8 +206,11 @@ def compare_step_time(plain: nn.Module, checkpointed: nn.Module, inputs: torch.T
             rows.append((*_train_step_time_s(plain, inputs), *_train_step_time_s(checkpointed, inputs),
                          *_timed(inputs.device, lambda: plain(inputs))))   # with autograd on: what recompute costs
     torch.set_num_threads(threads)
-    plain_s, plain_launch, ckpt_s, ckpt_launch, fwd_s, fwd_launch = (statistics.median(c) for c in zip(*rows[1:]))
-    return StepTimeComparison(plain_s, ckpt_s, fwd_s, plain_launch, ckpt_launch, fwd_launch)
+    rows = rows[1:]
+    plain_s, plain_launch, ckpt_s, ckpt_launch, fwd_s, fwd_launch = (statistics.median(c) for c in zip(*rows))
+    return StepTimeComparison(plain_s, ckpt_s, fwd_s, plain_launch, ckpt_launch, fwd_launch,
+                              ratio_by_round=tuple(r[2] / r[0] for r in rows),
+                              share_by_round=tuple(r[4] / r[0] for r in rows))
 
 
 def bytes_line(bytes_at: dict[int, int]) -> tuple[float, float]:

@@ -74,3 +74,27 @@ def test_the_pace_on_a_gpu_follows_the_hosts_launch_time():
     assert checkpointing.pace(comparison(7.9, 7.6), on_gpu=True) == "launch"        # the GPU waited for launches
     assert checkpointing.pace(comparison(44.3, 8.0), on_gpu=True) == "compute"      # the host waited for the GPU
     assert checkpointing.pace(comparison(12.5, 8.0), on_gpu=True) == "mixed"        # neither clearly: not judged
+
+
+def test_the_price_is_decided_from_paired_rounds_and_reports_their_spread():
+    """A burst of load that slows one round's checkpointed step moves one pair, not the median of one side."""
+    rounds = checkpointing.StepTimeComparison(1.0, 1.3, 0.33, ratio_by_round=(1.30, 1.32, 2.40, 1.28, 1.31),
+                                              share_by_round=(0.33, 0.34, 0.30, 0.33, 0.32))
+    assert rounds.time_added_fraction == pytest.approx(0.31)
+    assert rounds.predicted_added_fraction == pytest.approx(0.33)
+    assert 0.0 < rounds.spread < 1.0
+    steady = checkpointing.StepTimeComparison(1.0, 1.3, 0.33, ratio_by_round=(1.3,) * 5, share_by_round=(0.33,) * 5)
+    assert steady.spread == 0.0 and rounds.spread > steady.spread
+
+
+def test_without_rounds_the_price_is_the_medians_ratio():
+    times = checkpointing.StepTimeComparison(2.0, 3.0, 0.5)
+    assert times.time_added_fraction == pytest.approx(0.5) and times.predicted_added_fraction == pytest.approx(0.25)
+    assert times.spread == 0.0
+
+
+def test_compare_step_time_keeps_one_pair_per_timed_round():
+    model, x = _model(), torch.randn(64, 16)
+    times = checkpointing.compare_step_time(model, checkpointing.with_checkpointing(model, ["0", "1"]), x, repeats=3)
+    assert len(times.ratio_by_round) == 3 == len(times.share_by_round)     # the warm-up round is dropped
+    assert all(r > 0 for r in times.ratio_by_round) and times.spread >= 0.0
