@@ -75,6 +75,23 @@ class CpuShare:
         return {"on_cpu_s": self.on_cpu_s, "waiting_s": self.waiting_s, "wall_s": self.wall_s}
 
 
+ShareMark = tuple[SchedTotals | None, float, float]
+
+
+def share_mark() -> ShareMark:
+    """Where this process stands now (scheduler totals, CPU time, wall time): the start of a measured stretch."""
+    return sched_totals(), process_time_s(), now_s()
+
+
+def share_since(mark: ShareMark) -> CpuShare:
+    """What this process got since ``mark`` (:func:`share_mark`): a look in the middle of a run, no block needed."""
+    sched0, cpu0, wall0 = mark
+    sched1, wall_s = sched_totals(), now_s() - wall0
+    if sched0 is not None and sched1 is not None:
+        return CpuShare(sched1.on_cpu_s - sched0.on_cpu_s, sched1.waiting_s - sched0.waiting_s, wall_s)
+    return CpuShare(process_time_s() - cpu0, None, wall_s)
+
+
 class ShareMeter:
     """``with ShareMeter() as meter: work()`` then ``meter.result``: the CPU share this process got meanwhile, and
     ``meter.gpu_neighbours``: the processes outside this one's tree that computed on a GPU meanwhile
@@ -87,17 +104,12 @@ class ShareMeter:
         self._stamp_s = 0.0
 
     def __enter__(self) -> "ShareMeter":
-        self._start = (sched_totals(), process_time_s(), now_s())
+        self._start = share_mark()
         self._stamp_s = timestamp_s()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        sched0, cpu0, wall0 = self._start  # type: ignore[misc]
-        sched1, wall_s = sched_totals(), now_s() - wall0
-        if sched0 is not None and sched1 is not None:
-            self.result = CpuShare(sched1.on_cpu_s - sched0.on_cpu_s, sched1.waiting_s - sched0.waiting_s, wall_s)
-        else:
-            self.result = CpuShare(process_time_s() - cpu0, None, wall_s)
+        self.result = share_since(self._start)  # type: ignore[arg-type]
         self.gpu_neighbours = gpu_neighbours(self._stamp_s)
 
     @property

@@ -188,7 +188,8 @@ def climb(job: LadderJob, on_rung: Callable[[LadderRow], None] | None = None
         status, reason, kept = ("baseline", "the reference for every speedup and accuracy", True) \
             if spec.key == "naive" else verdict(job, m, base_sps, base_rung, ref_acc)
         if m.stopped_early:
-            reason += (f"; stopped after {m.steps} steps, under {SLOW_RUNG_FRACTION:.0%} of its base's speed "
+            share = "" if m.stop_cpu_share is None else f" with {m.stop_cpu_share:.2f} of a core"
+            reason += (f"; stopped after {m.steps} steps, under {SLOW_RUNG_FRACTION:.0%} of its base's speed{share} "
                        "(accuracy not measured)")
         keep(_row(spec, status, reason, kept, None if spec.key == "naive" else base_rung, change,
                   **_numbers(job, recipe, m, sps0, base_sps, flops, None if spec.key == "naive" else ref_acc)))

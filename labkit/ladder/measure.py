@@ -16,6 +16,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset, RandomSampler
 
+from labkit.core.contention import share_mark, share_since
 from labkit.core.data import make_device_loader, validate_batch_size, validate_num_workers
 from labkit.ladder.rungs import Recipe
 from labkit.training.config import TrainConfig
@@ -42,6 +43,7 @@ class Measurement:
     samples_trained: int
     math_mode: str = "fp32"          # 'fp32' (strict) | 'tf32' | 'bf16' | 'fp16': the peak MFU is taken against
     stopped_early: bool = False      # under SLOW_RUNG_FRACTION of its base's speed: stopped, accuracy not measured
+    stop_cpu_share: float | None = None   # the CPU share this process got up to the look that stopped it
 
 
 SLOW_RUNG_FRACTION = 0.5    # a rung under half its base recipe's speed cannot be carried forward: it stops early
@@ -116,9 +118,9 @@ def measure_model(model: nn.Module, loader: BatchLoader, val_loader: Iterable[tu
     """
     cfg = train_config(recipe, steps=steps, lr=lr, warmup_steps=warmup_steps, seed=seed, device=device,
                        lr_warmup_steps=lr_warmup_steps)
-    extra = {}
+    extra, seen = {}, {"cpu_share": None}
     if stop_below_sps is not None and steps > warmup_steps + SLOW_CHECK_STEPS:
-        cfg, extra = slow_rung_check(cfg, stop_below_sps, steps)
+        cfg, extra, seen = slow_rung_check(cfg, stop_below_sps, steps)
     with fp32_math(recipe.tf32):
         result = (trainer or train)(model, loader, cfg, **extra)
         stopped = bool(getattr(result, "stopped_early", False))
@@ -130,23 +132,32 @@ def measure_model(model: nn.Module, loader: BatchLoader, val_loader: Iterable[tu
         peak = _memory_model_bytes(eval_model or model, loader, recipe)
     mode = getattr(result, "math_mode", None) or math_mode_of(recipe.amp_dtype, recipe.tf32, torch.device(device).type)
     return Measurement(sps, step_s, float(result.data_wait_fraction), peak, result.flops_per_sample, acc,
-                       startup_s, len(result.steps), sum(r.samples for r in result.steps), mode, stopped)
+                       startup_s, len(result.steps), sum(r.samples for r in result.steps), mode, stopped,
+                       seen["cpu_share"] if stopped else None)
 
 
-def slow_rung_check(cfg: TrainConfig, stop_below_sps: float, steps: int) -> tuple[TrainConfig, dict]:
-    """(config, train kwargs) that stop a run whose steady steps' median rate is under ``stop_below_sps``.
+def slow_rung_check(cfg: TrainConfig, stop_below_sps: float, steps: int) -> tuple[TrainConfig, dict, dict]:
+    """(config, train kwargs, what the look saw) that stop a run too slow even with the cores to itself.
 
     The look reads the timing marks back (a device sync on a GPU), so it comes once a third of the way in there,
-    and after the first ``SLOW_CHECK_STEPS`` steady steps on a CPU, where reading back costs nothing.
+    and after the first ``SLOW_CHECK_STEPS`` steady steps on a CPU, where reading back costs nothing. The steady
+    steps' median rate is divided by the CPU share this process got since the run began (a neighbour that took
+    half the core halves the rate, not the recipe's speed): only a rung under ``stop_below_sps`` after that
+    stops, so a busy machine never throws away a rung that could have been kept. ``seen['cpu_share']`` holds
+    the share of the last look.
     """
     first = cfg.warmup_steps + SLOW_CHECK_STEPS
     every = first if (cfg.device or "cpu").startswith("cpu") else max(first, steps // 3)
+    since, seen = share_mark(), {"cpu_share": None}
 
     def check(record, progress) -> bool:
         steady = progress.records[cfg.warmup_steps:]
-        return len(steady) >= SLOW_CHECK_STEPS and statistics.median(r.samples_per_s for r in steady) < stop_below_sps
+        if len(steady) < SLOW_CHECK_STEPS:
+            return False
+        seen["cpu_share"] = share = share_since(since).share
+        return statistics.median(r.samples_per_s for r in steady) / share < stop_below_sps
 
-    return dataclasses.replace(cfg, log_every=every), {"callback": check}
+    return dataclasses.replace(cfg, log_every=every), {"callback": check}, seen
 
 
 def _memory_model_bytes(model, loader, recipe: Recipe) -> int | None:

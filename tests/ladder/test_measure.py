@@ -37,3 +37,35 @@ def test_budget_arithmetic_and_summary():
     assert sps == pytest.approx(12 / 0.4) and step_s == pytest.approx(0.4 / 3)
     assert startup_s == pytest.approx(1.0 - 0.4 / 3)
     assert summarise_run(res, 1, sync_every_step=False)[0] == 99.0                 # the loop's window rate
+
+
+def _look(share: float, rate: float, monkeypatch) -> tuple[bool, dict]:
+    """One slow-rung look at steady steps running at ``rate`` samples/s while this process got ``share`` of a core."""
+    from labkit.core.contention import CpuShare
+    from labkit.ladder import measure
+    from labkit.training.config import TrainConfig
+
+    monkeypatch.setattr(measure, "share_since", lambda mark: CpuShare(share, 1.0 - share, 1.0))
+    cfg, extra, seen = measure.slow_rung_check(TrainConfig(steps=40, warmup_steps=1, device="cpu"), 50.0, 40)
+    records = [SimpleNamespace(samples_per_s=rate)] * (1 + measure.SLOW_CHECK_STEPS)
+    return extra["callback"](records[-1], SimpleNamespace(records=records)), seen
+
+
+def test_a_slow_rung_stops_only_if_slow_with_the_cores_to_itself(monkeypatch):
+    """40 samples/s against a 50 samples/s bar: too slow on a quiet machine, kept going when a neighbour took
+    half the core (it would run 80 with the core to itself); the share of the look is kept for the row."""
+    stop, seen = _look(1.0, 40.0, monkeypatch)
+    assert stop and seen["cpu_share"] == pytest.approx(1.0)
+    stop, seen = _look(0.5, 40.0, monkeypatch)
+    assert not stop and seen["cpu_share"] == pytest.approx(0.5)
+    assert _look(0.5, 20.0, monkeypatch)[0]                       # 40 with the core to itself: still too slow
+
+
+def test_the_look_waits_for_its_steady_steps(monkeypatch):
+    from labkit.ladder import measure
+    from labkit.training.config import TrainConfig
+
+    cfg, extra, _ = measure.slow_rung_check(TrainConfig(steps=40, warmup_steps=2, device="cpu"), 50.0, 40)
+    assert cfg.log_every == 2 + measure.SLOW_CHECK_STEPS
+    few = [SimpleNamespace(samples_per_s=1.0)] * (1 + measure.SLOW_CHECK_STEPS)   # 9 steady steps after 2 warm-ups
+    assert extra["callback"](few[-1], SimpleNamespace(records=few)) is False
