@@ -19,7 +19,7 @@ from typing import Any, Sequence
 import matplotlib.pyplot as plt
 import numpy as np
 
-from labkit.cluster.linkfit import LinkFit, allreduce_summary, expected_payload_bytes_s, fit_links
+from labkit.cluster.linkfit import LinkFit, allreduce_summary, expected_payload_bytes_s, fit_links, link_spread
 from labkit.cluster.nodes import SUBNET, EmulatedNodes, NodesConfig
 from labkit.cluster.rankside import rate_key
 from labkit.cluster.run import JobResult, run_job
@@ -29,6 +29,7 @@ from labkit.core.env import Mode, get_mode
 from labkit.core.results import ResultStream, keep_finished
 from labkit.core.rundirs import run_path
 from labkit.core.validation import positive_int, positive_ints
+from labkit.core.verdict import Load, Verdict, judge_agreement
 
 MARGIN = 1.3        # the model must predict one algorithm this much faster before the clock is asked to agree
 NOISY_SPREAD = 1.5  # paired ratios that move more than this between rounds: too busy a machine to compare links
@@ -125,6 +126,18 @@ def fit_table(results: Sequence[dict], rate_mbit_s: float) -> tuple[dict[str, Li
                      "1/beta (MB/s)": fit.bandwidth_bytes_s / 1e6, "R^2": fit.r_squared,
                      "shaped to (MB/s of payload)": expected / 1e6 if link == "inter" else float("nan")})
     return fits, rows
+
+
+def link_rate_verdict(claim: str, results: Sequence[dict], rate_mbit_s: float, tolerance: float = 0.15) -> Verdict:
+    """Is the fitted inter-node 1/beta the shaped payload rate? Judged with the load the ping-pong ran under: the
+    CPU share each rank of the pair got during the sweep and how far the repeats' own rates disagree."""
+    ranks = at_rate(results, rate_mbit_s)
+    fitted = fit_links(ranks[0]["ping_pong_s"])["inter"].bandwidth_bytes_s
+    shares = {f"rank {r['rank']}": min(1.0, max(r["ping_pong_cpu_share"]["inter"], 1e-3))
+              for r in ranks if "inter" in r.get("ping_pong_cpu_share", {})}
+    load = Load(shares, spread=link_spread(ranks[0]["ping_pong_s"]["inter"]))
+    return judge_agreement(claim, 1.0, fitted / expected_payload_bytes_s(rate_mbit_s), tolerance=tolerance,
+                           load=load, unit=" x the shaped payload rate")
 
 
 def simulated_link_bytes(nbytes: int, nodes: int, per_node: int) -> dict[str, int]:

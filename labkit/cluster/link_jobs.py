@@ -19,6 +19,7 @@ import torch.distributed as dist
 from labkit.cluster.nodes import tbf_argv
 from labkit.cluster.rankside import Place, address_is_local, job_params, place, rate_key, report
 from labkit.core.clock import interleaved, now_s
+from labkit.core.contention import ShareMeter
 from labkit.parallel.scaling import member_groups, sweep_members
 
 ETH_STATS = Path("/sys/class/net/eth0/statistics")
@@ -68,18 +69,25 @@ def ping_pong_s(peer: int, nbytes: int, me: int, repeats: int) -> list[float]:
     return times[1:]
 
 
-def _ping_pong_sweep(me: Place, sizes: dict[str, list[int]], repeats: int) -> dict[str, dict[int, list[float]]]:
-    """Ping-pong between rank 0 and its node peer (inside a node), then rank 0 and node 1's first rank (across)."""
+def _ping_pong_sweep(me: Place, sizes: dict[str, list[int]], repeats: int
+                     ) -> tuple[dict[str, dict[int, list[float]]], dict[str, float]]:
+    """Ping-pong between rank 0 and its node peer (inside a node), then rank 0 and node 1's first rank (across):
+    the one-way times per link and size, and the CPU share each of the pair's ranks got during its link's sweep
+    (what the fitted link is judged with: a rank starved of its core answers late, and the link looks slow)."""
     pairs = {"intra": (0, 1), "inter": (0, me.local_world_size)}
     out: dict[str, dict[int, list[float]]] = {}
+    shares: dict[str, float] = {}
     for link, pair in pairs.items():
         out[link] = {}
-        for nbytes in sizes[link]:
-            if me.rank in pair:
-                peer = pair[1] if me.rank == pair[0] else pair[0]
-                out[link][nbytes] = ping_pong_s(peer, nbytes, me.rank, repeats)
-            dist.barrier()
-    return out
+        with ShareMeter() as meter:
+            for nbytes in sizes[link]:
+                if me.rank in pair:
+                    peer = pair[1] if me.rank == pair[0] else pair[0]
+                    out[link][nbytes] = ping_pong_s(peer, nbytes, me.rank, repeats)
+                dist.barrier()
+        if me.rank in pair:
+            shares[link] = meter.share
+    return out, shares
 
 
 def make_groups(me: Place) -> tuple[object, object]:
@@ -178,11 +186,12 @@ def link_lab() -> dict:
     for rate in params.get("rates_mbit_s", [None]):
         if rate is not None:
             shape_own_link(me, float(rate), params)
-        pings = _ping_pong_sweep(me, {k: [int(s) for s in v] for k, v in sizes.items()}, repeats)
+        pings, ping_shares = _ping_pong_sweep(me, {k: [int(s) for s in v] for k, v in sizes.items()}, repeats)
         allreduce = flat_vs_hierarchical(me, [int(s) for s in params.get("allreduce_sizes", [4096, 1048576])],
                                          rounds, groups)
         sgd = sync_sgd_across(me, params, sgd_groups)
-        by_rate[rate_key(rate)] = {"ping_pong_s": pings, "allreduce": allreduce, "sync_sgd": sgd}
+        by_rate[rate_key(rate)] = {"ping_pong_s": pings, "ping_pong_cpu_share": ping_shares, "allreduce": allreduce,
+                                   "sync_sgd": sgd}
         done = report({**who, "by_rate": by_rate}, me.rank)     # each speed at once: a timeout keeps it
     return done
 

@@ -17,6 +17,7 @@ import numpy as np
 
 from labkit.comm.two_tier import Link
 from labkit.core.clock import paired_median
+from labkit.core.verdict import relative_spread
 
 TCP_PAYLOAD_SHARE = 1448 / 1514   # TCP payload per Ethernet frame at MTU 1500 with timestamps (RFC 7323 option)
 
@@ -66,6 +67,19 @@ def fit_links(ping_pong_s: Mapping[str, Mapping[Any, Sequence[float]]]) -> dict[
         alpha = statistics.median(by_size[sizes[0]]) - int(sizes[0]) * slope.beta_s_per_byte
         out[link] = LinkFit(max(0.0, alpha), slope.beta_s_per_byte, slope.r_squared)
     return out
+
+
+def link_spread(by_size: Mapping[Any, Sequence[float]]) -> float:
+    """How far one link's repeats disagree: each repeat's own 1/beta through the larger sizes (repeat j of every
+    size is round j), as (p90 - p10) / median; a repeat whose times do not grow with the size is left out."""
+    sizes = sorted(by_size, key=int)[1:]
+    rounds = min(len(by_size[s]) for s in sizes)
+    rates = []
+    for j in range(rounds):
+        beta = float(np.polyfit([int(s) for s in sizes], [by_size[s][j] for s in sizes], 1)[0])
+        if beta > 0:
+            rates.append(1.0 / beta)
+    return relative_spread(rates)
 
 
 def expected_payload_bytes_s(rate_mbit_s: float) -> float:

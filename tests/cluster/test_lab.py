@@ -93,3 +93,23 @@ def test_a_stopped_lab_keeps_every_speed_all_ranks_finished(tmp_path, monkeypatc
     assert str(stopped.value).startswith(f"{words} after 1 of 2 link speeds; results so far in {results}")
     rows = [json.loads(line) for line in results.read_text().splitlines()]
     assert [r["rate_mbit_s"] for r in rows] == [200.0] and [r["allreduce"]["n"] for r in rows[0]["ranks"]] == [0, 1, 2, 3]
+
+
+def _pinged(rank: int, times_2000: list[float], shares: dict[str, float]) -> dict:
+    """A rank's results at 200 Mbit/s whose inter-node ping-pongs give 1/beta = 1000 B/s x (1 s / the 2000 B time - 1)."""
+    pings = {"intra": {"8": [1e-5] * 3, "1000": [1e-3] * 3, "2000": [2e-3] * 3},
+             "inter": {"8": [1e-4] * 3, "1000": [1.0] * 3, "2000": times_2000}}
+    return {"rank": rank, "by_rate": {"200": {"ping_pong_s": pings, "ping_pong_cpu_share": shares}}}
+
+
+def test_the_fitted_link_rate_is_judged_with_the_pairs_shares_and_the_repeats_spread(monkeypatch):
+    import labkit.cluster.lab as lab
+
+    monkeypatch.setattr(lab, "expected_payload_bytes_s", lambda rate: 1000.0)      # the shaped rate: 1000 B/s
+    right = [_pinged(0, [2.0] * 3, {"intra": 1.0, "inter": 1.0}), _pinged(2, [2.0] * 3, {"inter": 1.0})]
+    assert lab.link_rate_verdict("1/beta is the shaped rate", right, 200).state == "checked"
+    slow = [_pinged(0, [4.0] * 3, {"inter": 1.0}), _pinged(2, [4.0] * 3, {"inter": 1.0})]   # a third of it, quiet
+    assert lab.link_rate_verdict("1/beta is the shaped rate", slow, 200).state == "failed"
+    starved = [_pinged(0, [4.0] * 3, {"inter": 0.3}), _pinged(2, [4.0] * 3, {"inter": 0.25})]
+    verdict = lab.link_rate_verdict("1/beta is the shaped rate", starved, 200)
+    assert verdict.state == "INCONCLUSIVE" and "rank 2 got 0.25 of a core" in verdict.detail

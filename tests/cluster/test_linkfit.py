@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from labkit.cluster.linkfit import allreduce_summary, expected_payload_bytes_s, fit_alpha_beta, fit_links
+from labkit.cluster.linkfit import allreduce_summary, expected_payload_bytes_s, fit_alpha_beta, fit_links, link_spread
 
 
 def test_fit_recovers_alpha_and_beta_from_model_times():
@@ -49,3 +49,11 @@ def test_allreduce_summary_uses_the_slowest_rank_and_drops_the_warm_up_round():
     assert summary["flat_node_tx_bytes"] == 1500 and summary["hierarchical_node_tx_bytes"] == 1000
     assert summary["exact"] and summary["round_spread"] == pytest.approx(1.0)   # the same ratio every round
     assert not allreduce_summary([_rank(0, 0.3, 0.2, exact=False)])[4096]["exact"]
+
+
+def test_the_link_spread_is_how_far_the_repeats_own_rates_disagree():
+    steady = {"8": [1e-4] * 3, "1000": [1.0, 1.0, 1.0], "2000": [2.0, 2.0, 2.0]}
+    assert link_spread(steady) == 0.0
+    # repeat 1 took twice as long at the largest size: its own rate is a third of the others'
+    noisy = {"8": [1e-4] * 3, "1000": [1.0, 1.0, 1.0], "2000": [2.0, 4.0, 2.0]}
+    assert link_spread(noisy) > 0.5
