@@ -220,12 +220,15 @@ class ScheduleRun:
     scale_grads: bool = True
     loss_over_m: bool = False
     posts: list[Post] = field(default_factory=list)
+    makespans_s: tuple[float, ...] = ()     # every timed repeat's makespan, the kept one included
 
 
 def _merge(run: dict, per_rank: list[dict]) -> ScheduleRun:
-    """Pick the repeat with the shortest makespan over all ranks (other work only ever stretches a run)."""
+    """Pick the repeat with the shortest makespan over all ranks (other work only ever stretches a run); keep every
+    repeat's makespan, whose spread says how disturbed the steps were."""
     n = len(per_rank[0]["repeats"])
-    best = min(range(n), key=lambda i: makespan_s([s for r in per_rank for s in r["repeats"][i]["spans"]]))
+    makespans = [makespan_s([s for r in per_rank for s in r["repeats"][i]["spans"]]) for i in range(n)]
+    best = min(range(n), key=makespans.__getitem__)
     reps = [r["repeats"][best] for r in per_rank]
     return ScheduleRun(run["schedule"], run["micro_batches"], len(per_rank), LAYOUTS[run["schedule"]][0],
                        {r["rank"]: r["stages"] for r in per_rank}, [s for rep in reps for s in rep["spans"]],
@@ -234,7 +237,7 @@ def _merge(run: dict, per_rank: list[dict]) -> ScheduleRun:
                        {r["rank"]: rep["cpu_share"] for r, rep in zip(per_rank, reps)},
                        max(r.get("loss_error", 0.0) for r in per_rank), max(r["grad_error"] for r in per_rank),
                        max(r["grad_ratio"] for r in per_rank), run.get("scale_grads", True),
-                       bool(run.get("loss_over_m")), [p for rep in reps for p in rep["posts"]])
+                       bool(run.get("loss_over_m")), [p for rep in reps for p in rep["posts"]], tuple(makespans))
 
 
 def run_schedules(runs: list[dict], cfg: PipeConfig | None = None, *, ranks: int = 2, repeats: int = 2,

@@ -32,9 +32,11 @@ RULES = {"ScheduleGPipe": "simplest; holds every micro-batch's activations until
 
 
 def run_load(run: "ScheduleRun") -> Load:
-    """How busy this run was: each rank's CPU share while it computed, and the spread of its forward times."""
+    """How busy this run was: each rank's CPU share while it computed, and the larger of two spreads: its forward
+    times' and its repeated steps' makespans' (a step stretched by a pause between actions shows only there)."""
     forwards = [s.duration_s for s in run.spans if s.kind == "F"]
-    return Load({f"rank {r}": max(share, 1e-3) for r, share in run.cpu_shares.items()}, relative_spread(forwards))
+    return Load({f"rank {r}": max(share, 1e-3) for r, share in run.cpu_shares.items()},
+                max(relative_spread(forwards), relative_spread(run.makespans_s)))
 
 
 def bubble_row(run: "ScheduleRun") -> dict:

@@ -53,3 +53,12 @@ def test_a_send_posted_before_its_forward_ended_is_caught():
     on_time, early = Post(0, 0, "send F", 0, f0.end_s, 64), Post(0, 0, "send F", 0, f0.end_s - 0.5, 64)
     assert report.early_sends(ScheduleRun(**{**vars(run), "posts": [on_time]})) == []
     assert report.early_sends(ScheduleRun(**{**vars(run), "posts": [on_time, early]})) == [early]
+
+
+def test_a_step_stretched_between_actions_shows_in_the_repeats_makespans():
+    """Even forward times say nothing of a pause between actions; the spread of the repeated steps' makespans does."""
+    steady = ScheduleRun(**{**vars(gpipe_run(m=4, p=2)), "cpu_shares": {0: 1.0, 1: 1.0},
+                            "makespans_s": (10.0, 10.1, 10.0, 10.2)})
+    assert report.run_load(steady).spread < 0.05 and not report.run_load(steady).busy
+    paused = ScheduleRun(**{**vars(steady), "makespans_s": (10.0, 14.0, 10.1, 13.0)})
+    assert report.run_load(paused).spread > 0.25 and report.run_load(paused).busy
