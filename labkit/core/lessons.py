@@ -60,6 +60,13 @@ class LessonLog:
         for claim in claims:
             self.not_checked(claim, reason)
 
+    def judged_on_gpu(self, claim: str, on_gpu: bool, ran_on: str, measured: str) -> bool:
+        """True where a GPU lesson can be judged; on any other device the claim is NOT CHECKED, saying where it ran
+        and what it measured there (``if log.judged_on_gpu(...): log.decide(...)``): one rule for every notebook."""
+        if not on_gpu:
+            self.not_checked(claim, f"a GPU lesson and this ran on {ran_on}; {measured}")
+        return on_gpu
+
     def inconclusive(self, claim: str, reason: str) -> None:
         """Say, visibly, that this run was too busy to settle a timing claim, with the measured reason."""
         if not reason.strip():

@@ -156,3 +156,12 @@ def test_a_tally_that_does_not_fit_on_the_disk_leaves_the_log_whole(tmp_path, mo
         with pytest.raises(WriteError, match=f"cannot write {log}: the disk is full"):
             append_to_lesson_log({"notebook": "02", "checked": ["y" * 20000], "not_checked": {}})
         assert summarize_lesson_log(log).startswith("lessons: 1 of 1 checked in 1 notebooks")   # no half line
+
+
+def test_a_gpu_lesson_is_judged_on_a_gpu_and_not_checked_elsewhere_with_what_it_measured():
+    log = LessonLog("nb")
+    assert log.judged_on_gpu("on a GPU batch 1 is launch-bound", True, "NVIDIA H100 (cuda:0)", "c/t(1) = 0.8")
+    assert log.not_checked_reasons == {}
+    assert not log.judged_on_gpu("on a GPU batch 1 is launch-bound", False, "cpu", "c/t(1) = 0.04")
+    reason = log.not_checked_reasons["on a GPU batch 1 is launch-bound"]
+    assert "ran on cpu" in reason and "c/t(1) = 0.04" in reason
