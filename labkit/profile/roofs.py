@@ -9,13 +9,17 @@ datasheet figure from :data:`labkit.training.flops.PEAK_TABLE` where one is know
 """
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass
 
 import torch
 
+from labkit.core.clock import interleaved
+from labkit.core.contention import ShareMeter
 from labkit.core.device import device_label, get_device
 from labkit.core.timing import time_fn
 from labkit.core.validation import positive_int
+from labkit.core.verdict import Load, Verdict, judge_agreement, relative_spread
 from labkit.profile.roofline import CACHE_TAG, RoofMeasurement, Roofs
 from labkit.training.flops import fp32_math, peak_flops_per_s, peak_memory_bytes_per_s
 
@@ -108,14 +112,19 @@ def _bandwidth_datasheet(dev: torch.device) -> tuple[float | None, str]:
 
 
 def stream_roofs(array_bytes: int, repeats: int, device: torch.device, tag: str = "") -> dict[str, RoofMeasurement]:
-    """Copy (2 arrays' bytes per call) and triad a = b + 3c (3 arrays'), STREAM-style, on float32 arrays."""
+    """Copy (2 arrays' bytes per call) and triad a = b + 3c (3 arrays'), STREAM-style, on float32 arrays, timed in
+    interleaved rounds (round i of copy and of triad ran back to back: a neighbour's burst hits both alike)."""
     n = max(1, array_bytes // 4)
     a, b, c = (torch.rand(n, device=device) for _ in range(3))      # touched, so no first-touch page faults
     datasheet, note = _bandwidth_datasheet(device) if not tag else (None, "a cache has no datasheet roof here")
     kernels = {"copy": (lambda: a.copy_(b), 2), "triad": (lambda: torch.add(b, c, alpha=3.0, out=a), 3)}
+    for kernel, _ in kernels.values():
+        time_fn(kernel, warmup=0, repeats=1, device=device)          # warm-up, untimed
+    rounds = interleaved({name: lambda k=kernel: time_fn(k, warmup=0, repeats=1, device=device).times_s[0]
+                          for name, (kernel, _) in kernels.items()}, rounds=repeats)
     roofs = {}
     for name, (kernel, arrays) in kernels.items():
-        times = time_fn(kernel, warmup=1, repeats=repeats, device=device).times_s
+        times = rounds[name]
         label = f"{name} {tag}".strip()
         roofs[label] = RoofMeasurement(label, "B/s", tuple(arrays * n * 4 / t for t in times if t > 0), n * 4,
                                        datasheet, note)
@@ -137,3 +146,18 @@ def measure_roofs(device: str | torch.device | None = None, config: RoofConfig |
     modes = modes or supported_matmul_dtypes(dev)
     compute = {mode: measure_compute_roof(mode, dev, config) for mode in modes}
     return Roofs(device_label(dev), compute, measure_bandwidth_roofs(dev, config))
+
+
+def copy_triad_agreement(claim: str, roofs: Roofs, meter: ShareMeter, within: float = 2.0) -> Verdict:
+    """Do copy and triad read one memory roof, their bandwidths within ``within``x of each other?
+
+    Decided on each round's copy/triad ratio (the two ran back to back), judged with this kernel's CPU share and
+    the ratios' spread."""
+    copy, triad = roofs.bandwidth["copy"].rounds, roofs.bandwidth["triad"].rounds
+    ratios = [c / t for c, t in zip(copy, triad) if t > 0]
+    if not ratios:
+        raise ValueError("copy_triad_agreement needs the measured copy and triad rounds (measure_roofs first)")
+    load = Load.from_meters({"this kernel": meter}, spread=relative_spread(ratios))
+    return judge_agreement(claim, 1.0, statistics.median(ratios), tolerance=within - 1.0, load=load,
+                           unit="x copy/triad")
+

@@ -75,3 +75,35 @@ def test_datasheet_bandwidth_only_where_traced():
     bw, why = peak_memory_bytes_per_s("NVIDIA H100 80GB HBM3")
     assert bw is None and "no memory bandwidth traced" in why
     assert peak_memory_bytes_per_s("Some Unknown GPU")[0] is None
+
+
+def _bandwidths(copy: tuple[float, ...], triad: tuple[float, ...]):
+    from labkit.profile.roofline import RoofMeasurement, Roofs
+    fp32 = RoofMeasurement("matmul fp32", "FLOP/s", (1e11,), 1024)
+    return Roofs("cpu", {"fp32": fp32}, {"copy": RoofMeasurement("copy", "B/s", copy, 2**20),
+                             "triad": RoofMeasurement("triad", "B/s", triad, 2**20)})
+
+
+def test_copy_and_triad_are_compared_round_by_round_and_judged_with_the_load():
+    from labkit.core.contention import ShareMeter
+    with ShareMeter() as quiet:
+        pass
+    same = _bandwidths((10e9, 5e9, 10e9), (11e9, 5.5e9, 12e9))          # a slow round slowed both alike
+    assert roofs_mod.copy_triad_agreement("one memory", same, quiet).state == "checked"
+    apart = _bandwidths((10e9, 10e9, 10e9), (31e9, 30e9, 32e9))        # 3x apart in every round, quiet: failed
+    assert roofs_mod.copy_triad_agreement("one memory", apart, quiet).state == "failed"
+
+
+def test_stream_rounds_are_interleaved_one_copy_and_one_triad_per_round():
+    order = []
+    real = roofs_mod.time_fn
+
+    def spy(fn, **kw):
+        order.append(fn)
+        return real(fn, **kw)
+
+    with mock.patch.object(roofs_mod, "time_fn", spy):
+        roofs = roofs_mod.stream_roofs(2**16, repeats=3, device=torch.device("cpu"))
+    assert len(roofs["copy"].rounds) == 3 == len(roofs["triad"].rounds)
+    copy_fn, triad_fn = order[0], order[1]                               # the untimed warm-ups, then the rounds
+    assert order[2:] == [copy_fn, triad_fn] * 3
