@@ -8,6 +8,7 @@ import sys
 import pytest
 
 from labkit.cli import main as cli
+from labkit.comm.launch import free_port
 
 TARGET = "labkit.comm.demos:all_reduce_sum"
 LAUNCHER_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "TORCHELASTIC_RUN_ID", "PMI_RANK",
@@ -77,7 +78,6 @@ def test_under_a_launcher_a_different_world_size_is_refused(capsys, no_launcher,
 
 
 def test_every_copy_under_mpiexec_is_one_rank_of_one_group():
-    from labkit.comm.launch import free_port
     from labkit.comm.mpi import mpi_info, mpiexec_command
 
     info = mpi_info()
@@ -103,14 +103,17 @@ def test_stale_launcher_variables_are_explained_before_any_process_starts():
 
 @pytest.mark.parametrize("rank", ["0", "1"])
 def test_a_whole_torchrun_environment_left_over_is_one_line_naming_its_variables(rank):
-    """TORCHELASTIC_RUN_ID copied along with RANK/MASTER_*: the rank waits for peers that never come; one line."""
+    """TORCHELASTIC_RUN_ID copied along with RANK/MASTER_*: the rank waits for peers that never come; one line.
+    Each case has a port of its own: run side by side on two test workers, ranks 0 and 1 on one port would meet
+    and form the group (a CI run here did: both exited 0)."""
+    port = str(free_port())
     stale = {"TORCHELASTIC_RUN_ID": "old", "RANK": rank, "LOCAL_RANK": rank, "WORLD_SIZE": "2",
-             "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29513"}
+             "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port}
     proc = subprocess.run([sys.executable, "-m", "labkit", "launch", "--timeout", "3", TARGET], capture_output=True,
                           text=True, env={**ENV, **stale}, timeout=120)
     assert proc.returncode == 1 and proc.stdout == "" and "Traceback" not in proc.stderr, proc.stderr
     last = proc.stderr.strip().splitlines()[-1]     # a client's c10d socket logs its own [E] lines before it
-    assert last.startswith("error: ") and f"rank {rank} of 2 could not join the torchrun group at 127.0.0.1:29513" in last
+    assert last.startswith("error: ") and f"rank {rank} of 2 could not join the torchrun group at 127.0.0.1:{port}" in last
     assert "`unset TORCHELASTIC_RUN_ID RANK WORLD_SIZE LOCAL_RANK MASTER_ADDR MASTER_PORT`" in last
 
 
