@@ -16,6 +16,7 @@
    test checks that file is gone after MPI_Abort).
 """
 import os
+import shutil
 import signal
 import tempfile
 from pathlib import Path
@@ -37,6 +38,12 @@ if _WORKER:
 
 if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """A test worker removes its own temp folder when its tests are done: nothing of a test run is left in /tmp."""
+    if _WORKER:
+        shutil.rmtree(_tmp, ignore_errors=True)
 
 
 def pytest_configure(config: pytest.Config) -> None:
