@@ -109,10 +109,40 @@ class Verdict:
         return self.state == CHECKED
 
 
-def _decide(claim: str, gap: float, allowed: float, load: Load, detail: str) -> Verdict:
-    """gap, allowed: factors >= 1 (how far off the claim is, how far it may be); load decides the rest."""
+def median_bounds(values: Sequence[float], confidence: float = 0.95) -> tuple[float, float]:
+    """A distribution-free two-sided interval for the median of the rounds' population: the k-th smallest and k-th
+    largest round, with the largest k whose binomial tail stays within (1 - confidence) / 2. It assumes nothing about
+    how load shapes one round's time, only that rounds are independent; fewer than 6 rounds give (min, max)."""
+    xs = sorted(v for v in values if v is not None and math.isfinite(v))
+    if not xs:
+        raise ValueError("median_bounds needs at least one finite value")
+    n, tail, k = len(xs), (1.0 - confidence) / 2, 0
+    while k + 1 < n and sum(math.comb(n, i) for i in range(k + 1)) / 2 ** n <= tail:
+        k += 1
+    return xs[max(k - 1, 0)], xs[n - max(k, 1)]
+
+
+def _unsettled(gap_by_round: Sequence[float], allowed: float) -> str:
+    """Why the paired rounds cannot settle a miss ('' when they can): the median's 95% interval of the per-round gap
+    reaches back inside the band."""
+    if not gap_by_round:
+        return ""
+    low, _ = median_bounds(gap_by_round)
+    if low > allowed:
+        return ""
+    return (f"the {len(gap_by_round)} paired rounds do not settle it (their median's 95% interval reaches "
+            f"{low / allowed:.2f}x of the bound, inside it): {ADVICE}")
+
+
+def _decide(claim: str, gap: float, allowed: float, load: Load, detail: str,
+            gap_by_round: Sequence[float] = ()) -> Verdict:
+    """gap, allowed: factors >= 1 (how far off the claim is, how far it may be); load decides the rest. With the
+    gap of each paired round, a miss whose rounds straddle the band is INCONCLUSIVE, whatever the CPU shares said."""
     if gap <= allowed:
         return Verdict(claim, CHECKED, detail)
+    unsettled = _unsettled(gap_by_round, allowed)
+    if unsettled:
+        return Verdict(claim, INCONCLUSIVE, f"{detail}; {unsettled}")
     if load.busy and gap <= allowed * load.explainable_factor:
         return Verdict(claim, INCONCLUSIVE, f"{detail}; {load.reason()}")
     why = "larger than this run's load can explain" if load.busy else "on a quiet machine"
@@ -131,19 +161,31 @@ def judge_agreement(claim: str, predicted: float, measured: float, *, tolerance:
     return _decide(claim, gap, 1.0 + tolerance, load, detail)
 
 
+def _round_ratios(name: str, by_round: Sequence[tuple[float, float]]) -> list[float]:
+    """measured/threshold of each paired round, each one checked positive."""
+    bad = [pair for pair in by_round if not (len(pair) == 2 and pair[0] > 0 and pair[1] > 0)]
+    if bad:
+        raise ValueError(f"{name}'s by_round needs (measured > 0, threshold > 0) pairs, got {bad[:3]}")
+    return [measured / threshold for measured, threshold in by_round]
+
+
 def judge_at_least(claim: str, measured: float, threshold: float, *, load: Load = QUIET,
-                   unit: str = "x") -> Verdict:
-    """Is ``measured`` at least ``threshold`` (e.g. a speed-up the lesson promises)?"""
+                   unit: str = "x", by_round: Sequence[tuple[float, float]] = ()) -> Verdict:
+    """Is ``measured`` at least ``threshold`` (e.g. a speed-up the lesson promises)? ``by_round``: each paired
+    round's (measured, threshold), when both sides were measured round by round (see :func:`median_bounds`)."""
     if not (measured > 0 and threshold > 0):
         raise ValueError(f"judge_at_least needs measured > 0 and threshold > 0, got {measured!r}, {threshold!r}")
     detail = f"measured {measured:.3g}{unit}, needs >= {threshold:.3g}{unit}"
-    return _decide(claim, max(1.0, threshold / measured), 1.0, load, detail)
+    gaps = [1.0 / ratio for ratio in _round_ratios("judge_at_least", by_round)]
+    return _decide(claim, max(1.0, threshold / measured), 1.0, load, detail, gaps)
 
 
 def judge_at_most(claim: str, measured: float, threshold: float, *, load: Load = QUIET,
-                  unit: str = "x") -> Verdict:
-    """Is ``measured`` at most ``threshold`` (e.g. an overhead the lesson bounds)?"""
+                  unit: str = "x", by_round: Sequence[tuple[float, float]] = ()) -> Verdict:
+    """Is ``measured`` at most ``threshold`` (e.g. an overhead the lesson bounds)? ``by_round``: each paired round's
+    (measured, threshold), when both sides were measured round by round (see :func:`median_bounds`)."""
     if not (measured > 0 and threshold > 0):
         raise ValueError(f"judge_at_most needs measured > 0 and threshold > 0, got {measured!r}, {threshold!r}")
     detail = f"measured {measured:.3g}{unit}, needs <= {threshold:.3g}{unit}"
-    return _decide(claim, max(1.0, measured / threshold), 1.0, load, detail)
+    gaps = _round_ratios("judge_at_most", by_round)
+    return _decide(claim, max(1.0, measured / threshold), 1.0, load, detail, gaps)

@@ -171,6 +171,12 @@ class StepTimeComparison:
         return self.forward_s / self.plain_step_s
 
     @property
+    def added_and_share_by_round(self) -> tuple[tuple[float, float], ...]:
+        """Each paired round's (time added, forward share), the added time floored at 0.1% of a step: what a verdict
+        compares round by round (``judge_at_most(..., by_round=...)``)."""
+        return tuple((max(ratio - 1.0, 1e-3), share) for ratio, share in zip(self.ratio_by_round, self.share_by_round))
+
+    @property
     def spread(self) -> float:
         """How far the paired rounds' checkpointed/plain ratios disagree ((p90 - p10) / median): the noise of the price."""
         return relative_spread(self.ratio_by_round)

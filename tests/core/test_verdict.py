@@ -2,7 +2,7 @@
 import pytest
 
 from labkit.core.verdict import (CHECKED, FAILED, INCONCLUSIVE, QUIET, Load, judge_agreement, judge_at_least,
-                                 judge_at_most, relative_spread)
+                                 judge_at_most, median_bounds, relative_spread)
 
 BUSY = Load({"rank 0": 0.46, "rank 1": 0.93}, spread=0.1)   # one rank shared its core with a spinning neighbour
 NOISY = Load({"kernel": 0.97}, spread=0.6)
@@ -78,3 +78,36 @@ def test_load_from_meters_takes_each_meters_share_and_every_neighbour_once():
                             spread=0.1)
     assert dict(load.shares) == {"roofs": 0.9, "ops": 0.5} and load.spread == 0.1
     assert dict(load.gpu_neighbours) == {"pid 1": 0.4, "pid 2": 0.1}
+
+
+def test_median_bounds_are_the_order_statistics_a_binomial_tail_allows():
+    assert median_bounds(range(1, 10)) == (2, 8)            # 9 rounds: 2nd and 8th (coverage 96%)
+    assert median_bounds(range(1, 21)) == (6, 15)           # 20 rounds: 6th and 15th (coverage 95.9%)
+    assert median_bounds([3.0, 1.0, 2.0]) == (1.0, 3.0)     # too few rounds for 95%: the extremes
+    assert median_bounds([2.0, float("nan")]) == (2.0, 2.0)
+    with pytest.raises(ValueError, match="at least one finite value"):
+        median_bounds([float("nan")])
+
+
+def test_a_miss_whose_paired_rounds_straddle_the_bound_is_inconclusive_on_a_quiet_machine():
+    # CI's notebook 11 run: median 0.481 against 0.475, rounds on both sides of the bound
+    rounds = [(0.38, 0.48), (0.52, 0.46), (0.49, 0.47), (0.61, 0.48), (0.44, 0.49), (0.50, 0.47), (0.47, 0.48),
+              (0.55, 0.46), (0.42, 0.48)]
+    v = judge_at_most("checkpointing costs at most 1.5 forwards", 0.481, 0.475, load=QUIET, by_round=rounds)
+    assert v.state == INCONCLUSIVE and "9 paired rounds do not settle it" in v.detail
+    assert "rerun this cell" in v.detail
+    # the same median miss with every round beyond the bound is a real miss: it fails on a quiet machine
+    steady = [(0.481, 0.475)] * 9
+    assert judge_at_most("c", 0.481, 0.475, load=QUIET, by_round=steady).state == FAILED
+    # a wrong model fails even when one round dips inside the band
+    wrong = [(0.9, 0.475)] * 8 + [(0.4, 0.475)]
+    assert judge_at_most("c", 0.9, 0.475, load=QUIET, by_round=wrong).state == FAILED
+
+
+def test_at_least_with_rounds_reads_each_rounds_shortfall():
+    rounds = [(1.2, 1.3), (1.5, 1.3), (1.25, 1.3), (1.4, 1.3), (1.1, 1.3), (1.35, 1.3)]
+    assert judge_at_least("2 workers beat 1", 1.28, 1.3, by_round=rounds).state == INCONCLUSIVE
+    assert judge_at_least("2 workers beat 1", 1.1, 1.3, by_round=[(1.1, 1.3)] * 6).state == FAILED
+    assert judge_at_least("2 workers beat 1", 1.4, 1.3, by_round=[(1.1, 1.3)] * 6).state == CHECKED  # median decides
+    with pytest.raises(ValueError, match="judge_at_least's by_round needs"):
+        judge_at_least("c", 1.1, 1.3, by_round=[(0.0, 1.3)])

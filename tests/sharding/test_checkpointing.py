@@ -85,6 +85,11 @@ def test_the_price_is_decided_from_paired_rounds_and_reports_their_spread():
     assert 0.0 < rounds.spread < 1.0
     steady = checkpointing.StepTimeComparison(1.0, 1.3, 0.33, ratio_by_round=(1.3,) * 5, share_by_round=(0.33,) * 5)
     assert steady.spread == 0.0 and rounds.spread > steady.spread
+    pairs = rounds.added_and_share_by_round                    # what the verdict compares round by round
+    assert [a for a, _ in pairs] == pytest.approx([0.30, 0.32, 1.40, 0.28, 0.31])
+    assert [s for _, s in pairs] == [0.33, 0.34, 0.30, 0.33, 0.32]
+    faster = checkpointing.StepTimeComparison(1.0, 0.9, 0.3, ratio_by_round=(0.9,), share_by_round=(0.3,))
+    assert faster.added_and_share_by_round == ((1e-3, 0.3),)   # a round the recompute did not slow stays positive
 
 
 def test_without_rounds_the_price_is_the_medians_ratio():
