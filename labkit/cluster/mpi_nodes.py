@@ -17,7 +17,7 @@ import os
 import shlex
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping, Sequence
 
 from labkit.cluster.nodes import EmulatedNodes, node_address
 from labkit.comm.mpi import DemoRun, mpi_info, run_demo
@@ -63,3 +63,17 @@ def run_demo_on_nodes(nodes: EmulatedNodes, demo: str, *, ranks_per_node: int = 
                             wrap=lambda argv: nodes.node_argv(0, argv), oversubscribe=True, **kwargs)
         finally:
             nodes.kill_all()                 # a proxy that outlived mpiexec goes too
+
+
+def shaped_link_rate(rows: Sequence[Mapping[str, Any]], sent_bytes: int, *, warmup: int, iters: int) -> float:
+    """Frame bytes per second node 0's link carried during the bench's largest message: the frame bytes its eth0
+    sent per byte reduced (counted over every call the bench made: per size one checked call, ``warmup`` and
+    ``iters``; about 1.05 from TCP/IP and Ethernet headers), times that size, over its time per call. tbf shapes
+    frames, so this is what to hold against the shaped rate. (The slope between two sizes' times is noisier: one
+    slow small call once made it read 28 MB/s on a 25 MB/s link.)"""
+    if not rows or sent_bytes <= 0:
+        raise ValueError(f"shaped_link_rate needs the bench's rows and the bytes node 0 sent; got {len(rows)} rows, "
+                         f"{sent_bytes} bytes: did the bench run on the nodes?")
+    reduced = (1 + warmup + iters) * sum(int(r["size_bytes"]) for r in rows)
+    largest = max(rows, key=lambda r: int(r["size_bytes"]))
+    return sent_bytes / reduced * int(largest["size_bytes"]) / float(largest["time_s"])

@@ -5,7 +5,8 @@ import subprocess
 
 import pytest
 
-from labkit.cluster.mpi_nodes import SHARED_KERNEL_ENV, mpiexec_args, node_exec_script, run_demo_on_nodes
+from labkit.cluster.mpi_nodes import (SHARED_KERNEL_ENV, mpiexec_args, node_exec_script, run_demo_on_nodes,
+                                      shaped_link_rate)
 from labkit.cluster.nodes import EmulatedNodes, NodesConfig
 from labkit.comm.mpi import mpi_info
 
@@ -39,12 +40,20 @@ def test_allreduce_across_the_nodes_is_exact_and_its_bytes_cross_the_shaped_link
     rows = bench.results[0]["rows"]
     assert all(r["wrong"] == 0 for r in rows)
     assert sent >= 5 * 2**22          # (1 + 1 + 3) calls of 4 MiB and of 1 MiB, each sending about n across
-    # the link's rate during a 4 MiB call: the frame bytes node 0's eth0 sent per byte reduced (about 1.05: TCP/IP
-    # and Ethernet headers), times 4 MiB, over the call's time. tbf shapes frames to 200 Mbit/s = 25 MB/s: never
-    # more (shared memory would be far faster), and on a busy machine a slower CPU only lowers it. (The slope between
-    # the two sizes' times was noisier: one slow 1 MiB call made it read 28 MB/s, more than the link carries.)
-    sent_per_byte = sent / (5 * (2**20 + 2**22))
-    rate_bytes_s = sent_per_byte * rows[1]["size_bytes"] / rows[1]["time_s"]
-    assert 0.3 * 25e6 < rate_bytes_s < 1.15 * 25e6, (rate_bytes_s, sent_per_byte, rows)
+    # tbf shapes frames to 200 Mbit/s = 25 MB/s: never more (shared memory would be far faster), and on a busy
+    # machine a slower CPU only lowers it
+    rate_bytes_s = shaped_link_rate(rows, sent, warmup=1, iters=3)
+    assert 0.3 * 25e6 < rate_bytes_s < 1.15 * 25e6, (rate_bytes_s, sent, rows)
     assert nodes.pids(0) == [] and nodes.pids(1) == []
     assert SHARED_KERNEL_ENV["FI_PROVIDER"] == "tcp"
+
+
+def test_shaped_link_rate_counts_every_call_the_bench_made():
+    rows = [{"size_bytes": 2**20, "time_s": 0.05}, {"size_bytes": 2**22, "time_s": 0.2}]
+    sent = int(1.05 * 5 * (2**20 + 2**22))           # 1 checked + 1 warm-up + 3 timed calls per size, 5% headers
+    assert shaped_link_rate(rows, sent, warmup=1, iters=3) == pytest.approx(1.05 * 2**22 / 0.2)
+    # a slow 1 MiB call would have bent the slope between the two sizes; it does not touch this rate
+    assert shaped_link_rate([{**rows[0], "time_s": 0.1}, rows[1]], sent, warmup=1, iters=3) == pytest.approx(
+        1.05 * 2**22 / 0.2)
+    with pytest.raises(ValueError, match="did the bench run on the nodes"):
+        shaped_link_rate(rows, 0, warmup=1, iters=3)
