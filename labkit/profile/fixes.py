@@ -47,6 +47,11 @@ class FixResult:
     bytes_before: float = 0.0         # bytes moved per call, counted (fusion only)
     bytes_after: float = 0.0
 
+    @property
+    def speedup_by_round(self) -> tuple[float, ...]:
+        """Each paired round's time(before) / time(after): what a verdict reads round by round."""
+        return tuple(b / a for b, a in zip(self.before_rounds_s, self.after_rounds_s))
+
 
 def counted_bytes(fn: Callable[..., torch.Tensor], *args: torch.Tensor) -> tuple[float, float, int]:
     """(bytes moved, FLOPs, operators) of one eager call of ``fn``, counted operator by operator."""

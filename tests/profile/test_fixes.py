@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from labkit.profile import fixes
-from labkit.profile.fixes import (compare, counted_bytes, cuda_graph_fix, fusion_fix, roof_raise,
+from labkit.profile.fixes import (FixResult, compare, counted_bytes, cuda_graph_fix, fusion_fix, roof_raise,
                                   tanh_gelu_chain)
 from labkit.profile.roofline import RoofMeasurement, Roofs
 
@@ -44,6 +44,12 @@ def test_fusion_on_a_small_tensor_counts_bytes_saved_and_predicts_the_gain():
     assert result.wall == "memory"
     assert result.predicted_speedup == pytest.approx(result.bytes_before / result.bytes_after)
     assert result.speedup > 0
+    assert result.speedup_by_round == pytest.approx((result.before_rounds_s[0] / result.after_rounds_s[0],))
+
+
+def test_each_rounds_speedup_pairs_that_rounds_before_and_after():
+    result = FixResult("f", "memory", 2.0, 3.0, before_rounds_s=(2.0, 4.0, 3.0), after_rounds_s=(1.0, 1.0, 3.0))
+    assert result.speedup_by_round == (2.0, 4.0, 1.0)
 
 
 def test_cuda_graphs_refuse_a_cpu_tensor_with_one_clear_line():
