@@ -133,9 +133,9 @@ def link_rate_verdict(claim: str, results: Sequence[dict], rate_mbit_s: float, t
     CPU share each rank of the pair got during the sweep and how far the repeats' own rates disagree."""
     ranks = at_rate(results, rate_mbit_s)
     fitted = fit_links(ranks[0]["ping_pong_s"])["inter"].bandwidth_bytes_s
-    shares = {f"rank {r['rank']}": min(1.0, max(r["ping_pong_cpu_share"]["inter"], 1e-3))
+    shares = {f"rank {r['rank']}": r["ping_pong_cpu_share"]["inter"]
               for r in ranks if "inter" in r.get("ping_pong_cpu_share", {})}
-    load = Load(shares, spread=link_spread(ranks[0]["ping_pong_s"]["inter"]))
+    load = Load.measured(shares, spread=link_spread(ranks[0]["ping_pong_s"]["inter"]))
     return judge_agreement(claim, 1.0, fitted / expected_payload_bytes_s(rate_mbit_s), tolerance=tolerance,
                            load=load, unit=" x the shaped payload rate")
 

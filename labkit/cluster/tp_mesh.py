@@ -131,8 +131,7 @@ def placement_load(results: list[dict]) -> Load:
     rounds = len(results[0]["tp_inside"]["step_s"])
     ratios = [max(r["dp_inside"]["step_s"][i] for r in results) / max(r["tp_inside"]["step_s"][i] for r in results)
               for i in range(rounds)]
-    return Load({f"rank {r['rank']}": min(1.0, max(r["cpu_share"], 1e-3)) for r in results},
-                spread=relative_spread(ratios))
+    return Load.of_ranks(results, spread=relative_spread(ratios))
 
 
 def measure_placements(shape: LayerShape, rounds: int = 5, config: NodesConfig | None = None) -> list[dict]:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 from labkit.core.clock import percentile
 from labkit.core.contention import ShareMeter, describe_shares
@@ -26,6 +26,7 @@ from labkit.core.gpu_neighbours import describe_neighbours
 
 CHECKED, FAILED, INCONCLUSIVE = "checked", "failed", "INCONCLUSIVE"
 BUSY_SHARE = 0.85        # below this share of a core, some process of the run was measurably starved
+MIN_MEASURED_SHARE = 1e-3   # a measured share below this is a rank that only waited: kept positive for the verdict
 BUSY_SPREAD = 0.25       # paired rounds that disagree by more than this (p90-p10 over median) are noisy
 ADVICE = "close other programs and rerun this cell"
 
@@ -56,6 +57,18 @@ class Load:
             for name, share in meter.gpu_neighbours.items():
                 neighbours[name] = max(share, neighbours.get(name, 0.0))
         return cls({name: meter.share for name, meter in meters.items()}, spread=spread, gpu_neighbours=neighbours)
+
+    @classmethod
+    def measured(cls, shares: Mapping[str, float], spread: float = 0.0) -> "Load":
+        """The load from shares other processes measured (a rank's CPU time over its wall time), each kept in
+        [0.001, 1]: a ratio of two clocks can round past 1, or read 0 for a rank that only waited."""
+        return cls({name: min(1.0, max(float(share), MIN_MEASURED_SHARE)) for name, share in shares.items()},
+                   spread=spread)
+
+    @classmethod
+    def of_ranks(cls, results: Sequence[Mapping[str, Any]], spread: float = 0.0) -> "Load":
+        """The load of a multi-process run whose ranks each reported ``rank`` and ``cpu_share``."""
+        return cls.measured({f"rank {r['rank']}": r["cpu_share"] for r in results}, spread=spread)
 
     def __post_init__(self) -> None:
         bad = {k: v for k, v in self.shares.items() if not (isinstance(v, (int, float)) and 0 < v <= 1.0 + 1e-9)}

@@ -65,7 +65,6 @@ def overlap_verdict(results: list[dict]) -> Verdict:
     """Does overlapping hide at least half of what it could (ratio >= 1 + half the ideal gain)?"""
     s = overlap_summary(results)
     ratios = [a / b for a, b in zip(slowest_per_round(results, "serial"), slowest_per_round(results, "overlapped"))]
-    load = Load({f"rank {r['rank']}": min(1.0, max(r["cpu_share"], 1e-3)) for r in results},
-                spread=relative_spread(ratios))
+    load = Load.of_ranks(results, spread=relative_spread(ratios))
     return judge_at_least("sending the next K/V block during the block compute hides at least half of the "
                           "hideable time", s["serial/overlapped"], 1.0 + 0.5 * (s["ideal ratio"] - 1.0), load=load)

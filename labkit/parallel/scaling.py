@@ -181,9 +181,8 @@ def measure_scaling(world_sizes: tuple[int, ...] = (1, 2, 4), *, backend: str = 
 def runs_load(runs: Sequence[StepTimes], cores: int) -> Load:
     """How busy a sweep's rounds were: each R's worst CPU share beside what core sharing alone leaves it
     (R ranks on fewer cores get cores/R each by design: that is the lesson, not other programs' load)."""
-    shares = {f"the worst of {r.world_size} rank(s)": min(1.0, max(1e-3, r.cpu_share / min(1.0, cores / r.world_size)))
-              for r in runs}
-    return Load(shares, spread=max(0.0, max(r.step_noise for r in runs) - 1))
+    shares = {f"the worst of {r.world_size} rank(s)": r.cpu_share / min(1.0, cores / r.world_size) for r in runs}
+    return Load.measured(shares, spread=max(0.0, max(r.step_noise for r in runs) - 1))
 
 
 @dataclass(frozen=True)
@@ -261,7 +260,7 @@ class Verdict:
         """How busy the measured rounds were: each run's worst CPU share and the step times' spread."""
         shares = {"the single replica": self.cpu_shares[0], f"the worst of {self.world_size} ranks":
                   self.cpu_shares[1]}
-        return Load({k: min(1.0, max(v, 1e-3)) for k, v in shares.items()}, spread=max(0.0, self.step_noise - 1))
+        return Load.measured(shares, spread=max(0.0, self.step_noise - 1))
 
     def judge_pays(self, claim: str) -> TimingVerdict:
         """The model says adding replicas pays, and the clock agrees (or the load explains why it could not)."""

@@ -112,4 +112,4 @@ def comparison_load(ranks: list[dict]) -> Load:
     """How busy the timed rounds were: each rank's CPU share, and the spread of TP's per-round time over DP's."""
     ratios = [max(r["times_s"]["tp"][i] for r in ranks) / max(r["times_s"]["dp"][i] for r in ranks)
               for i in range(len(ranks[0]["times_s"]["dp"]))]
-    return Load({f"rank {r['rank']}": min(1.0, max(r["cpu_share"], 1e-3)) for r in ranks}, spread=relative_spread(ratios))
+    return Load.of_ranks(ranks, spread=relative_spread(ratios))

@@ -102,8 +102,7 @@ def winner_verdict(results: list[dict], rows: list[dict]) -> Verdict:
         return Verdict(claim, INCONCLUSIVE, f"the runs need layouts inside and outside the top {TOP} to compare")
     inside, outside = _slowest(results, top[0]["layout"]), _slowest(results, rest[0]["layout"])
     margin = paired_median(outside, inside)                     # > 1: the planner's top three won
-    load = Load({f"rank {r['rank']}": min(1.0, max(r["cpu_share"], 1e-3)) for r in results},
-                spread=relative_spread([a / b for a, b in zip(outside, inside)]))
+    load = Load.of_ranks(results, spread=relative_spread([a / b for a, b in zip(outside, inside)]))
     winner = top[0] if margin >= 1 else rest[0]
     detail = (f"measured fastest {winner['layout']} (predicted rank {winner['predicted rank']}); best of the top "
               f"{TOP}, {top[0]['layout']}, is {margin:.2f}x the speed of the best other, {rest[0]['layout']}")

@@ -111,3 +111,12 @@ def test_at_least_with_rounds_reads_each_rounds_shortfall():
     assert judge_at_least("2 workers beat 1", 1.4, 1.3, by_round=[(1.1, 1.3)] * 6).state == CHECKED  # median decides
     with pytest.raises(ValueError, match="judge_at_least's by_round needs"):
         judge_at_least("c", 1.1, 1.3, by_round=[(0.0, 1.3)])
+
+
+def test_a_load_from_measured_shares_keeps_each_share_in_range():
+    load = Load.measured({"rank 0": 1.02, "rank 1": 0.0, "rank 2": 0.5}, spread=0.1)
+    assert load.shares == {"rank 0": 1.0, "rank 1": 1e-3, "rank 2": 0.5} and load.spread == 0.1
+    ranks = Load.of_ranks([{"rank": 0, "cpu_share": 0.46}, {"rank": 1, "cpu_share": 1.3}], spread=0.2)
+    assert ranks.shares == {"rank 0": 0.46, "rank 1": 1.0} and ranks.worst_share == 0.46 and ranks.busy
+    with pytest.raises(ValueError, match="spread must be a number >= 0"):
+        Load.measured({"rank 0": 0.9}, spread=-1.0)
