@@ -10,12 +10,16 @@ from __future__ import annotations
 
 import contextlib
 import os
+import time
 from pathlib import Path
 from typing import Iterator
+
+from labkit.core.clock import Deadline
 
 HYDRA_LEFTOVER = "hydra_hwloc_xmlfile_*"  # MPICH's Hydra writes its topology to /tmp (hard-coded, not TMPDIR)
 SHM_LEFTOVER = "mpich_shm_*"              # MPICH's shared-memory segment (2 MiB per job); a killed job leaves it
 SHM_LEFTOVERS = (SHM_LEFTOVER, "ucx_shm_posix_*")   # and UCX's (MPICH's ucx netmod), seen beside it
+SETTLE_S = 3.0   # a killed rank can map its segment a moment after the kill returns (a busy machine): wait this long
 
 
 @contextlib.contextmanager
@@ -30,12 +34,24 @@ def removing_mpi_leftovers(folder: Path = Path("/tmp"), shm: Path = Path("/dev/s
     try:
         yield
     finally:
-        new = found() - before
-        mapped = _mapped_paths() if any(p.parent == shm for p in new) else set()
-        for path in new:
-            with contextlib.suppress(OSError):
-                if path.stat().st_uid == os.getuid() and str(path) not in mapped:
+        new = {p for p in found() - before if _owned(p)}
+        deadline = Deadline(SETTLE_S)
+        while new:
+            mapped = _mapped_paths() if any(p.parent == shm for p in new) else set()
+            for path in [p for p in new if str(p) not in mapped]:
+                with contextlib.suppress(OSError):
                     path.unlink()
+                new.discard(path)
+            if not new or deadline.expired:     # what a live process still maps after SETTLE_S is another job's
+                break
+            time.sleep(0.1)
+
+
+def _owned(path: Path) -> bool:
+    """This user's file (a shared /dev/shm holds other users' segments too)."""
+    with contextlib.suppress(OSError):
+        return path.stat().st_uid == os.getuid()
+    return False
 
 
 def _mapped_paths() -> set[str]:

@@ -1,7 +1,11 @@
 """What MPI leaves behind after a job that did not end normally: Hydra's /tmp files and MPICH's /dev/shm segments."""
+import contextlib
 import mmap
+import subprocess
+import sys
 from pathlib import Path
 
+import psutil
 import pytest
 
 from labkit.comm.leftovers import SHM_LEFTOVERS, removing_mpi_leftovers
@@ -35,6 +39,31 @@ def test_shm_segments_made_inside_the_block_go_unless_a_live_process_maps_them(t
         mapping.close()
 
 
+def test_a_segment_still_mapped_by_a_rank_that_is_ending_goes_once_it_ends(tmp_path):
+    """A killed rank can map its segment a moment after the kill returns; the segment goes once the rank is gone."""
+    shm = tmp_path / "shm"
+    shm.mkdir()
+    segment = shm / "ucx_shm_posix_99"
+    with removing_mpi_leftovers(tmp_path, shm):
+        segment.write_bytes(b"x" * 4096)
+        ending = subprocess.Popen([sys.executable, "-c", "import mmap, sys, time; f = open(sys.argv[1], 'r+b'); "
+                                   "m = mmap.mmap(f.fileno(), 4096); print('mapped', flush=True); time.sleep(0.5)",
+                                   str(segment)], stdout=subprocess.PIPE, text=True)
+        assert ending.stdout.readline().strip() == "mapped"
+    assert ending.wait(timeout=10) == 0 and not segment.exists()
+
+
+def _who_maps(paths: set[Path]) -> dict[str, list[str]]:
+    """For a failure message: which live processes map each path."""
+    who: dict[str, list[str]] = {str(p): [] for p in paths}
+    for proc in psutil.process_iter(["pid", "cmdline"]):
+        with contextlib.suppress(psutil.Error):
+            for m in proc.memory_maps(grouped=True):
+                if m.path in who:
+                    who[m.path].append(f"{proc.info['pid']}: {' '.join(proc.info['cmdline'] or [])[:120]}")
+    return who
+
+
 @needs_mpi
 def test_a_killed_mpi_demo_leaves_no_shared_memory_segment():
     """The probe: every killed MPI demo left a 2 MiB mpich_shm_* segment (two per run of notebook 06b)."""
@@ -46,4 +75,5 @@ def test_a_killed_mpi_demo_leaves_no_shared_memory_segment():
     before = segments()
     with pytest.raises(MpiTimeout):
         run_demo("sleep", 2, oversubscribe=True, echo=False, timeout_s=3, seconds=60)
-    assert segments() - before == set()
+    left = segments() - before
+    assert left == set(), f"left behind: {left}; mapped by {_who_maps(left)}"
