@@ -19,7 +19,8 @@ from typing import Any, Sequence
 import matplotlib.pyplot as plt
 import numpy as np
 
-from labkit.cluster.linkfit import LinkFit, allreduce_summary, expected_payload_bytes_s, fit_links, link_spread
+from labkit.cluster.linkfit import (LinkFit, allreduce_summary, expected_payload_bytes_s, fit_links, link_spread,
+                                    rates_by_repeat)
 from labkit.cluster.nodes import SUBNET, EmulatedNodes, NodesConfig
 from labkit.cluster.rankside import rate_key
 from labkit.cluster.run import JobResult, run_job
@@ -130,14 +131,18 @@ def fit_table(results: Sequence[dict], rate_mbit_s: float) -> tuple[dict[str, Li
 
 def link_rate_verdict(claim: str, results: Sequence[dict], rate_mbit_s: float, tolerance: float = 0.15) -> Verdict:
     """Is the fitted inter-node 1/beta the shaped payload rate? Judged with the load the ping-pong ran under: the
-    CPU share each rank of the pair got during the sweep and how far the repeats' own rates disagree."""
+    CPU share each rank of the pair got during the sweep and how far the repeats' own rates disagree; a miss the
+    repeats' own rates straddle is INCONCLUSIVE."""
     ranks = at_rate(results, rate_mbit_s)
     fitted = fit_links(ranks[0]["ping_pong_s"])["inter"].bandwidth_bytes_s
     shares = {f"rank {r['rank']}": r["ping_pong_cpu_share"]["inter"]
               for r in ranks if "inter" in r.get("ping_pong_cpu_share", {})}
-    load = Load.measured(shares, spread=link_spread(ranks[0]["ping_pong_s"]["inter"]))
-    return judge_agreement(claim, 1.0, fitted / expected_payload_bytes_s(rate_mbit_s), tolerance=tolerance,
-                           load=load, unit=" x the shaped payload rate")
+    sweep = ranks[0]["ping_pong_s"]["inter"]
+    load = Load.measured(shares, spread=link_spread(sweep))
+    shaped = expected_payload_bytes_s(rate_mbit_s)
+    return judge_agreement(claim, 1.0, fitted / shaped, tolerance=tolerance, load=load,
+                           unit=" x the shaped payload rate",
+                           by_round=[(1.0, rate / shaped) for rate in rates_by_repeat(sweep)])
 
 
 def simulated_link_bytes(nbytes: int, nodes: int, per_node: int) -> dict[str, int]:

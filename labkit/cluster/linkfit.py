@@ -69,9 +69,9 @@ def fit_links(ping_pong_s: Mapping[str, Mapping[Any, Sequence[float]]]) -> dict[
     return out
 
 
-def link_spread(by_size: Mapping[Any, Sequence[float]]) -> float:
-    """How far one link's repeats disagree: each repeat's own 1/beta through the larger sizes (repeat j of every
-    size is round j), as (p90 - p10) / median; a repeat whose times do not grow with the size is left out."""
+def rates_by_repeat(by_size: Mapping[Any, Sequence[float]]) -> list[float]:
+    """Each repeat's own 1/beta (bytes/s) through the larger sizes (repeat j of every size is round j); a repeat
+    whose times do not grow with the size is left out."""
     sizes = sorted(by_size, key=int)[1:]
     rounds = min(len(by_size[s]) for s in sizes)
     rates = []
@@ -79,7 +79,12 @@ def link_spread(by_size: Mapping[Any, Sequence[float]]) -> float:
         beta = float(np.polyfit([int(s) for s in sizes], [by_size[s][j] for s in sizes], 1)[0])
         if beta > 0:
             rates.append(1.0 / beta)
-    return relative_spread(rates)
+    return rates
+
+
+def link_spread(by_size: Mapping[Any, Sequence[float]]) -> float:
+    """How far one link's repeats disagree: (p90 - p10) / median of their own rates (:func:`rates_by_repeat`)."""
+    return relative_spread(rates_by_repeat(by_size))
 
 
 def expected_payload_bytes_s(rate_mbit_s: float) -> float:

@@ -163,23 +163,26 @@ def _decide(claim: str, gap: float, allowed: float, load: Load, detail: str,
                                   f" (worst CPU share {load.worst_share:.2f}, rounds spread {load.spread:.0%})")
 
 
+def _round_ratios(name: str, by_round: Sequence[tuple[float, float]]) -> list[float]:
+    """first/second of each paired round's two numbers, each checked positive."""
+    bad = [pair for pair in by_round if not (len(pair) == 2 and pair[0] > 0 and pair[1] > 0)]
+    if bad:
+        raise ValueError(f"{name}'s by_round needs pairs of two positive numbers, got {bad[:3]}")
+    return [first / second for first, second in by_round]
+
+
 def judge_agreement(claim: str, predicted: float, measured: float, *, tolerance: float,
-                    load: Load = QUIET, unit: str = "x") -> Verdict:
-    """Does ``measured`` agree with ``predicted`` within a factor of ``1 + tolerance`` (either way)?"""
+                    load: Load = QUIET, unit: str = "x", by_round: Sequence[tuple[float, float]] = ()) -> Verdict:
+    """Does ``measured`` agree with ``predicted`` within a factor of ``1 + tolerance`` (either way)? ``by_round``:
+    each paired round's (predicted, measured), read on the side the median missed (see :func:`median_bounds`)."""
     if not (predicted > 0 and measured > 0 and tolerance >= 0):
         raise ValueError(f"judge_agreement needs predicted > 0, measured > 0, tolerance >= 0; "
                          f"got {predicted!r}, {measured!r}, {tolerance!r}")
     gap = max(measured / predicted, predicted / measured)
     detail = f"predicted {predicted:.3g}{unit}, measured {measured:.3g}{unit} (band ±{tolerance:.0%})"
-    return _decide(claim, gap, 1.0 + tolerance, load, detail)
-
-
-def _round_ratios(name: str, by_round: Sequence[tuple[float, float]]) -> list[float]:
-    """measured/threshold of each paired round, each one checked positive."""
-    bad = [pair for pair in by_round if not (len(pair) == 2 and pair[0] > 0 and pair[1] > 0)]
-    if bad:
-        raise ValueError(f"{name}'s by_round needs (measured > 0, threshold > 0) pairs, got {bad[:3]}")
-    return [measured / threshold for measured, threshold in by_round]
+    ratios = [1.0 / r for r in _round_ratios("judge_agreement", by_round)]          # measured / predicted
+    gaps = [r if measured >= predicted else 1.0 / r for r in ratios]                # > 1: off on the median's side
+    return _decide(claim, gap, 1.0 + tolerance, load, detail, gaps)
 
 
 def judge_at_least(claim: str, measured: float, threshold: float, *, load: Load = QUIET,

@@ -159,5 +159,5 @@ def copy_triad_agreement(claim: str, roofs: Roofs, meter: ShareMeter, within: fl
         raise ValueError("copy_triad_agreement needs the measured copy and triad rounds (measure_roofs first)")
     load = Load.from_meters({"this kernel": meter}, spread=relative_spread(ratios))
     return judge_agreement(claim, 1.0, statistics.median(ratios), tolerance=within - 1.0, load=load,
-                           unit="x copy/triad")
+                           unit="x copy/triad", by_round=[(1.0, ratio) for ratio in ratios])
 

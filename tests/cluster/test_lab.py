@@ -113,3 +113,6 @@ def test_the_fitted_link_rate_is_judged_with_the_pairs_shares_and_the_repeats_sp
     starved = [_pinged(0, [4.0] * 3, {"inter": 0.3}), _pinged(2, [4.0] * 3, {"inter": 0.25})]
     verdict = lab.link_rate_verdict("1/beta is the shaped rate", starved, 200)
     assert verdict.state == "INCONCLUSIVE" and "rank 2 got 0.25 of a core" in verdict.detail
+    straddled = [_pinged(0, [2.0, 4.0, 4.0], {"inter": 1.0}), _pinged(2, [2.0, 4.0, 4.0], {"inter": 1.0})]
+    verdict = lab.link_rate_verdict("1/beta is the shaped rate", straddled, 200)   # one repeat at the shaped rate
+    assert verdict.state == "INCONCLUSIVE" and "3 paired rounds do not settle it" in verdict.detail

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from labkit.cluster.linkfit import allreduce_summary, expected_payload_bytes_s, fit_alpha_beta, fit_links, link_spread
+from labkit.cluster.linkfit import (allreduce_summary, expected_payload_bytes_s, fit_alpha_beta, fit_links, link_spread,
+                                    rates_by_repeat)
 
 
 def test_fit_recovers_alpha_and_beta_from_model_times():
@@ -57,3 +58,4 @@ def test_the_link_spread_is_how_far_the_repeats_own_rates_disagree():
     # repeat 1 took twice as long at the largest size: its own rate is a third of the others'
     noisy = {"8": [1e-4] * 3, "1000": [1.0, 1.0, 1.0], "2000": [2.0, 4.0, 2.0]}
     assert link_spread(noisy) > 0.5
+    assert rates_by_repeat(noisy) == pytest.approx([1000.0, 1000.0 / 3, 1000.0])

@@ -109,7 +109,7 @@ def test_at_least_with_rounds_reads_each_rounds_shortfall():
     assert judge_at_least("2 workers beat 1", 1.28, 1.3, by_round=rounds).state == INCONCLUSIVE
     assert judge_at_least("2 workers beat 1", 1.1, 1.3, by_round=[(1.1, 1.3)] * 6).state == FAILED
     assert judge_at_least("2 workers beat 1", 1.4, 1.3, by_round=[(1.1, 1.3)] * 6).state == CHECKED  # median decides
-    with pytest.raises(ValueError, match="judge_at_least's by_round needs"):
+    with pytest.raises(ValueError, match="judge_at_least.s by_round needs pairs of two positive numbers"):
         judge_at_least("c", 1.1, 1.3, by_round=[(0.0, 1.3)])
 
 
@@ -120,3 +120,15 @@ def test_a_load_from_measured_shares_keeps_each_share_in_range():
     assert ranks.shares == {"rank 0": 0.46, "rank 1": 1.0} and ranks.worst_share == 0.46 and ranks.busy
     with pytest.raises(ValueError, match="spread must be a number >= 0"):
         Load.measured({"rank 0": 0.9}, spread=-1.0)
+
+
+def test_agreement_reads_each_round_on_the_side_the_median_missed():
+    straddling = [(1.0, m) for m in (1.1, 1.5, 1.2, 1.45, 1.3, 1.4, 1.5, 1.35, 1.25)]      # median 1.35 vs band ±25%
+    v = judge_agreement("copy and triad agree", 1.0, 1.35, tolerance=0.25, by_round=straddling)
+    assert v.state == INCONCLUSIVE and "9 paired rounds do not settle it" in v.detail
+    assert judge_agreement("c", 1.0, 1.35, tolerance=0.25, by_round=[(1.0, 1.35)] * 9).state == FAILED
+    low = [(1.0, m) for m in (0.5, 0.52, 0.55, 0.5, 0.9, 0.51, 0.53, 0.5, 0.54)]           # too slow, all but one
+    assert judge_agreement("c", 1.0, 0.52, tolerance=0.25, by_round=low).state == FAILED
+    assert judge_agreement("c", 1.0, 1.1, tolerance=0.25, by_round=[(1.0, 3.0)] * 9).state == CHECKED  # median decides
+    with pytest.raises(ValueError, match="judge_agreement's by_round needs pairs of two positive numbers"):
+        judge_agreement("c", 1.0, 1.1, tolerance=0.25, by_round=[(1.0, -1.0)])

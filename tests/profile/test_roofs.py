@@ -1,6 +1,7 @@
 """Tests for labkit.profile.roofs: the roofs measured on this CPU, the sweep's plateau rule, datasheet lookups."""
 from __future__ import annotations
 
+import types
 from unittest import mock
 
 import pytest
@@ -85,13 +86,13 @@ def _bandwidths(copy: tuple[float, ...], triad: tuple[float, ...]):
 
 
 def test_copy_and_triad_are_compared_round_by_round_and_judged_with_the_load():
-    from labkit.core.contention import ShareMeter
-    with ShareMeter() as quiet:
-        pass
+    quiet = types.SimpleNamespace(share=1.0, gpu_neighbours={})     # a meter that saw a whole core, no neighbour
     same = _bandwidths((10e9, 5e9, 10e9), (11e9, 5.5e9, 12e9))          # a slow round slowed both alike
     assert roofs_mod.copy_triad_agreement("one memory", same, quiet).state == "checked"
     apart = _bandwidths((10e9, 10e9, 10e9), (31e9, 30e9, 32e9))        # 3x apart in every round, quiet: failed
     assert roofs_mod.copy_triad_agreement("one memory", apart, quiet).state == "failed"
+    one_close = _bandwidths((10e9, 10e9, 10e9), (31e9, 30e9, 12e9))    # one round agreed: the rounds cannot settle it
+    assert roofs_mod.copy_triad_agreement("one memory", one_close, quiet).state == "INCONCLUSIVE"
 
 
 def test_stream_rounds_are_interleaved_one_copy_and_one_triad_per_round():
