@@ -36,6 +36,13 @@ def test_each_node_gets_a_temporary_folder_inside_the_jobs_folder(tmp_path):
     assert env["TMPDIR"] == str(tmp_path / "tmp-node1") and (tmp_path / "tmp-node1").is_dir()
 
 
+def test_a_nodes_ranks_return_large_freed_blocks_unless_the_user_set_malloc_themselves(tmp_path, monkeypatch):
+    monkeypatch.delenv("MALLOC_MMAP_THRESHOLD_", raising=False)
+    assert job_env(0, tmp_path, {})["MALLOC_MMAP_THRESHOLD_"] == str(2**20)
+    monkeypatch.setenv("MALLOC_MMAP_THRESHOLD_", "65536")
+    assert job_env(0, tmp_path, {})["MALLOC_MMAP_THRESHOLD_"] == "65536"
+
+
 def test_every_rank_knows_its_place_and_its_node(nodes):
     before = _torch_leftovers()
     job = run_job(nodes, "labkit.cluster.link_jobs:identity", nproc_per_node=2, timeout_s=90)
