@@ -329,7 +329,22 @@ SINGLE_HOMES = {
     'with_name("torchrun")': ("comm.launch_nodes",),                # one torchrun command builder
     'environ["LOCAL_RANK"]': (),                                    # comm.launch_env reads the launcher's variables
     'environ["WORLD_SIZE"]': (),
+    "def build_optimizer(": ("training.run_spec",),                 # a run's optimizer is made from its RunSpec
+    "momentum must be a number": ("training.run_spec",),            # a run's facts are checked where it is made
+    "must be one of {TRAIN_OPTIMIZERS}": ("training.run_spec",),
 }
+
+
+def test_a_run_is_described_once_the_loops_config_holds_it_and_repeats_none_of_its_facts():
+    """TrainConfig adds how long and what to measure around one RunSpec; a field in both would be checked twice."""
+    from dataclasses import fields
+
+    from labkit.training.config import TrainConfig
+    from labkit.training.run_spec import RunSpec
+
+    shared = {f.name for f in fields(TrainConfig)} & {f.name for f in fields(RunSpec)}
+    assert not shared, f"TrainConfig repeats the run's {sorted(shared)}: read them from config.spec instead"
+    assert {f.name: f.type for f in fields(TrainConfig)}["run"] == "RunSpec | None"
 
 
 @pytest.mark.parametrize("text", sorted(SINGLE_HOMES))

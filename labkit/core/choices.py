@@ -10,5 +10,6 @@ from __future__ import annotations
 MODELS = ("resnet18", "small_cnn", "mlp")                     # labkit.core.models.build_model
 DATASETS = ("auto", "cifar10", "digits", "synthetic")         # labkit.core.data.load_data ('auto': CIFAR-10 if cached)
 OPTIMIZERS = ("sgd", "sgd_momentum", "adam")                  # what the memory model prices (labkit.memory.model)
+TRAIN_OPTIMIZERS = ("sgd", "adam")           # what a run trains with (labkit.training.run_spec.RunSpec; momentum apart)
 BACKENDS = ("auto", "gloo", "nccl")           # torch.distributed backends; 'auto': labkit.comm.backend.choose_backend
 COMM_DTYPES = {"float32": 4, "float64": 8, "float16": 2, "bfloat16": 2, "int32": 4}   # benchmarks: bytes per element

@@ -38,13 +38,12 @@ def time_steps_with_threads(thread_counts: list[int], wait_policy: str, batch: i
     from labkit.core.models import resnet18_cifar  # lazy: loads torch
     from labkit.core.timing import time_fn  # lazy: loads torch
     from labkit.training.config import TrainConfig  # lazy: loads torch
-    from labkit.training.loop import make_optimizer  # lazy: loads torch
     from labkit.training.stepper import Stepper  # lazy: loads torch
 
     torch.manual_seed(0)
     model = resnet18_cifar(10)
     config = TrainConfig(steps=warmup + steps, progress=False, evaluate=False, profile_model=False)
-    stepper = Stepper(model, make_optimizer(model, config), config, torch.device("cpu"))
+    stepper = Stepper(model, config.spec.build_optimizer(model), config, torch.device("cpu"))
     data = (torch.randn(batch, 3, 32, 32), torch.randint(0, 10, (batch,)))
     out = {}
     for threads in counts:

@@ -100,10 +100,10 @@ def run_spec(recipe: Recipe, *, lr: float = 0.05, seed: int = 0, lr_warmup_steps
 def train_config(recipe: Recipe, *, steps: int, lr: float, warmup_steps: int, seed: int, device: str,
                  lr_warmup_steps: int = 0) -> TrainConfig:
     """The loop's TrainConfig for a recipe (also what the hardware ceiling is measured with)."""
-    return run_spec(recipe, lr=lr, seed=seed, lr_warmup_steps=lr_warmup_steps).train_config(
-        steps=steps, warmup_steps=warmup_steps, device=device, sync_every_step=recipe.sync_every_step,
-        evaluate=False, progress=False,
-        profile_model=not recipe.compile)   # FLOP probes would recompile a compiled model
+    return TrainConfig(run=run_spec(recipe, lr=lr, seed=seed, lr_warmup_steps=lr_warmup_steps),
+                       steps=steps, warmup_steps=warmup_steps, device=device, sync_every_step=recipe.sync_every_step,
+                       evaluate=False, progress=False,
+                       profile_model=not recipe.compile)   # FLOP probes would recompile a compiled model
 
 
 def measure_model(model: nn.Module, loader: BatchLoader, val_loader: Iterable[tuple[torch.Tensor, torch.Tensor]] | None,

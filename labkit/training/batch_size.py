@@ -34,10 +34,11 @@ from labkit.core.data import ImageData, make_loader, validate_batch_size
 from labkit.core.device import device_label, get_device
 from labkit.core.validation import positive_int
 from labkit.memory.host import release_cpu_memory
-from labkit.memory.model import MemoryModel, build_memory_model
+from labkit.memory.model import MemoryModel
 from labkit.training.batch_rules import scaled_lr
 from labkit.training.ceiling import CEILING_REPEATS, measure_ceiling
 from labkit.training.config import TrainConfig
+from labkit.training.run_spec import RunSpec
 from labkit.training.loop import RunResult, train
 
 if TYPE_CHECKING:
@@ -162,9 +163,10 @@ def batch_size_sweep(model_fn: Callable[[], nn.Module], data: ImageData, batch_s
                            "ceiling_repeats")
     sweep = _Sweep(model_fn, data, memory_budget_bytes, time_budget_s,
                    (ceiling_fn or measure_ceiling) if ceiling else None, repeats)
-    configs = {bs: TrainConfig(steps=steps, epochs=epochs, device=device, seed=seed, progress=progress,
-                               lr=scaled_lr(base_lr, bs, base_batch) if lr_scaling else base_lr,
-                               lr_warmup_steps=lr_warmup_steps if lr_scaling else 0, profile_model=False)
+    configs = {bs: TrainConfig(steps=steps, epochs=epochs, device=device, progress=progress, profile_model=False,
+                               run=RunSpec(batch_size=bs, seed=seed,
+                                           lr=scaled_lr(base_lr, bs, base_batch) if lr_scaling else base_lr,
+                                           lr_warmup_steps=lr_warmup_steps if lr_scaling else 0))
                for bs in sizes}
     rows, timed = [], {}
     for bs in sizes:                        # round 1: each size's training run, then its ceiling
@@ -194,7 +196,7 @@ class _Sweep:
     def memory_model(self, model: nn.Module, cfg: TrainConfig) -> MemoryModel:
         """The sweep's memory model, built once from the first row's fresh model (every row has the same shapes)."""
         if self.memory is None:
-            self.memory = build_memory_model(model, self.data.image_shape, cfg.optimizer, cfg.momentum, cfg.amp_dtype)
+            self.memory = cfg.spec.memory_model(model, self.data.image_shape)
         return self.memory
 
     def train_row(self, batch_size: int, cfg: TrainConfig) -> SweepRow:
@@ -213,8 +215,7 @@ class _Sweep:
         """One more round at the row's batch: a fresh model trained the row's steps (timing only), then the ceiling."""
         timing = replace(cfg, steps=row.steps, epochs=None, evaluate=False)
         try:
-            res = train(self.model_fn(), make_loader(self.data.train, row.batch_size, shuffle=True, seed=cfg.seed),
-                        timing)
+            res = train(self.model_fn(), cfg.spec.loader(self.data.train), timing)
             measured = (res.samples_per_s_median, res.step_time_median_s)
         except torch.cuda.OutOfMemoryError:   # it fitted in round 1; a round that does not is left out
             _free_device_memory()
@@ -262,18 +263,18 @@ def _sweep_row(model: nn.Module, data: ImageData, batch_size: int, cfg: TrainCon
     if memory_budget_bytes is not None:
         need = memory.predict(batch_size).total_bytes
         if need > memory_budget_bytes:
-            return SweepRow(batch_size, False, cfg.lr, math.nan, math.nan, need, None, 0,
+            return SweepRow(batch_size, False, cfg.spec.lr, math.nan, math.nan, need, None, 0,
                             f"does not fit: predicted {need / 1e6:.0f} MB > budget")
     deadline = Deadline(time_budget_s) if time_budget_s is not None else None
     stop = (lambda record, progress: deadline.expired) if deadline is not None else None
     try:
-        res = train(model, make_loader(data.train, batch_size, shuffle=True, seed=cfg.seed), cfg,
+        res = train(model, cfg.spec.loader(data.train), cfg,
                     val_loader=make_loader(data.val, min(256, len(data.val))), callback=stop)
     except torch.cuda.OutOfMemoryError:
         del model
         _free_device_memory()
-        return SweepRow(batch_size, False, cfg.lr, math.nan, math.nan, None, None, 0, "does not fit (out of memory)")
-    return SweepRow(batch_size, True, cfg.lr, res.samples_per_s_median, res.step_time_median_s, res.peak_mem_bytes,
+        return SweepRow(batch_size, False, cfg.spec.lr, math.nan, math.nan, None, None, 0, "does not fit (out of memory)")
+    return SweepRow(batch_size, True, cfg.spec.lr, res.samples_per_s_median, res.step_time_median_s, res.peak_mem_bytes,
                     res.val_accuracy, len(res.steps))
 
 

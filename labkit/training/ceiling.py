@@ -86,7 +86,7 @@ def measure_ceiling(model: nn.Module, batch_size: int, config: TrainConfig, *, i
         positive_int(size, "each image_shape size", hint=f"image_shape was {tuple(image_shape)!r}")
     device = get_device(config.device)
     steps = config.steps if config.steps is not None else config.epochs
-    batches = ResidentBatches(batch_size, tuple(image_shape), num_classes, steps, device, seed=config.seed,
+    batches = ResidentBatches(batch_size, tuple(image_shape), num_classes, steps, device, seed=config.spec.seed,
                               sample_from=sample_from)
     cfg = replace(config, steps=steps, epochs=None, evaluate=False)
     runs = [train(model, batches, cfg) for _ in range(repeats)]

@@ -1,78 +1,62 @@
-"""How to train, as one frozen config: length (steps or epochs), optimizer, precision, and what to measure.
+"""How long to train and what to measure, around one run: the loop's config.
 
-Its own module because both the loop (:mod:`labkit.training.loop`) and the step it drives
-(:mod:`labkit.training.stepper`) read it.
+What is trained and how (optimizer, learning rate, precision, memory format, warm-up, seed) is one
+:class:`labkit.training.run_spec.RunSpec`, checked once where it is made; this value adds only the run's length and
+the instruments, so no fact of the run is written or checked twice. Its own module because both the loop
+(:mod:`labkit.training.loop`) and the step it drives (:mod:`labkit.training.stepper`) read it.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
 
-import torch
-from torch import nn
-
-from labkit.core.step import StepOptions
-from labkit.core.validation import checked_int, positive_int, positive_number
+from labkit.core.validation import checked_int, positive_int
+from labkit.training.run_spec import RunSpec
 
 TIMINGS = ("phases", "step")
-OPTIMIZERS = ("sgd", "adam")
-
-
-def build_optimizer(model: nn.Module, optimizer: str, lr: float, momentum: float = 0.0,
-                    weight_decay: float = 0.0) -> torch.optim.Optimizer:
-    """The one place a run's optimizer is made from its description: SGD (with ``momentum``) or Adam."""
-    if optimizer == "adam":
-        return torch.optim.Adam(model.parameters(), lr=lr, weight_decay=weight_decay)
-    if optimizer == "sgd":
-        return torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum, weight_decay=weight_decay)
-    raise ValueError(f"optimizer must be one of {OPTIMIZERS}, got {optimizer!r}")
+DEFAULT_RUN = RunSpec()     # SGD with momentum 0.9 at lr 0.05 in fp32: what a config without a run trains
 
 
 @dataclass(frozen=True)
 class TrainConfig:
-    """How to train: length (steps or epochs), optimizer, precision, and what to measure."""
+    """How long (steps or epochs) and what to measure, for the run ``run`` (default: :data:`DEFAULT_RUN`).
+
+    ``train`` trains the model and the batches it is handed; a given ``run`` must describe them: a loader whose
+    batch size differs from ``run.batch_size`` is refused (build it with ``run.loader(dataset)``).
+    """
 
     steps: int | None = None
     epochs: int | None = None
-    lr: float = 0.05
-    momentum: float = 0.9
-    weight_decay: float = 0.0
-    optimizer: str = "sgd"
+    run: RunSpec | None = None
     warmup_steps: int = 2
     device: str | None = None
-    amp_dtype: str | None = None
-    channels_last: bool = False
-    compile: bool = False
     sync_every_step: bool = False   # True: a device sync at every phase boundary (the costly classic timer)
     read_every: int = 25            # read timing marks and losses back once per this many steps
     timing: str = "phases"          # 'phases': data wait, copy, forward, backward, update; 'step': whole steps only
     evaluate: bool = True
-    seed: int = 0
     progress: bool = True
     log_every: int = 1
     profile_model: bool = True      # count FLOPs and fit the memory model on a 2- and 4-sample probe
-    lr_warmup_steps: int = 0        # linear LR warm-up from lr/10 (Goyal et al. 2017, section 2.2)
 
     def __post_init__(self) -> None:
         if (self.steps is None) == (self.epochs is None):
             raise ValueError("give exactly one of steps= or epochs= (e.g. TrainConfig(steps=50))")
         for name in ("steps", "epochs"):
             checked_int(getattr(self, name), name, allow_none=True)
-        positive_number(self.lr, "lr")
-        if self.optimizer not in OPTIMIZERS:
-            raise ValueError(f"optimizer must be one of {OPTIMIZERS}, got {self.optimizer!r}")
-        object.__setattr__(self, "amp_dtype", self.step_options().amp_dtype)   # one spelling: 'bf16', 'fp16', None
+        if self.run is not None and not isinstance(self.run, RunSpec):
+            raise ValueError(f"run must be a labkit RunSpec (e.g. RunSpec(lr=0.1, batch_size=64)), got "
+                             f"{type(self.run).__name__}")
         if self.timing not in TIMINGS:
             raise ValueError(f"timing must be one of {TIMINGS} ('step' times whole steps only, the cheapest on a "
                              f"launch-bound GPU step), got {self.timing!r}")
-        for name in ("warmup_steps", "lr_warmup_steps"):
-            checked_int(getattr(self, name), name, minimum=0)
+        checked_int(self.warmup_steps, "warmup_steps", minimum=0)
         for name in ("log_every", "read_every"):
             positive_int(getattr(self, name), name)
 
-    def step_options(self) -> StepOptions:
-        """The options of the one training step (:class:`labkit.core.step.StepOptions`) this config asks for."""
-        return StepOptions(amp_dtype=self.amp_dtype, channels_last=self.channels_last, compile=self.compile)
+    @property
+    def spec(self) -> RunSpec:
+        """The run trained: ``run``, or :data:`DEFAULT_RUN` when none was given."""
+        return self.run if self.run is not None else DEFAULT_RUN
 
     @classmethod
     def fast(cls, **overrides: Any) -> TrainConfig:

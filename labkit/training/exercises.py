@@ -17,6 +17,7 @@ from labkit.core.exercises import Exercise, Mistake
 from labkit.memory.model import MemoryModel
 from labkit.training.batch_rules import scaled_lr
 from labkit.training.config import TrainConfig
+from labkit.training.run_spec import RunSpec
 from labkit.training.stepper import Stepper, warmup_factor
 from labkit.training.target_exercises import CRITICAL_BATCH, NOISE_SCALE  # noqa: F401 - notebook 02b's, checked as ex.*
 
@@ -165,9 +166,9 @@ def lr_in_training(lr_at_step: Callable[..., float], base_lr: float = 0.05, base
     lr = scaled_lr(base_lr, batch_size, base_batch)
     torch.manual_seed(0)
     model = nn.Linear(8, 3)
-    optimizer = torch.optim.SGD(model.parameters(), lr=lr)
-    config = TrainConfig(steps=warmup_steps + 2, lr=lr, lr_warmup_steps=warmup_steps, progress=False,
-                         profile_model=False, evaluate=False)
+    run = RunSpec(lr=lr, momentum=0.0, lr_warmup_steps=warmup_steps, batch_size=batch_size)
+    config = TrainConfig(steps=warmup_steps + 2, run=run, progress=False, profile_model=False, evaluate=False)
+    optimizer = run.build_optimizer(model)
     stepper = Stepper(model, optimizer, config, torch.device("cpu"))
     batch = (torch.randn(batch_size, 8), torch.randint(0, 3, (batch_size,)))
     used, yours = [], []

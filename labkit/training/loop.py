@@ -24,7 +24,7 @@ from labkit.core.progress import progress_bar
 from labkit.core.step import prepare_model
 from labkit.core.timing import PhaseClock, Stopwatch
 from labkit.memory.device import baseline_bytes, peak_since
-from labkit.training.config import TrainConfig, build_optimizer
+from labkit.training.config import TrainConfig
 from labkit.training.flops import active_math_mode, checked_mfu, peak_flops_per_s
 from labkit.training.sampling import UtilizationSampler
 from labkit.training.stepper import Stepper
@@ -107,11 +107,6 @@ def evaluate_accuracy(model: nn.Module, loader: Iterable[tuple[torch.Tensor, tor
     return correct / total
 
 
-def make_optimizer(model: nn.Module, config: TrainConfig) -> torch.optim.Optimizer:
-    """SGD (with momentum) or Adam, as the config says."""
-    return build_optimizer(model, config.optimizer, config.lr, config.momentum, config.weight_decay)
-
-
 def _batches(loader, config: TrainConfig) -> Iterator[tuple[int, object]]:
     """(epoch, batch) pairs until the configured steps or epochs are done."""
     if len(loader) == 0:
@@ -152,22 +147,32 @@ def train(model: nn.Module, train_loader: BatchLoader, config: TrainConfig,
     the optimizer settings, the device); returning True stops cleanly. A callback reads the timing
     marks back, so it costs one device sync: use ``log_every`` >= 10 on a GPU. Its time counts nowhere.
     """
-    seed_everything(config.seed)
+    run = config.spec
+    _check_loader_batch(train_loader, config.run)
+    seed_everything(run.seed)
     device = get_device(config.device)
     baseline = baseline_bytes(device, model)          # other cells' tensors on the GPU: not this run's peak
-    model = prepare_model(model, config.step_options(), device)
+    model = prepare_model(model, run.step_options(), device)
     clock = PhaseClock(device, config.sync_every_step)
-    stepper = Stepper(model, make_optimizer(model, config), config, device, clock)
+    stepper = Stepper(model, run.build_optimizer(model), config, device, clock)
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
-    run = _Run(stepper, clock, config, _total_steps(train_loader, config), callback)
-    with UtilizationSampler(device) as sampler, progress_bar(total=run.total_steps, desc="training", unit="step",
+    steps = _Run(stepper, clock, config, _total_steps(train_loader, config), callback)
+    with UtilizationSampler(device) as sampler, progress_bar(total=steps.total_steps, desc="training", unit="step",
                                                              enabled=config.progress) as bar, Stopwatch(device) as wall:
-        run.steps(_batches(train_loader, config), bar)
-    if not run.records:
+        steps.steps(_batches(train_loader, config), bar)
+    if not steps.records:
         raise ValueError("no training steps ran")
-    return _finish(model, stepper, run.records, config, device, val_loader, sampler.summary(),
-                   run.stopped, device_label(device), wall.elapsed_s, baseline)
+    return _finish(model, stepper, steps.records, config, device, val_loader, sampler.summary(),
+                   steps.stopped, device_label(device), wall.elapsed_s, baseline)
+
+
+def _check_loader_batch(loader, run) -> None:
+    """A config that names its run must train that run's batches: one batch size, not two that disagree."""
+    batch = getattr(loader, "batch_size", None)
+    if run is not None and isinstance(batch, int) and batch != run.batch_size:
+        raise ValueError(f"the loader yields batches of {batch} but the config's run says batch_size="
+                         f"{run.batch_size}: build the loader with run.loader(dataset), or give the run that batch")
 
 
 class _Run:
@@ -219,9 +224,8 @@ class _Run:
     def progress(self) -> TrainProgress:
         st, cfg = self.stepper, self.config
         return TrainProgress(records=tuple(self.records), steps_done=len(self.records), total_steps=self.total_steps,
-                             model=st.model, last_inputs=st.last_inputs, optimizer=cfg.optimizer,
-                             lr=float(st.optimizer.param_groups[0]["lr"]), momentum=cfg.momentum,
-                             weight_decay=cfg.weight_decay, amp_dtype=cfg.amp_dtype, device=str(st.device))
+                             model=st.model, last_inputs=st.last_inputs, run=cfg.spec,
+                             lr=float(st.optimizer.param_groups[0]["lr"]), device=str(st.device))
 
 
 def _finish(model, stepper, records, config, device, val_loader, util, stopped, label, wall_s,
@@ -230,7 +234,7 @@ def _finish(model, stepper, records, config, device, val_loader, util, stopped, 
     stats = _summarise(records, config)
     flops, breakdown = stepper.probe() if config.profile_model else (None, None)
     achieved = flops * stats["samples_per_s_median"] if flops is not None else None
-    mode = active_math_mode(device, config.amp_dtype)
+    mode = active_math_mode(device, config.spec.precision)
     peak, note = peak_flops_per_s(device, mode)
     if device.type == "cuda":
         peak_mem, reserved = peak_since(device, baseline)

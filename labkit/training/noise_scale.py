@@ -147,16 +147,16 @@ def dp_noise_scale(model_fn: Callable[[], nn.Module], state: dict, dataset: Data
 
 
 def noise_scale_during_training(model: nn.Module, dataset: Dataset, config: TrainConfig, b_small: int, b_big: int, *, every: int,
-                                pairs: int = 15, batch_size: int = 32) -> list[tuple[int, float, NoiseScale]]:
-    """Train ``model`` with the kit's loop (``config``) and measure B_simple at its weights every
-    ``every`` steps: (step, training loss, NoiseScale) per point. The measurement's time counts nowhere."""
+                                pairs: int = 15) -> list[tuple[int, float, NoiseScale]]:
+    """Train ``model`` with the kit's loop (``config``, its run's batch size and seed) and measure B_simple at its
+    weights every ``every`` steps: (step, training loss, NoiseScale) per point. The measurement's time counts nowhere."""
     points: list[tuple[int, float, NoiseScale]] = []
 
     def measure(record, progress) -> None:
         ns = measure_two_batch(progress.model, dataset, b_small, b_big, pairs=pairs, seed=record.step)
         points.append((record.step + 1, record.loss, ns))
 
-    loader = make_loader(dataset, batch_size, shuffle=True, drop_last=True, seed=config.seed)
+    loader = make_loader(dataset, config.spec.batch_size, shuffle=True, drop_last=True, seed=config.spec.seed)
     train(model, loader, dataclasses.replace(config, log_every=every, read_every=every, progress=False),
           callback=measure)
     return points

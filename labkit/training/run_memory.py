@@ -8,16 +8,14 @@ from __future__ import annotations
 
 from labkit.memory.checks import graph_saved_bytes
 from labkit.memory.device import peak_since
-from labkit.memory.model import MemoryBreakdown, build_memory_model
+from labkit.memory.model import MemoryBreakdown
 from labkit.memory.probe import preserved_state
 from labkit.training.window import TrainProgress
 
 
 def predict_run_memory(progress: TrainProgress, batch_size: int) -> MemoryBreakdown:
     """The memory model for the run's own optimizer, momentum and autocast dtype (from a TrainProgress)."""
-    shape = tuple(progress.last_inputs.shape[1:])
-    return build_memory_model(progress.model, shape, progress.optimizer, progress.momentum,
-                              progress.amp_dtype).predict(batch_size)
+    return progress.run.memory_model(progress.model, tuple(progress.last_inputs.shape[1:])).predict(batch_size)
 
 
 def measure_run_memory(progress: TrainProgress, predicted: MemoryBreakdown, baseline_bytes: int | None) -> int | None:

@@ -2,7 +2,7 @@
 format and learning-rate warm-up, as one frozen value checked once, where it is made.
 
 The dashboard, the ladder's recipes, the batch finder and the memory model take a :class:`RunSpec`; the loop's
-:class:`labkit.training.config.TrainConfig` (which adds only *how to measure*), the step's
+:class:`labkit.training.config.TrainConfig` holds one (and adds only *how long and what to measure*), the step's
 :class:`labkit.core.step.StepOptions`, the memory model's optimizer kind and the data loader are derived from it,
 so the optimizer travels as itself (no kind string decoded back with a guessed momentum) and the precision is
 spelt one way (:func:`labkit.core.dtypes.amp_mode`). Linear LR scaling with warm-up: Goyal et al. 2017.
@@ -17,13 +17,12 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
-from labkit.core.choices import MODELS
-from labkit.core.data import make_loader
+from labkit.core.choices import MODELS, TRAIN_OPTIMIZERS
+from labkit.core.data import make_loader, validate_batch_size
 from labkit.core.dtypes import amp_mode
 from labkit.core.step import StepOptions
 from labkit.core.validation import checked_int, positive_int, positive_number
 from labkit.memory.model import MemoryModel, build_memory_model, optimizer_kind
-from labkit.training.config import OPTIMIZERS, TrainConfig, build_optimizer
 
 
 @dataclass(frozen=True)
@@ -48,11 +47,9 @@ class RunSpec:
             raise ValueError(f"model must be one of {MODELS}, got {self.model!r}")
         if self.dataset_size is not None:
             positive_int(self.dataset_size, "dataset_size")
-        positive_int(self.batch_size, "batch_size", maximum=self.dataset_size,
-                     hint=f"it cannot be larger than the dataset ({self.dataset_size} samples)"
-                     if self.dataset_size else "")
-        if self.optimizer not in OPTIMIZERS:
-            raise ValueError(f"optimizer must be one of {OPTIMIZERS}, got {self.optimizer!r}")
+        validate_batch_size(self.batch_size, self.dataset_size)       # the loaders' own rule and message
+        if self.optimizer not in TRAIN_OPTIMIZERS:
+            raise ValueError(f"optimizer must be one of {TRAIN_OPTIMIZERS}, got {self.optimizer!r}")
         positive_number(self.lr, "lr")
         if isinstance(self.momentum, bool) or not isinstance(self.momentum, (int, float)) or not 0 <= self.momentum < 1:
             raise ValueError(f"momentum must be a number in [0, 1), got {self.momentum!r}")
@@ -76,18 +73,14 @@ class RunSpec:
         return optimizer_kind(self.optimizer, self.momentum if self.optimizer == "sgd" else 0.0)
 
     def build_optimizer(self, model: nn.Module) -> torch.optim.Optimizer:
-        """This run's optimizer for ``model``'s parameters (the same one the loop makes from its config)."""
-        return build_optimizer(model, self.optimizer, self.lr, self.momentum, self.weight_decay)
+        """The one place a run's optimizer is made: SGD (with ``momentum``) or Adam over ``model``'s parameters."""
+        if self.optimizer == "adam":
+            return torch.optim.Adam(model.parameters(), lr=self.lr, weight_decay=self.weight_decay)
+        return torch.optim.SGD(model.parameters(), lr=self.lr, momentum=self.momentum, weight_decay=self.weight_decay)
 
     def step_options(self) -> StepOptions:
         """The one training step's options for this run."""
         return StepOptions(amp_dtype=self.precision, channels_last=self.channels_last, compile=self.compile)
-
-    def train_config(self, **measure: Any) -> TrainConfig:
-        """The loop's config: this run plus how long and what to measure (``steps=``/``epochs=``, ``device=``, ...)."""
-        return TrainConfig(lr=self.lr, momentum=self.momentum, weight_decay=self.weight_decay,
-                           optimizer=self.optimizer, amp_dtype=self.precision, channels_last=self.channels_last,
-                           compile=self.compile, lr_warmup_steps=self.lr_warmup_steps, seed=self.seed, **measure)
 
     def memory_model(self, model: nn.Module, sample_shape: tuple[int, ...]) -> MemoryModel:
         """The kit's memory model for ``model`` trained this way (optimizer state and precision included)."""

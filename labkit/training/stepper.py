@@ -8,7 +8,6 @@ the loop reads it.
 from __future__ import annotations
 
 import math
-from typing import Any
 
 import torch
 from torch import nn
@@ -16,7 +15,7 @@ from torch import nn
 from labkit.core.dtypes import autocast
 from labkit.core.step import TrainStep
 from labkit.core.timing import PhaseClock
-from labkit.memory.model import MemoryBreakdown, build_memory_model
+from labkit.memory.model import MemoryBreakdown
 from labkit.memory.probe import preserved_state
 from labkit.training.config import TrainConfig
 from labkit.training.flops import count_training_flops
@@ -57,7 +56,7 @@ class Stepper:
     def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer, config: TrainConfig, device: torch.device,
                  clock: PhaseClock | None = None) -> None:
         self.model, self.optimizer, self.config, self.device = model, optimizer, config, device
-        self.train_step = TrainStep(model, optimizer, options=config.step_options(), device=device)
+        self.train_step = TrainStep(model, optimizer, options=config.spec.step_options(), device=device)
         self.clock = clock or PhaseClock(device, config.sync_every_step)
         self.base_lrs = [g["lr"] for g in optimizer.param_groups]
         self.per_phase = config.timing == "phases"
@@ -65,11 +64,11 @@ class Stepper:
         model.train()
 
     def _autocast(self):
-        return autocast(self.device.type, self.config.amp_dtype)
+        return autocast(self.device.type, self.config.spec.precision)
 
     def _set_lr(self, i: int) -> None:
         """Linear warm-up from lr/10 to lr over ``lr_warmup_steps`` (Goyal et al. 2017, gradual warm-up)."""
-        n = self.config.lr_warmup_steps
+        n = self.config.spec.lr_warmup_steps
         if n and i <= n:
             frac = warmup_factor(i, n)
             for group, base in zip(self.optimizer.param_groups, self.base_lrs):
@@ -97,6 +96,5 @@ class Stepper:
         with preserved_state(self.model), self._autocast():
             flops = count_training_flops(self.model, x[:2].clone() if x.shape[0] >= 2 else x.clone())
         flops_per_sample = flops / min(2, x.shape[0])
-        mem = build_memory_model(self.model, shape, self.config.optimizer, self.config.momentum,
-                                 amp_dtype=self.config.amp_dtype)
+        mem = self.config.spec.memory_model(self.model, shape)
         return flops_per_sample, mem.predict(int(x.shape[0]))

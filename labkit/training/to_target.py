@@ -28,6 +28,7 @@ from labkit.core.validation import positive_int
 from labkit.training.batch_rules import scaled_lr
 from labkit.training.config import TrainConfig
 from labkit.training.loop import RunResult, evaluate_accuracy, train
+from labkit.training.run_spec import RunSpec
 
 
 @dataclass(frozen=True)
@@ -88,8 +89,8 @@ def train_to_target(model_fn: Callable[[], nn.Module], data: ImageData, batch_si
     start = now_s()
     seed_everything(seed)
     model = model_fn()
-    cfg = TrainConfig(steps=max_steps, lr=lr, momentum=momentum, seed=seed, device=device, profile_model=False,
-                      timing="step", warmup_steps=0)
+    cfg = TrainConfig(steps=max_steps, run=RunSpec(batch_size=batch_size, lr=lr, momentum=momentum, seed=seed),
+                      device=device, profile_model=False, timing="step", warmup_steps=0)
     loader = make_loader(data.train, batch_size, shuffle=True, drop_last=True, seed=seed)
     steps, accuracy, run = reach_target(model, loader, cfg, validation_batches(data, device or "cpu"), target,
                                         eval_every)

@@ -15,6 +15,7 @@ import torch
 from torch import nn
 
 from labkit.core.timing import PhaseClock
+from labkit.training.run_spec import RunSpec
 
 NAN = math.nan
 
@@ -96,9 +97,9 @@ class TrainProgress:
     model         the module being trained (already on ``device``; in train mode)
     last_inputs   the last batch of inputs as the model saw it (on ``device``, after channels_last):
                   what an activation-memory measurement needs
-    optimizer, lr, momentum, weight_decay, amp_dtype
-                  the optimizer settings of the run (``lr`` is the current one, after LR warm-up):
-                  what the memory model (``labkit.memory.model.build_memory_model``) needs
+    run           the run trained (:class:`labkit.training.run_spec.RunSpec`): its optimizer and precision are what
+                  the memory model needs (``run.memory_model(model, sample_shape)``)
+    lr            the current learning rate (after LR warm-up)
     device        the torch device string, e.g. 'cuda:0' or 'cpu'
     """
 
@@ -107,9 +108,6 @@ class TrainProgress:
     total_steps: int
     model: nn.Module
     last_inputs: torch.Tensor | None
-    optimizer: str
+    run: RunSpec
     lr: float
-    momentum: float
-    weight_decay: float
-    amp_dtype: str | None
     device: str

@@ -20,17 +20,15 @@ SPREAD_WARN = 0.05      # repeats of the same settings whose final accuracies di
 
 @dataclass
 class DashboardRun:
-    """One dashboard run: its settings and what was measured while it ran."""
+    """One dashboard run: the run as described and checked once (its RunSpec), and what was measured while it ran."""
 
-    model: str
-    batch_size: int
-    lr: float
+    spec: RunSpec                                   # model, batch size, optimizer, lr (scaled), precision, seed
     total_steps: int
     lr_rule: str = "same lr"
-    seed: int = 0
     points: list = field(default_factory=list)      # dicts: step, samples_seen, train_s, samples_per_s, step_time_ms, loss
     accuracy: list = field(default_factory=list)    # dicts: step, samples_seen, train_s, accuracy
     memory: object | None = None                    # labkit MemoryBreakdown (predicted) at this batch
+    limit: object | None = None                     # labkit BatchLimit: what fits this model here (the bars' scale)
     measured_bytes: int | None = None               # GPU: peak minus the baseline; CPU: counted activations + rest
     reserved_bytes: int | None = None               # GPU: the caching allocator's reserve above the peak
     ceiling_samples_per_s: float | None = None      # device-resident ceiling (labkit.training.ceiling) at this batch
@@ -39,7 +37,26 @@ class DashboardRun:
     result: object | None = None                    # labkit RunResult when finished
     stopped: bool = False
     error: str | None = None
-    spec: RunSpec | None = None                     # labkit RunSpec: the run as described and checked once
+
+    @property
+    def model(self) -> str:
+        """The model's name (the spec's)."""
+        return self.spec.model
+
+    @property
+    def batch_size(self) -> int:
+        """Samples per step (the spec's)."""
+        return self.spec.batch_size
+
+    @property
+    def lr(self) -> float:
+        """The learning rate trained with, after any scaling (the spec's)."""
+        return self.spec.lr
+
+    @property
+    def seed(self) -> int:
+        """The run's seed (the spec's)."""
+        return self.spec.seed
 
     @property
     def label(self) -> str:

@@ -215,8 +215,7 @@ class BatchSizeDashboard:
         if self.lr_scaling.value:
             spec = spec.replace(lr=scaled_lr(self.base_lr, bs, self.base_batch), lr_warmup_steps=5)
             rule = f"linear x{bs}/{self.base_batch} + warm-up"
-        return DashboardRun(spec.model, bs, spec.lr, steps, rule, spec.seed, memory=mem.predict(bs),
-                            started_s=pressed_s, spec=spec), mem
+        return DashboardRun(spec, steps, rule, memory=mem.predict(bs), limit=lim, started_s=pressed_s), mem
 
     def _train_once(self, pressed_s: float) -> None:
         run, _ = self._new_run(pressed_s)
@@ -239,8 +238,8 @@ class BatchSizeDashboard:
             seed_everything(run.seed)        # the weights too: repeats of the same settings start alike
             model = build_model(run.model, data.num_classes, data.image_shape)
             baseline = cuda_baseline_bytes()
-            cfg = run.spec.train_config(steps=run.total_steps, device=str(self.device), progress=False,
-                                        warmup_steps=min(2, run.total_steps - 1), profile_model=False)
+            cfg = TrainConfig(run=run.spec, steps=run.total_steps, device=str(self.device), progress=False,
+                              warmup_steps=min(2, run.total_steps - 1), profile_model=False)
             result = train(model, run.spec.loader(data.train), cfg,
                            val_loader=make_loader(data.val, min(len(data.val), 256)),
                            callback=lambda rec, progress: self._on_step(run, rec, progress, baseline))
@@ -260,8 +259,8 @@ class BatchSizeDashboard:
     def _ceiling(self, model, run: DashboardRun, cfg: TrainConfig) -> float:
         """The same model and recipe on batches resident on the device (:func:`labkit.training.ceiling`)."""
         data = self.data()
-        ceil_cfg = run.spec.replace(lr_warmup_steps=0).train_config(steps=self.ceiling_steps + cfg.warmup_steps,
-            device=cfg.device, progress=False, warmup_steps=cfg.warmup_steps, profile_model=False)
+        ceil_cfg = TrainConfig(run=run.spec.replace(lr_warmup_steps=0), steps=self.ceiling_steps + cfg.warmup_steps,
+                               device=cfg.device, progress=False, warmup_steps=cfg.warmup_steps, profile_model=False)
         best = measure_ceiling(model, run.batch_size, ceil_cfg, image_shape=data.image_shape,
                                num_classes=data.num_classes, repeats=2, sample_from=data.train)
         return best.samples_per_s_median
@@ -302,7 +301,7 @@ class BatchSizeDashboard:
                                   f" · {run.points[-1]['samples_seen']:,} samples seen · {sps:.1f} samples/s"
                                   f" · step time {ms:.1f} ms · peak memory {peak:.1f} MB"
                                   f" · loss {run.points[-1]['loss']:.3f}{acc}")
-        self.memory_view.value = memory_bars_html(self.history, self.limit(run.model)[1])
+        self.memory_view.value = memory_bars_html(self.history, run.limit)
         now = now_s()
         if force or now - self._last_plot_s > PLOT_EVERY_S:
             self.curves_view.value = curves_png(self.history, self.target.value)

@@ -5,6 +5,7 @@ import torch
 from labkit.core.dtypes import (AMP_DTYPES, MATH_MODES, PRECISIONS, amp_torch_dtype, autocast, dtype_bytes,
                                     math_mode_name, normalise_dtype, precision_of)
 from labkit.training.config import TrainConfig
+from labkit.training.run_spec import RunSpec
 from labkit.training.precision import DTYPES
 
 
@@ -41,5 +42,5 @@ def test_autocast_from_the_table():
 
 
 def test_config_and_autocast_step_accept_the_tables_dtypes():
-    assert all(TrainConfig(steps=1, amp_dtype=name).amp_dtype == name for name in AMP_DTYPES)
+    assert all(TrainConfig(steps=1, run=RunSpec(precision=name)).spec.precision == name for name in AMP_DTYPES)
     assert DTYPES == ("fp32", *AMP_DTYPES)

@@ -24,9 +24,9 @@ def fake_rate(batch: int, cfg, workers: int, device_data: bool) -> float:
     rate *= 0.5 if workers else 1.0
     rate *= 1.3 if device_data else 1.0
     rate *= 1.2 if not cfg.sync_every_step else 1.0
-    rate *= 0.1 if cfg.amp_dtype else 1.0
-    rate *= 1.5 if cfg.channels_last else 1.0
-    rate *= 1.01 if cfg.compile else 1.0
+    rate *= 0.1 if cfg.spec.precision else 1.0
+    rate *= 1.5 if cfg.spec.channels_last else 1.0
+    rate *= 1.01 if cfg.spec.compile else 1.0
     return rate
 
 

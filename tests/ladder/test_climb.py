@@ -98,7 +98,7 @@ def test_not_applicable_and_failing_rungs_are_reported(data, monkeypatch):
     monkeypatch.undo()
 
     def broken_compile(model, loader, cfg, val_loader=None):
-        if cfg.compile:
+        if cfg.spec.compile:
             raise RuntimeError("inductor exploded\nlong traceback")
         return fake_trainer(model, loader, cfg)
 

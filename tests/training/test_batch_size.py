@@ -64,7 +64,7 @@ def test_sweep_ceiling_beside_every_row_that_ran(data):
                            progress=False, ceiling=True, ceiling_repeats=2, ceiling_fn=fake_ceiling)
     assert [c[0] for c in calls] == [2, 8]                         # batch 32 does not fit: nothing to bound
     for (bs, cfg, kwargs), row in zip(calls, res.rows):
-        assert cfg.steps == row.steps == 3 and cfg.epochs is None and not cfg.evaluate and cfg.lr == row.lr
+        assert cfg.steps == row.steps == 3 and cfg.epochs is None and not cfg.evaluate and cfg.spec.lr == row.lr
         assert kwargs["repeats"] == 2 and kwargs["sample_from"] is data.train
         assert kwargs["image_shape"] == SHAPE and kwargs["num_classes"] == data.num_classes
         assert row.ceiling_samples_per_s == 1000.0 * bs
@@ -168,11 +168,11 @@ def test_ceiling_repeats_per_round(data):
 
 
 def test_one_memory_model_per_sweep_gives_the_cpu_peaks(monkeypatch, data):
-    import labkit.training.batch_size as sweep_module
+    import labkit.training.run_spec as run_spec_module     # the one place a run's memory model is built
 
     built = []
-    real = sweep_module.build_memory_model
-    monkeypatch.setattr(sweep_module, "build_memory_model", lambda *a, **k: built.append(a) or real(*a, **k))
+    real = run_spec_module.build_memory_model
+    monkeypatch.setattr(run_spec_module, "build_memory_model", lambda *a, **k: built.append(a) or real(*a, **k))
     make = lambda: MLP(10, in_features=3 * 8 * 8, hidden=16)     # noqa: E731
     res = batch_size_sweep(make, data, [2, 4, 8], steps=2, progress=False, rounds=2)
     assert len(built) == 1

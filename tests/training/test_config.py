@@ -1,7 +1,9 @@
-"""The training config: exactly one length, known optimizers and dtypes, counts through the one validator."""
+"""The training config: exactly one length, counts through the one validator, and the run it trains (a RunSpec,
+whose facts are checked there and nowhere else)."""
 import pytest
 
-from labkit.training.config import TrainConfig
+from labkit.training.config import DEFAULT_RUN, TrainConfig
+from labkit.training.run_spec import RunSpec
 
 
 def test_config_validation():
@@ -11,13 +13,20 @@ def test_config_validation():
         TrainConfig(steps=3, epochs=1)
     with pytest.raises(ValueError, match="steps must be an integer >= 1, got 0"):
         TrainConfig(steps=0)
-    with pytest.raises(ValueError, match="optimizer"):
-        TrainConfig(steps=3, optimizer="lamb")
-    with pytest.raises(ValueError, match="amp_dtype"):
-        TrainConfig(steps=3, amp_dtype="fp8")
-    with pytest.raises(ValueError, match="lr"):
-        TrainConfig(steps=3, lr=0)
     assert TrainConfig.fast().steps == 10
+
+
+def test_the_run_is_one_runspec_not_a_second_copy_of_its_fields():
+    """The optimizer, lr, precision ... are the run's: a config neither repeats nor re-checks them."""
+    for field in ("lr", "momentum", "weight_decay", "optimizer", "amp_dtype", "channels_last", "compile",
+                  "lr_warmup_steps", "seed"):
+        with pytest.raises(TypeError, match="unexpected keyword"):
+            TrainConfig(steps=3, **{field: 0})
+    with pytest.raises(ValueError, match="run must be a labkit RunSpec"):
+        TrainConfig(steps=3, run={"lr": 0.1})
+    assert TrainConfig(steps=3).spec is DEFAULT_RUN == RunSpec()
+    run = RunSpec(lr=0.2, precision="bfloat16")
+    assert TrainConfig(steps=3, run=run).spec is run
 
 
 def test_config_counts_use_the_one_validator():
@@ -27,5 +36,3 @@ def test_config_counts_use_the_one_validator():
         TrainConfig(steps=3, warmup_steps=-1)
     with pytest.raises(ValueError, match="log_every must be an integer >= 1, got True"):
         TrainConfig(steps=3, log_every=True)
-    with pytest.raises(ValueError, match="lr must be a number > 0, got -0.1"):
-        TrainConfig(steps=3, lr=-0.1)

@@ -68,6 +68,7 @@ def test_default_loop_overhead_under_5_percent(setup):
 def test_mfu_at_most_100_percent_and_math_mode_detected(setup):
     from labkit.training.flops import active_math_mode
     from labkit.training.config import TrainConfig
+    from labkit.training.run_spec import RunSpec
     from labkit.training.loop import train
 
     device, model, batches = setup
@@ -78,7 +79,8 @@ def test_mfu_at_most_100_percent_and_math_mode_detected(setup):
         assert expected == "tf32"                                     # cuDNN convolutions: TF32 by default
     if res.mfu is not None:
         assert 0 < res.mfu <= 1.0 and res.peak_flops_per_s is not None
-    bf16 = train(model, batches[:12], TrainConfig(steps=12, progress=False, evaluate=False, amp_dtype="bf16"))
+    bf16 = train(model, batches[:12], TrainConfig(steps=12, progress=False, evaluate=False,
+                                                  run=RunSpec(precision="bf16")))
     assert bf16.math_mode == "bf16" and (bf16.mfu is None or bf16.mfu <= 1.0)
 
 

@@ -10,6 +10,7 @@ from labkit.core.device import device_label, get_device
 from labkit.core.models import MLP
 from labkit.training.config import TrainConfig
 from labkit.training.loop import RunResult, StepRecord, evaluate_accuracy, train
+from labkit.training.run_spec import RunSpec
 
 SHAPE = (3, 8, 8)
 DEVICE = get_device()          # tests run on whatever the machine has (CPU here, CUDA on a GPU box)
@@ -113,13 +114,14 @@ def test_callback_gets_the_public_progress_payload(data):
         got.append(progress)
 
     model = mlp()
-    train(model, loader(data), TrainConfig(steps=4, progress=False, log_every=2, lr=0.1, momentum=0.8,
-                                           lr_warmup_steps=0, evaluate=False, profile_model=False), callback=cb)
+    run = RunSpec(model="mlp", batch_size=8, lr=0.1, momentum=0.8)
+    train(model, loader(data), TrainConfig(steps=4, progress=False, log_every=2, run=run, evaluate=False,
+                                           profile_model=False), callback=cb)
     assert len(got) == 2 and all(isinstance(p, TrainProgress) for p in got)
     p = got[-1]
     assert p.steps_done == 4 and p.total_steps == 4 and p.records[-1].step == 3 and len(p.records) == 4
     assert p.model is model and p.last_inputs.shape == (8, *SHAPE) and p.last_inputs.device.type == DEVICE.type
-    assert (p.optimizer, p.lr, p.momentum, p.weight_decay, p.amp_dtype) == ("sgd", 0.1, 0.8, 0.0, None)
+    assert p.run is run and p.lr == 0.1
     assert p.device == str(DEVICE)
     assert not any(type(v).__name__ == "Stepper" for v in vars(p).values())   # no private objects
 
@@ -129,7 +131,8 @@ def test_training_reduces_loss_and_lr_warmup(data):
     x = torch.randn(64, *SHAPE)
     y = (x.mean(dim=(1, 2, 3)) > 0).long()                   # a learnable rule
     ds = torch.utils.data.TensorDataset(x, y)
-    cfg = TrainConfig(steps=40, progress=False, lr=0.05, lr_warmup_steps=5, profile_model=False, evaluate=False)
+    cfg = TrainConfig(steps=40, progress=False, run=RunSpec(batch_size=16, lr=0.05, lr_warmup_steps=5),
+                      profile_model=False, evaluate=False)
     res = train(mlp(), torch.utils.data.DataLoader(ds, batch_size=16), cfg)
     first, last = statistics.mean(r.loss for r in res.steps[:4]), statistics.mean(r.loss for r in res.steps[-4:])
     assert last < first
@@ -149,13 +152,14 @@ def test_bad_inputs_give_clear_errors(data):
         train(wrong, loader(data), TrainConfig(steps=2, progress=False))
     if DEVICE.type != "cuda":
         with pytest.raises(ValueError, match="fp16"):
-            train(mlp(), loader(data), TrainConfig(steps=2, progress=False, amp_dtype="fp16"))
+            train(mlp(), loader(data), TrainConfig(steps=2, progress=False, run=RunSpec(batch_size=8, precision="fp16")))
     with pytest.raises(ValueError, match="read_every must be an integer >= 1"):
         TrainConfig(steps=2, read_every=0)
 
 
 def test_bf16_autocast_runs_on_cpu(data):
-    res = train(mlp(), loader(data), TrainConfig(steps=3, progress=False, amp_dtype="bf16", evaluate=False))
+    res = train(mlp(), loader(data), TrainConfig(steps=3, progress=False, run=RunSpec(batch_size=8, precision="bf16"),
+                                                 evaluate=False))
     assert res.memory.activations_bytes > 0 and len(res.steps) == 3
 
 

@@ -6,11 +6,12 @@ import torch
 from labkit.core.models import build_model
 from labkit.memory.device import cuda_baseline_bytes
 from labkit.training.run_memory import measure_run_memory, predict_run_memory
+from labkit.training.run_spec import RunSpec
 
 
 def _progress(model, inputs, optimizer="sgd", momentum=0.0):
     """The TrainProgress fields the run-memory functions read."""
-    return SimpleNamespace(model=model, last_inputs=inputs, optimizer=optimizer, momentum=momentum, amp_dtype=None)
+    return SimpleNamespace(model=model, last_inputs=inputs, run=RunSpec(optimizer=optimizer, momentum=momentum))
 
 
 def test_memory_follows_the_runs_optimizer_settings():

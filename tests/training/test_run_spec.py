@@ -46,19 +46,24 @@ def test_precision_has_one_spelling_and_reaches_the_step_and_the_loop():
     spec = RunSpec(precision="bfloat16", channels_last=True)
     assert spec.precision == "bf16" and RunSpec(precision="fp32").precision is None
     assert spec.step_options().amp_dtype == "bf16" and spec.step_options().channels_last
-    cfg = spec.train_config(steps=3)
-    assert cfg.amp_dtype == "bf16" and cfg.step_options() == spec.step_options()
-    assert TrainConfig(steps=1, amp_dtype=torch.bfloat16).amp_dtype == "bf16"
+    cfg = TrainConfig(run=spec, steps=3)
+    assert cfg.spec.step_options() == spec.step_options()
+    assert RunSpec(precision=torch.bfloat16).precision == "bf16"
 
 
-def test_round_trip_every_run_field_reaches_the_train_config():
+def test_the_loop_trains_the_runs_optimizer_and_refuses_a_loader_of_another_batch():
     spec = RunSpec(model="mlp", batch_size=16, optimizer="adam", lr=0.01, momentum=0.0, weight_decay=1e-4,
                    lr_warmup_steps=3, seed=7)
-    cfg = spec.train_config(steps=5, progress=False)
-    for field in ("lr", "momentum", "weight_decay", "optimizer", "lr_warmup_steps", "seed", "compile",
-                  "channels_last"):
-        assert getattr(cfg, field) == getattr(spec, field), field
-    assert cfg.steps == 5 and spec.replace(seed=7) == spec and dataclasses.replace(spec) == spec
+    opt = spec.build_optimizer(torch.nn.Linear(2, 2))
+    assert isinstance(opt, torch.optim.Adam) and opt.defaults["lr"] == 0.01 and opt.defaults["weight_decay"] == 1e-4
+    sgd = RunSpec(momentum=0.5).build_optimizer(torch.nn.Linear(2, 2))
+    assert isinstance(sgd, torch.optim.SGD) and sgd.defaults["momentum"] == 0.5
+    assert spec.replace(seed=7) == spec and dataclasses.replace(spec) == spec
+    data = synthetic_data(n_train=64, n_val=16, image_shape=SHAPE)
+    cfg = TrainConfig(run=spec, steps=2, progress=False, evaluate=False, profile_model=False)
+    with pytest.raises(ValueError, match="loader yields batches of 8 but the config's run says batch_size=16"):
+        train(build_model("mlp", data.num_classes, SHAPE), make_loader(data.train, 8), cfg)
+    assert len(train(build_model("mlp", data.num_classes, SHAPE), spec.loader(data.train), cfg).steps) == 2
     assert (spec.optimizer_kind, RunSpec(momentum=0.0).optimizer_kind, RunSpec().optimizer_kind) == \
         ("adam", "sgd", "sgd_momentum")
 
@@ -70,7 +75,7 @@ def test_the_memory_model_it_builds_is_the_one_the_old_call_built():
 
 
 def test_the_old_entry_point_and_the_spec_give_identical_losses():
-    """Same seeds -> same losses: TrainConfig + make_loader by hand, and both derived from one RunSpec."""
+    """Same seeds -> same losses: the loader made by hand, and made by the RunSpec the config trains."""
     data = synthetic_data(n_train=64, n_val=16, image_shape=SHAPE)
     spec = RunSpec(model="mlp", batch_size=8, lr=0.05, lr_warmup_steps=2, seed=3, dataset_size=len(data.train))
 
@@ -80,7 +85,7 @@ def test_the_old_entry_point_and_the_spec_give_identical_losses():
         return [r.loss for r in train(model, loader, cfg).steps]
 
     measure = dict(steps=6, device="cpu", progress=False, evaluate=False, profile_model=False, warmup_steps=1)
-    old = losses(make_loader(data.train, 8, shuffle=True, seed=3),
-                 TrainConfig(lr=0.05, momentum=0.9, lr_warmup_steps=2, seed=3, **measure))
-    new = losses(spec.loader(data.train), spec.train_config(**measure))
-    assert old == new and len(old) == 6
+    by_hand = losses(make_loader(data.train, 8, shuffle=True, seed=3),
+                     TrainConfig(run=RunSpec(lr=0.05, momentum=0.9, lr_warmup_steps=2, seed=3, batch_size=8), **measure))
+    derived = losses(spec.loader(data.train), TrainConfig(run=spec, **measure))
+    assert by_hand == derived and len(by_hand) == 6

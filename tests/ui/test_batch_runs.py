@@ -4,12 +4,13 @@ from types import SimpleNamespace
 import pandas as pd
 import pytest
 
+from labkit.training.run_spec import RunSpec
 from labkit.ui.batch_runs import (DashboardRun, knee_of_runs, repeat_spreads, results_table, spread_warnings,
                                   throughput_spread, time_to_target, update_latency)
 
 
 def finished(batch=32, accs=(0.5, 0.9), model="mlp", sps=100.0, seed=0, steps=4):
-    run = DashboardRun(model, batch, 0.05, steps, "same lr", seed)
+    run = DashboardRun(RunSpec(model=model, batch_size=batch, lr=0.05, seed=seed), steps, "same lr")
     for i, acc in enumerate(accs):
         run.add_step(i + 1, batch, 0.5, batch / 0.5, 1.0 / (i + 1))
         run.add_accuracy(acc)
@@ -18,7 +19,7 @@ def finished(batch=32, accs=(0.5, 0.9), model="mlp", sps=100.0, seed=0, steps=4)
 
 
 def test_steps_accumulate_samples_and_training_seconds():
-    run = DashboardRun("mlp", 8, 0.05, 10)
+    run = DashboardRun(RunSpec(model="mlp", batch_size=8, lr=0.05), 10)
     run.add_step(1, 8, 0.25, 32.0, 2.0)
     run.add_step(2, 8, 0.5, 16.0, 1.5)
     assert [p["samples_seen"] for p in run.points] == [8, 16]
@@ -37,12 +38,12 @@ def test_time_and_samples_to_a_target_accuracy():
 
 
 def test_throughput_spread_live_and_finished():
-    run = DashboardRun("mlp", 8, 0.05, 10)
+    run = DashboardRun(RunSpec(model="mlp", batch_size=8, lr=0.05), 10)
     for i, rate in enumerate([1.0, 2.0, 10.0, 20.0, 30.0]):
         run.add_step(i + 1, 8, 0.1, rate, 1.0)
     assert throughput_spread(run) == (20.0, 10.0, 30.0)      # warm-up steps left out
     assert throughput_spread(finished(sps=50.0)) == (50.0, 45.0, 55.00000000000001)
-    assert throughput_spread(DashboardRun("mlp", 8, 0.05, 10)) is None
+    assert throughput_spread(DashboardRun(RunSpec(model="mlp", batch_size=8, lr=0.05), 10)) is None
 
 
 def test_repeats_that_disagree_are_flagged():
@@ -71,8 +72,18 @@ def test_knee_of_runs_needs_three_batches_of_that_model():
 
 
 def test_update_latency():
-    run = DashboardRun("mlp", 8, 0.05, 10)
+    run = DashboardRun(RunSpec(model="mlp", batch_size=8, lr=0.05), 10)
     assert update_latency(run) == (None, None)
     run.update_s = [0.8, 1.9, 3.1, 4.0]
     first, between = update_latency(run)
     assert first == 0.8 and between == pytest.approx(1.1)
+
+
+def test_a_run_reads_its_settings_from_its_one_spec():
+    """Model, batch, lr and seed are the RunSpec's, checked once where it was made, never a second copy."""
+    from dataclasses import fields
+
+    spec = RunSpec(model="mlp", batch_size=8, lr=0.2, seed=3)
+    run = DashboardRun(spec, 10)
+    assert (run.model, run.batch_size, run.lr, run.seed, run.label) == ("mlp", 8, 0.2, 3, "mlp bs=8")
+    assert not {f.name for f in fields(DashboardRun)} & {f.name for f in fields(RunSpec)}

@@ -2,6 +2,7 @@
 import re
 
 from labkit.memory.model import MemoryBreakdown
+from labkit.training.run_spec import RunSpec
 from labkit.ui.batch_limits import BatchLimit
 from labkit.ui.batch_runs import DashboardRun
 from labkit.ui.batch_views import BAR_PX, bar_geometry, curves_png, memory_bars_html, results_html, rolling_median
@@ -11,7 +12,7 @@ MB = 10**6
 
 
 def run_with(adjust_mb: float, measured_mb: float | None = None, reserved_mb: float | None = None) -> DashboardRun:
-    run = DashboardRun("small_cnn", 32, 0.05, 10)
+    run = DashboardRun(RunSpec(model="small_cnn", batch_size=32, lr=0.05), 10)
     run.memory = MemoryBreakdown(32, 5 * MB, 5 * MB, 5 * MB, 10 * MB, int(adjust_mb * MB))
     run.measured_bytes = None if measured_mb is None else int(measured_mb * MB)
     run.reserved_bytes = None if reserved_mb is None else int(reserved_mb * MB)
