@@ -20,11 +20,10 @@ from labkit.core.threads import matched_threads
 from labkit.ladder.capabilities import detect_capabilities
 from labkit.ladder.config import LadderConfig, budget_samples
 from labkit.ladder.ddp import measure_ddp
-from labkit.ladder.measure import (SLOW_RUNG_FRACTION, Measurement, measure_model, mfu_of, run_spec, steps_for_budget,
-                                   train_config, train_loader)
+from labkit.ladder.measure import (SLOW_RUNG_FRACTION, Measurement, measure_model, mfu_of, rung_run, run_spec,
+                                   steps_for_budget, train_config, train_loader)
 from labkit.ladder.report import LadderResult, LadderRow
 from labkit.ladder.rungs import RUNGS, Capabilities, Recipe, RungSpec, propose
-from labkit.training.batch_rules import scaled_lr
 from labkit.training.ceiling import measure_ceiling
 from labkit.training.finder import find_max_batch
 from labkit.training.flops import fp32_math
@@ -47,28 +46,20 @@ class LadderJob:
     trainer: Callable | None = None
 
 
-def lr_warmup_steps(job: LadderJob, recipe: Recipe, steps: int) -> int:
-    """Warm-up steps for a recipe whose LR was scaled up (Goyal et al. 2017, section 2.2); 0 otherwise."""
-    return int(steps * job.config.lr_warmup_fraction) if recipe.global_batch > job.config.lr_ref_batch else 0
-
-
 def measure_recipe(job: LadderJob, recipe: Recipe, stop_below_sps: float | None = None) -> Measurement:
     """Train a fresh, identically initialised model with ``recipe`` for the fixed budget and measure it
     (``stop_below_sps``: a single-process rung running slower stops early; see ladder.measure.measure_model)."""
     cfg = job.config
     steps = steps_for_budget(job.budget_samples, recipe.global_batch, cfg.warmup_steps + MIN_TIMED_STEPS)
-    lr = scaled_lr(cfg.lr, recipe.global_batch, cfg.lr_ref_batch)
-    warm = lr_warmup_steps(job, recipe, steps)
+    run = rung_run(recipe, cfg, steps)
     if recipe.world_size > 1:
-        return measure_ddp(recipe, job.model_fn, job.data, steps=steps, lr=lr, warmup_steps=cfg.warmup_steps,
-                           seed=cfg.seed, timeout_s=cfg.ddp_timeout_s, lr_warmup_steps=warm,
-                           threads_per_rank=max(1, job.caps.cpu_cores // recipe.world_size))
-    seed_everything(cfg.seed)
+        return measure_ddp(recipe, run, job.model_fn, job.data, steps=steps, warmup_steps=cfg.warmup_steps,
+                           timeout_s=cfg.ddp_timeout_s, threads_per_rank=max(1, job.caps.cpu_cores // recipe.world_size))
+    seed_everything(run.seed)
     model = job.model_fn()
-    loader = train_loader(job.data.train, recipe, cfg.seed, job.device)
-    return measure_model(model, loader, job.val_loader, recipe, steps=steps, lr=lr, warmup_steps=cfg.warmup_steps,
-                         seed=cfg.seed, device=job.device, trainer=job.trainer, lr_warmup_steps=warm,
-                         stop_below_sps=stop_below_sps)
+    loader = train_loader(job.data.train, recipe, run.seed, job.device)
+    return measure_model(model, loader, job.val_loader, recipe, run, steps=steps, warmup_steps=cfg.warmup_steps,
+                         device=job.device, trainer=job.trainer, stop_below_sps=stop_below_sps)
 
 
 def choose_batch_size(job: LadderJob) -> tuple[int, dict[int, float], str]:
@@ -128,7 +119,7 @@ def _numbers(job: LadderJob, recipe: Recipe, m: Measurement, sps0: float, base_s
     acc_ok = None if ref_acc is None or m.val_accuracy is None else \
         m.val_accuracy >= ref_acc - cfg.accuracy_tolerance
     return dict(accuracy_ok=acc_ok, recipe=asdict(recipe), batch_size=recipe.batch_size, world_size=recipe.world_size,
-                lr=scaled_lr(cfg.lr, recipe.global_batch, cfg.lr_ref_batch), samples_per_s=m.samples_per_s,
+                lr=rung_run(recipe, cfg, m.steps).lr, samples_per_s=m.samples_per_s,
                 step_time_s=m.step_time_s, peak_mem_bytes=m.peak_mem_bytes, data_wait_fraction=m.data_wait_fraction,
                 math_mode=m.math_mode, mfu=mfu_of(flops, m.samples_per_s / recipe.world_size, job.device, m.math_mode),
                 val_accuracy=m.val_accuracy, startup_s=m.startup_s, samples_trained=m.samples_trained,
@@ -237,8 +228,8 @@ def with_ceiling(result: LadderResult, job: LadderJob, ceiling_fn: Callable | No
     ceiling_fn = ceiling_fn or measure_ceiling
     cfg = job.config
     steps = steps_for_budget(job.budget_samples, recipe.batch_size, cfg.warmup_steps + MIN_TIMED_STEPS)
-    train_cfg = train_config(recipe, steps=steps, lr=best.lr, warmup_steps=cfg.warmup_steps, seed=cfg.seed,
-                             device=job.device)
+    train_cfg = train_config(recipe, run_spec(recipe, lr=best.lr, seed=cfg.seed), steps=steps,
+                             warmup_steps=cfg.warmup_steps, device=job.device)
     with fp32_math(recipe.tf32):
         run = ceiling_fn(job.model_fn(), recipe.batch_size, train_cfg, image_shape=tuple(job.data.image_shape),
                          num_classes=job.data.num_classes, sample_from=job.data.train)

@@ -22,6 +22,7 @@ from labkit.core.env import seed_everything
 from labkit.core.timing import Stopwatch
 from labkit.ladder.measure import Measurement, measure_model
 from labkit.ladder.rungs import Recipe
+from labkit.training.run_spec import RunSpec
 
 if TYPE_CHECKING:
     from labkit.core.data import ImageData
@@ -58,30 +59,30 @@ def ddp_rung_worker(job: dict) -> dict:
     recipe: Recipe = job["recipe"]
     on_gpu = dist.get_backend() == "nccl"
     device = f"cuda:{torch.cuda.current_device()}" if on_gpu else "cpu"
-    seed_everything(job["seed"])
+    run = job["run"]
+    seed_everything(run.seed)
     model = job["model_fn"]().to(device)                 # same seed -> same weights; DDP also broadcasts rank 0's
     if recipe.channels_last:
         model = model.to(memory_format=torch.channels_last)
     ddp = DDP(model, device_ids=[torch.cuda.current_device()] if on_gpu else None)
-    loader = shard_loader(job["train"], recipe, rank, world, job["seed"], device)
+    loader = shard_loader(job["train"], recipe, rank, world, run.seed, device)
     val = make_loader(job["val"], min(256, len(job["val"]))) if rank == 0 else None
     with Stopwatch(device) as sw:
-        m = measure_model(ddp, loader, val, recipe, steps=job["steps"], lr=job["lr"], device=device,
-                          warmup_steps=job["warmup_steps"], seed=job["seed"], eval_model=model,
-                          lr_warmup_steps=job["lr_warmup_steps"])
+        m = measure_model(ddp, loader, val, recipe, run, steps=job["steps"], device=device,
+                          warmup_steps=job["warmup_steps"], eval_model=model)
     return {"measurement": m, "train_wall_s": sw.elapsed_s}
 
 
-def measure_ddp(recipe: Recipe, model_fn: Callable[[], nn.Module], data: ImageData, *, steps: int, lr: float,
-                warmup_steps: int, seed: int, timeout_s: float, threads_per_rank: int,
-                lr_warmup_steps: int = 0) -> Measurement:
-    """Run ``recipe`` on ``recipe.world_size`` processes and combine the ranks into one measurement.
+def measure_ddp(recipe: Recipe, run: RunSpec, model_fn: Callable[[], nn.Module], data: ImageData, *, steps: int,
+                warmup_steps: int, timeout_s: float, threads_per_rank: int) -> Measurement:
+    """Run ``recipe`` as ``run`` (its per-process batch, the LR scaled to the global batch) on ``recipe.world_size``
+    processes and combine the ranks into one measurement.
 
     Throughput is the sum over ranks (they step in lockstep); start-up adds the process launch
     (interpreter, torch import, process group) to rank 0's warm-up cost.
     """
-    job = {"recipe": recipe, "model_fn": model_fn, "train": data.train, "val": data.val, "steps": steps,
-           "lr": lr, "warmup_steps": warmup_steps, "seed": seed, "lr_warmup_steps": lr_warmup_steps}
+    job = {"recipe": recipe, "run": run, "model_fn": model_fn, "train": data.train, "val": data.val, "steps": steps,
+           "warmup_steps": warmup_steps}
     with Stopwatch() as sw:
         ranks = launch(ddp_rung_worker, recipe.world_size, args=(job,), timeout_s=timeout_s,
                        threads_per_rank=threads_per_rank, show_output=False)

@@ -18,7 +18,9 @@ from torch.utils.data import DataLoader, Dataset, RandomSampler
 
 from labkit.core.contention import share_mark, share_since
 from labkit.core.data import make_device_loader, validate_batch_size, validate_num_workers
+from labkit.ladder.config import LadderConfig
 from labkit.ladder.rungs import Recipe
+from labkit.training.batch_rules import scaled_lr
 from labkit.training.config import TrainConfig
 from labkit.training.flops import checked_mfu, fp32_math, math_mode_of, peak_flops_per_s
 from labkit.training.loop import RunResult, evaluate_accuracy, train
@@ -97,27 +99,34 @@ def run_spec(recipe: Recipe, *, lr: float = 0.05, seed: int = 0, lr_warmup_steps
                    compile=recipe.compile, lr_warmup_steps=lr_warmup_steps, seed=seed)
 
 
-def train_config(recipe: Recipe, *, steps: int, lr: float, warmup_steps: int, seed: int, device: str,
-                 lr_warmup_steps: int = 0) -> TrainConfig:
-    """The loop's TrainConfig for a recipe (also what the hardware ceiling is measured with)."""
-    return TrainConfig(run=run_spec(recipe, lr=lr, seed=seed, lr_warmup_steps=lr_warmup_steps),
-                       steps=steps, warmup_steps=warmup_steps, device=device, sync_every_step=recipe.sync_every_step,
-                       evaluate=False, progress=False,
+def rung_run(recipe: Recipe, config: LadderConfig, steps: int, *, seed: int | None = None) -> RunSpec:
+    """The run a rung trains for ``steps``, made once: the recipe's batch, precision, format and compilation; the LR
+    scaled linearly from ``config.lr`` at ``lr_ref_batch`` to the global batch, warmed up linearly over
+    ``lr_warmup_fraction`` of the steps only when it was scaled up (Goyal et al. 2017, sections 2.1-2.2); the
+    ladder's seed (``seed``: another)."""
+    warm = int(steps * config.lr_warmup_fraction) if recipe.global_batch > config.lr_ref_batch else 0
+    return run_spec(recipe, lr=scaled_lr(config.lr, recipe.global_batch, config.lr_ref_batch),
+                    seed=config.seed if seed is None else seed, lr_warmup_steps=warm)
+
+
+def train_config(recipe: Recipe, run: RunSpec, *, steps: int, warmup_steps: int, device: str) -> TrainConfig:
+    """The loop's TrainConfig for a rung's run (also what the hardware ceiling is measured with)."""
+    return TrainConfig(run=run, steps=steps, warmup_steps=warmup_steps, device=device,
+                       sync_every_step=recipe.sync_every_step, evaluate=False, progress=False,
                        profile_model=not recipe.compile)   # FLOP probes would recompile a compiled model
 
 
 def measure_model(model: nn.Module, loader: BatchLoader, val_loader: Iterable[tuple[torch.Tensor, torch.Tensor]] | None,
-                  recipe: Recipe, *, steps: int, lr: float, warmup_steps: int, seed: int, device: str,
+                  recipe: Recipe, run: RunSpec, *, steps: int, warmup_steps: int, device: str,
                   trainer: Callable[..., RunResult] | None = None, eval_model: nn.Module | None = None,
-                  lr_warmup_steps: int = 0, stop_below_sps: float | None = None) -> Measurement:
-    """Train ``model`` with ``recipe`` for ``steps`` in this process and measure it.
+                  stop_below_sps: float | None = None) -> Measurement:
+    """Train ``model`` as ``run`` (``recipe``'s rung, :func:`rung_run`) for ``steps`` in this process and measure it.
 
     Accuracy is read from ``eval_model`` (default ``model``): the plain module, never a compiled or DDP
     wrapper, so evaluation neither recompiles nor issues collectives. ``stop_below_sps``: stop once the steady
     steps run below it (:func:`slow_rung_check`); such a run keeps its throughput and has no accuracy.
     """
-    cfg = train_config(recipe, steps=steps, lr=lr, warmup_steps=warmup_steps, seed=seed, device=device,
-                       lr_warmup_steps=lr_warmup_steps)
+    cfg = train_config(recipe, run, steps=steps, warmup_steps=warmup_steps, device=device)
     extra, seen = {}, {"cpu_share": None}
     if stop_below_sps is not None and steps > warmup_steps + SLOW_CHECK_STEPS:
         cfg, extra, seen = slow_rung_check(cfg, stop_below_sps, steps)
@@ -129,8 +138,8 @@ def measure_model(model: nn.Module, loader: BatchLoader, val_loader: Iterable[tu
     sps, step_s, startup_s = summarise_run(result, warmup_steps, recipe.sync_every_step)
     peak = result.peak_mem_bytes
     if peak is None and recipe.compile and torch.device(device).type == "cpu":
-        peak = _memory_model_bytes(eval_model or model, loader, recipe)
-    mode = getattr(result, "math_mode", None) or math_mode_of(recipe.amp_dtype, recipe.tf32, torch.device(device).type)
+        peak = _memory_model_bytes(eval_model or model, loader, run)
+    mode = getattr(result, "math_mode", None) or math_mode_of(run.precision, recipe.tf32, torch.device(device).type)
     return Measurement(sps, step_s, float(result.data_wait_fraction), peak, result.flops_per_sample, acc,
                        startup_s, len(result.steps), sum(r.samples for r in result.steps), mode, stopped,
                        seen["cpu_share"] if stopped else None)
@@ -160,11 +169,11 @@ def slow_rung_check(cfg: TrainConfig, stop_below_sps: float, steps: int) -> tupl
     return dataclasses.replace(cfg, log_every=every), {"callback": check}, seen
 
 
-def _memory_model_bytes(model, loader, recipe: Recipe) -> int | None:
+def _memory_model_bytes(model, loader, run: RunSpec) -> int | None:
     """The memory model's training-memory estimate for the un-compiled module (CPU, compiled rung)."""
     try:
         x, _ = next(iter(loader))
-        return int(run_spec(recipe).memory_model(model, tuple(x.shape[1:])).predict(recipe.batch_size).total_bytes)
+        return int(run.memory_model(model, tuple(x.shape[1:])).predict(run.batch_size).total_bytes)
     except Exception:  # noqa: BLE001 - an estimate that cannot be made is reported as unknown
         return None
 

@@ -19,7 +19,7 @@ from labkit.core.data import ImageData
 from labkit.core.env import seed_everything
 from labkit.core.models import build_model
 from labkit.ladder.config import LadderConfig
-from labkit.ladder.measure import fp32_math, steps_for_budget, train_config, train_loader
+from labkit.ladder.measure import fp32_math, rung_run, steps_for_budget, train_config, train_loader
 from labkit.ladder.report import LadderResult, LadderRow
 from labkit.ladder.rungs import Recipe
 from labkit.training.time_to_target import TimeToTarget, time_runs
@@ -50,12 +50,11 @@ def run_rung_to_target(row: LadderRow, config: LadderConfig, data: ImageData, mo
     per_epoch = max(1, len(data.train) // recipe.global_batch)
     max_steps = max_epochs * per_epoch
     budget_steps = steps_for_budget(config.budget_epochs * len(data.train), recipe.global_batch, 1)
-    warm = int(budget_steps * config.lr_warmup_fraction) if recipe.global_batch > config.lr_ref_batch else 0
-    seed_everything(seed)
+    run = rung_run(recipe, config, budget_steps, seed=seed).replace(lr=row.lr)   # at the LR the row was measured with
+    seed_everything(run.seed)
     model = model_fn()
-    loader = train_loader(data.train, recipe, seed, device)                      # the data is touched from here
-    cfg = train_config(recipe, steps=max_steps, lr=row.lr, warmup_steps=0, seed=seed, device=device,
-                       lr_warmup_steps=warm)
+    loader = train_loader(data.train, recipe, run.seed, device)                  # the data is touched from here
+    cfg = train_config(recipe, run, steps=max_steps, warmup_steps=0, device=device)
     with fp32_math(recipe.tf32):
         steps, _, _ = reach_target(model, loader, cfg, validation_batches(data, device), target,
                                    max(1, per_epoch // EVALS_PER_EPOCH), eval_model=model)

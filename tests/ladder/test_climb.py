@@ -83,12 +83,16 @@ def test_fixed_budget_and_startup_cost(fake_result, data):
             assert 0.0 <= r.val_accuracy <= 1.0 and r.peak_mem_bytes == 1000
     assert fake_result.rung(1).lr == pytest.approx(scaled_lr(0.05, 8, 32))
 
-def test_lr_warm_up_only_when_the_lr_was_scaled_up(data):
-    from labkit.ladder.climb import lr_warmup_steps
+def test_a_rungs_run_is_made_once_lr_scaled_and_warmed_up_only_when_scaled_up(data):
+    from labkit.ladder.measure import rung_run
 
-    job = SimpleNamespace(config=LadderConfig.full())
-    assert lr_warmup_steps(job, Recipe(batch_size=512), 30) == 6
-    assert lr_warmup_steps(job, Recipe(batch_size=1), 30) == 0
+    config = LadderConfig.full()
+    big, one = rung_run(Recipe(batch_size=512, amp_dtype="bfloat16"), config, 30), rung_run(Recipe(batch_size=1), config, 30)
+    assert (big.lr_warmup_steps, one.lr_warmup_steps) == (6, 0)
+    assert big.lr == pytest.approx(scaled_lr(config.lr, 512, config.lr_ref_batch)) and big.precision == "bf16"
+    assert (big.batch_size, big.seed, rung_run(Recipe(), config, 30, seed=4).seed) == (512, config.seed, 4)
+    ddp = rung_run(Recipe(batch_size=64, world_size=2), config, 30)      # per-process batch, LR for the global one
+    assert ddp.batch_size == 64 and ddp.lr == pytest.approx(scaled_lr(config.lr, 128, config.lr_ref_batch))
 
 def test_not_applicable_and_failing_rungs_are_reported(data, monkeypatch):
     monkeypatch.setattr(capabilities.shutil, "which", lambda name: None)
