@@ -143,8 +143,8 @@ def train(model: nn.Module, train_loader: BatchLoader, config: TrainConfig,
     """Train ``model`` and measure every step without stalling the device.
 
     ``callback(record, progress)`` runs every ``config.log_every`` steps with the newest StepRecord and
-    a :class:`labkit.training.window.TrainProgress` (all records so far, the model, the last input batch,
-    the optimizer settings, the device); returning True stops cleanly. A callback reads the timing
+    a :class:`labkit.training.window.TrainProgress` (all records so far, the model, the last input batch, the run
+    (its RunSpec) and its current LR, the device); returning True stops cleanly. A callback reads the timing
     marks back, so it costs one device sync: use ``log_every`` >= 10 on a GPU. Its time counts nowhere.
     """
     run = config.spec
