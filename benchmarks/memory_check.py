@@ -9,7 +9,7 @@ predicted = the model plus each layer's cuDNN workspace, measured layer by layer
 (:func:`labkit.memory.workspaces.measure_workspaces`; ``workspace_bytes`` is what it adds to the peak,
 ``predicted_without_workspace_bytes`` the model alone). On a CPU it
 checks activations and optimizer state against counts made without the model's hook, and the recorded
-H100 rows (tests/fixtures/gpu_reference_h100.json).
+H100 rows (data/recorded_h100_reference.json).
 """
 from __future__ import annotations
 

@@ -66,7 +66,8 @@ def test_tensorflow_then_torch_training_does_not_crash():
 
 
 def _notebook_modules() -> dict[str, set[str]]:
-    """Subpackage -> the modules of it the notebooks import (read from their code cells, as docs/api.md is)."""
+    """Package (``parallel``, ``parallel.tensor``) -> its modules or sub-packages the notebooks import (read from their
+    code cells, as docs/api.md is)."""
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("api_page", REPO / "scripts" / "api_page.py")
@@ -74,15 +75,26 @@ def _notebook_modules() -> dict[str, set[str]]:
     spec.loader.exec_module(api_page)
     out: dict[str, set[str]] = {}
     for module, name in api_page.notebook_names(NOTEBOOKS):
-        parts = module.split(".")
-        if len(parts) >= 3:
-            out.setdefault(parts[1], set()).add(parts[2])
-        elif len(parts) == 2 and (REPO / "labkit" / parts[1] / f"{name}.py").exists():
-            out.setdefault(parts[1], set()).add(name)
+        dotted = module.split(".")[1:] + [name]
+        for i in range(1, len(dotted)):
+            folder, child = REPO / "labkit" / Path(*dotted[:i]), dotted[i]
+            if (folder / "__init__.py").exists() and ((folder / f"{child}.py").exists()
+                                                     or (folder / child / "__init__.py").exists()):
+                out.setdefault(".".join(dotted[:i]), set()).add(child)
     return out
 
 
-@pytest.mark.parametrize("package", labkit.__all__)
+def _packages() -> list[str]:
+    """The subpackages, and the folders inside them that are packages of their own (``parallel.tensor``)."""
+    found = []
+    for package in labkit.__all__:
+        found.append(package)
+        found += [f"{package}.{p.name}" for p in sorted((REPO / "labkit" / package).iterdir())
+                  if (p / "__init__.py").exists()]
+    return found
+
+
+@pytest.mark.parametrize("package", _packages())
 def test_each_subpackage_lists_what_a_learner_uses_with_a_first_line_each(package):
     """Its __all__ names modules that exist, every module a notebook imports among them, each with a docstring."""
     import ast
@@ -90,11 +102,15 @@ def test_each_subpackage_lists_what_a_learner_uses_with_a_first_line_each(packag
 
     sub = importlib.import_module(f"labkit.{package}")
     listed = set(getattr(sub, "__all__", ()))
-    folder = REPO / "labkit" / package
-    assert listed and all((folder / f"{m}.py").exists() for m in listed), f"labkit.{package}.__all__: {sorted(listed)}"
+    folder = REPO / "labkit" / Path(*package.split("."))
+
+    def source(m: str) -> Path:
+        return folder / f"{m}.py" if (folder / f"{m}.py").exists() else folder / m / "__init__.py"
+
+    assert listed and all(source(m).exists() for m in listed), f"labkit.{package}.__all__: {sorted(listed)}"
     missing = _notebook_modules().get(package, set()) - listed
     assert not missing, f"notebooks import labkit.{package}.{sorted(missing)}: add them to its __all__"
     for m in listed:
-        doc = ast.get_docstring(ast.parse((folder / f"{m}.py").read_text()))
-        assert doc and doc.strip().splitlines()[0], f"labkit/{package}/{m}.py has no docstring first line"
+        doc = ast.get_docstring(ast.parse(source(m).read_text()))
+        assert doc and doc.strip().splitlines()[0], f"{source(m).relative_to(REPO)} has no docstring first line"
     assert sub.__doc__ and sub.__doc__.strip().splitlines()[0]

@@ -34,11 +34,12 @@ LAZY_MARK = "# lazy:"           # any other import inside a function says why on
 
 
 def modules() -> list[tuple[str, Path]]:
-    """(dotted name without 'labkit.', path) of every module in a lesson folder."""
+    """(dotted name without 'labkit.', path) of every module in a lesson folder or one of its sub-folders
+    (``parallel.tensor.runs``)."""
     out = []
-    for path in sorted(PACKAGE.glob("*/*.py")):
-        if path.name != "__init__.py":
-            out.append((f"{path.parent.name}.{path.stem}", path))
+    for path in sorted(PACKAGE.glob("*/**/*.py")):
+        if path.name != "__init__.py" and "__pycache__" not in path.parts:
+            out.append((".".join(path.relative_to(PACKAGE).with_suffix("").parts), path))
     return out
 
 
@@ -154,10 +155,29 @@ def test_tests_mirror_the_package():
                          "training.stepper": "training/test_loop.py", "cli.common": "cli/test_main.py"}
     missing = []
     for name, _ in modules():
-        pkg, mod = name.split(".")
-        if not (REPO / "tests" / pkg / f"test_{mod}.py").exists() and name not in covered_elsewhere:
-            missing.append(f"tests/{pkg}/test_{mod}.py")
+        *folders, mod = name.split(".")
+        mirror = Path("tests", *folders, f"test_{mod}.py")
+        if not (REPO / mirror).exists() and name not in covered_elsewhere:
+            missing.append(str(mirror))
     assert not missing, f"modules without a mirrored test file: {missing}"
+
+
+PARALLEL = PACKAGE / "parallel"
+MAX_MODULES_PER_PARALLELISM = 8     # issue 50: a newcomer reads a parallelism's folder at a glance
+
+
+def test_each_parallelism_has_a_folder_of_at_most_eight_modules_and_nothing_else():
+    """labkit/parallel/ holds only folders, one per kind of parallelism; each folder is a package of at most eight
+    modules, and its tests sit in the mirrored folder (tests/parallel/<kind>/, a package too)."""
+    assert [p.name for p in PARALLEL.glob("*.py")] == ["__init__.py"]
+    folders = sorted(p for p in PARALLEL.iterdir() if p.is_dir() and p.name != "__pycache__")
+    assert {"data", "pipeline", "tensor", "context", "debug"} <= {p.name for p in folders}
+    for folder in folders:
+        mods = [p for p in folder.glob("*.py") if p.name != "__init__.py"]
+        assert (folder / "__init__.py").exists(), f"{folder.name} needs an __init__.py with its map"
+        assert len(mods) <= MAX_MODULES_PER_PARALLELISM, f"parallel/{folder.name} holds {len(mods)} modules"
+        assert (REPO / "tests" / "parallel" / folder.name / "__init__.py").exists(), \
+            f"tests/parallel/{folder.name}/ must be a package (test files of one name in two folders)"
 
 
 def _is_property(fn: ast.FunctionDef) -> bool:
@@ -267,13 +287,13 @@ def test_no_import_cycles_between_labkit_modules():
 OWN_STEP_ALLOWED = {
     "core.step.TrainStep._one": "the one step's backward",
     "core.step.TrainStep._update": "the one step's update",
-    "parallel.sync_sgd.micro_batch_gradients": "the derivation: each replica's gradient kept, no update, compared "
+    "parallel.data.sync_sgd.micro_batch_gradients": "the derivation: each replica's gradient kept, no update, compared "
                                                "with the combined batch's",
-    "parallel.pipeline._run_pipeline": "GPipe by hand: each stage's backward on the gradient its neighbour sent",
+    "parallel.pipeline.gpipe._run_pipeline": "GPipe by hand: each stage's backward on the gradient its neighbour sent",
     "sharding.strategies.Zero1Optimizer.step": "ZeRO-1 by hand is an optimizer: its step calls Adam on the shard",
-    "parallel.drift._train": "drift by hand: each bug sits between the backward, the gradient all-reduce and the "
+    "parallel.debug.drift._train": "drift by hand: each bug sits between the backward, the gradient all-reduce and the "
                              "update of one rank",
-    "parallel.hangs._ddp_step": "a provoked hang: DDP's backward on a rank that left a head out of its loss",
+    "parallel.debug.hangs._ddp_step": "a provoked hang: DDP's backward on a rank that left a head out of its loss",
 }
 _OPTIMIZER_NAMES = ("opt", "scaler", "adam")
 
@@ -320,7 +340,7 @@ SINGLE_HOMES = {
     ".fp32_precision": ("training.flops",),                         # the one TF32 switch and math-mode rule
     "set_float32_matmul_precision": ("training.flops",),
     "saved_tensors_hooks(": ("memory.saved",
-                             "parallel.schedule_trace"),            # the meter wraps saved tensors to see them freed
+                             "parallel.pipeline.schedule_trace"),            # the meter wraps saved tensors to see them freed
     ".untyped_storage()": ("memory.saved",),                        # storage keys and bytes counted one way
     "os.killpg(": ("comm.stop",),                                   # one way to stop a launched process group
     "children(recursive=True)": ("comm.stop",                       # ... and all it started
@@ -353,3 +373,29 @@ def test_each_mechanism_has_one_home(text):
     assert homes <= set(SINGLE_HOMES[text]), (f"{text!r} is written outside its home {SINGLE_HOMES[text]}: "
                                               f"{sorted(homes - set(SINGLE_HOMES[text]))}; call the home instead")
     assert homes or not SINGLE_HOMES[text], f"{text!r} is in none of {SINGLE_HOMES[text]}: update SINGLE_HOMES"
+
+
+def test_the_package_never_reads_the_tests_folder():
+    """Issue 50: an installed kit has no tests/, so no module builds a path into it (recorded figures ship in data/,
+    listed in data/manifest.json). A docstring may still point at a test file."""
+    reads = []
+    for path in ALL_MODULES:
+        tree = ast.parse(path.read_text())
+        docs = {id(owner.body[0].value) for owner in ast.walk(tree)
+                if isinstance(owner, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+                and owner.body and isinstance(owner.body[0], ast.Expr)}
+        reads += [f"{path.relative_to(REPO)}:{node.lineno}: {node.value[:60]!r}" for node in ast.walk(tree)
+                  if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docs
+                  and (node.value == "tests" or "tests/" in node.value)]
+    assert not reads, f"labkit reads tests/ at run time: {reads}"
+
+
+def test_no_private_name_is_imported_from_another_module():
+    """Issue 50: a name that starts with '_' is its module's own; another module that needs it needs a public name."""
+    found = []
+    for name, path in modules():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("labkit"):
+                found += [f"{name} line {node.lineno}: {node.module}.{a.name}" for a in node.names
+                          if a.name.startswith("_") and not a.name.startswith("__")]
+    assert not found, f"private names imported across modules: {found}"

@@ -16,7 +16,7 @@ import pytest
 from labkit.core.exercises import NOT_ATTEMPTED, Exercise, judge
 
 NOTEBOOKS = sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("*.ipynb"))
-PACKAGES = ("training", "comm", "parallel", "profile", "input", "tf", "ladder", "sharding", "cluster", "plan")
+PACKAGES = ("training", "comm", "parallel.data", "parallel.pipeline", "parallel.tensor", "parallel.debug", "profile", "input", "tf", "ladder", "sharding", "cluster", "plan")
 CHECK = re.compile(r"book\.check\(ex\.(\w+),\s*(\w+)")
 MIN_PER_NOTEBOOK = {"00_start_here": 1}
 
@@ -31,7 +31,7 @@ def exercises_of(path: Path) -> list[tuple[Exercise, str, str]]:
     setup = tagged(nb, "exercise-setup")
     if not setup:
         return []
-    module = importlib.import_module(re.search(r"from (labkit\.\w+) import exercises as ex", setup[0]).group(1)
+    module = importlib.import_module(re.search(r"from (labkit[\w.]*) import exercises as ex", setup[0]).group(1)
                                      + ".exercises")
     stubs = tagged(nb, "exercise-stub")
     checks = [CHECK.search(src).groups() for src in tagged(nb, "exercise-check")]

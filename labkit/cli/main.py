@@ -32,7 +32,7 @@ EXAMPLES = """examples (`.venv/bin/labkit` without an activated venv; `python -m
   labkit simulate --algorithm ring --world-size 4 --size 1M
   labkit ladder --budget-epochs 1 --skip compile ddp
   labkit launch --world-size 2 labkit.comm.demos:all_reduce_sum
-  labkit diagnose --world-size 3 labkit.parallel.hang_exercises:uneven_shards_loop
+  labkit diagnose --world-size 3 labkit.parallel.debug.hang_exercises:uneven_shards_loop
   labkit plan --preset 70b --nodes 4"""
 
 

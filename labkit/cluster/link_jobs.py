@@ -20,12 +20,12 @@ from labkit.cluster.nodes import tbf_argv
 from labkit.cluster.rankside import Place, address_is_local, job_params, place, rate_key, report
 from labkit.core.clock import interleaved, now_s
 from labkit.core.contention import ShareMeter
-from labkit.parallel.scaling import member_groups, sweep_members
+from labkit.parallel.data.scaling import member_groups, sweep_members
 
 ETH_STATS = Path("/sys/class/net/eth0/statistics")
 
 
-def _join() -> Place:
+def join_node_group() -> Place:
     """Join the launcher's process group (gloo, one thread per rank) and return this rank's place."""
     torch.set_num_threads(1)
     if not dist.is_initialized():
@@ -44,7 +44,7 @@ def _whoami(me: Place) -> dict:
 
 def identity() -> dict:
     """Report this rank's place and node address, and check one all-reduce across the nodes."""
-    me = _join()
+    me = join_node_group()
     return report(_whoami(me), me.rank)
 
 
@@ -164,7 +164,7 @@ def sync_sgd_members(me: Place) -> dict[int, list[int]]:
 
 def sync_sgd_across(me: Place, params: dict, groups: dict[int, object]) -> list[dict]:
     """Sync SGD of notebook 07's MLP alone and across the nodes in interleaved rounds: rank 0 returns T_comp, T_sync
-    and the step time of each (``labkit.parallel.scaling``: same one step, same phase timing, same CPU-share meter)."""
+    and the step time of each (``labkit.parallel.data.scaling``: same one step, same phase timing, same CPU-share meter)."""
     cfg = {**SGD_DEFAULTS, **params.get("sgd", {})}
     rounds = int(cfg.pop("rounds"))
     runs = sweep_members(sync_sgd_members(me), groups, rounds, cfg)
@@ -174,7 +174,7 @@ def sync_sgd_across(me: Place, params: dict, groups: dict[int, object]) -> list[
 def link_lab() -> dict:
     """The whole link lesson in one job, at each link speed: ping-pong sweeps on both links, flat vs two-level
     all-reduce, then sync SGD alone vs across the nodes. Results per speed under ``by_rate['<Mbit/s>']``."""
-    me = _join()
+    me = join_node_group()
     who = _whoami(me)
     params = job_params()
     repeats, rounds = int(params.get("repeats", 3)), int(params.get("rounds", 3))

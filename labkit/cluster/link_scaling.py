@@ -2,7 +2,7 @@
 
 The node lab's job (:func:`labkit.cluster.link_jobs.sync_sgd_across`) trains notebook 07's MLP with synchronous SGD
 on rank 0 alone and on one rank per node, in interleaved rounds at each link speed, so every gradient all-reduce
-crosses the shaped link. Here the model of notebook 07 (``labkit.parallel.costmodel``: replicas pay when
+crosses the shaped link. Here the model of notebook 07 (``labkit.parallel.data.costmodel``: replicas pay when
 T_sync < (R-1) T_comp, Goyal et al. 2017) predicts each speed-up from two numbers of the *same* job: T_comp of the
 lone rank and T_sync of a ring all-reduce of the gradients priced on the inter-node alpha and beta fitted from the
 ping-pongs (Patarasuk & Yuan 2009 for the ring's 2(R-1) steps of n/R bytes). The clock gives the measured speed-up
@@ -16,9 +16,9 @@ from labkit.cluster.linkfit import LinkFit
 from labkit.cluster.rankside import rate_key
 from labkit.comm.collectives import allreduce_cost
 from labkit.core.verdict import Load, Verdict, judge_agreement, judge_at_least
-from labkit.parallel.costmodel import core_sharing_slowdown, predicted_speedup
-from labkit.parallel.scaling import StepTimes, runs_load
-from labkit.parallel.speedup import FLOPS_PER_PARAM_PER_SAMPLE, ExplorerSettings
+from labkit.parallel.data.costmodel import core_sharing_slowdown, predicted_speedup
+from labkit.parallel.data.scaling import StepTimes, runs_load
+from labkit.parallel.data.speedup import FLOPS_PER_PARAM_PER_SAMPLE, ExplorerSettings
 
 AGREEMENT = 0.35   # the band for "model and clock agree": two fitted link terms and one compute time, on shared cores
 
@@ -45,7 +45,7 @@ def sgd_row(results: Sequence[dict], inter: LinkFit, rate_mbit_s: float, cores: 
 
 
 def sgd_load(results: Sequence[dict], rate_mbit_s: float, cores: int) -> Load:
-    """How busy that speed's rounds were: each run's worst CPU share and step spread (``parallel.scaling``)."""
+    """How busy that speed's rounds were: each run's worst CPU share and step spread (``parallel.data.scaling``)."""
     return runs_load(sgd_runs(results, rate_mbit_s), cores)
 
 

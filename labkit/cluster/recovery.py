@@ -1,6 +1,6 @@
 """A node fails, the job goes on: checkpointed synchronous SGD under torchrun's elastic agent (rank side).
 
-Every rank trains the kit's toy problem with synchronous SGD (:mod:`labkit.training.reference`, :mod:`labkit.parallel.sync_sgd`: the same batches,
+Every rank trains the kit's toy problem with synchronous SGD (:mod:`labkit.training.reference`, :mod:`labkit.parallel.data.sync_sgd`: the same batches,
 gradients averaged by all-reduce); rank 0 saves model and optimizer state every ``every_k`` steps (written to a
 temporary file, then renamed, so a crash never leaves half a checkpoint). When a node's workers die, torchrun's
 agents (``--max-restarts``) stop the survivors, meet again at the rendezvous and start every worker anew; each
@@ -21,7 +21,7 @@ from torch import nn
 from labkit.cluster.rankside import job_params, place, report
 from labkit.core.clock import timestamp_s
 from labkit.core.step import TrainStep
-from labkit.parallel.sync_sgd import sync_gradients, sync_initial_weights, torch_allreduce_sum, torch_broadcast
+from labkit.parallel.data.sync_sgd import sync_gradients, sync_initial_weights, torch_allreduce_sum, torch_broadcast
 from labkit.training.reference import (ToyProblem, build_toy_model, max_weight_difference, shard, toy_batch,
                                        toy_optimizer, train_single_process)
 

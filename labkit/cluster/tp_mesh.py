@@ -2,7 +2,7 @@
 
 ``tp_inside``: each node's two ranks form a TP group, and each DP group pairs one rank of each node, so only the
 gradient all-reduce crosses the shaped link. ``dp_inside``: the opposite, so TP's four all-reduces per layer cross
-it. The same layer (``labkit.parallel.tensor_parallel``), the same global batch, one training step each through the
+it. The same layer (``labkit.parallel.tensor.megatron``), the same global batch, one training step each through the
 kit's one step, timed in interleaved rounds; the bytes over the slow link are read from each node's ``eth0``
 counters (as :mod:`labkit.cluster.link_jobs` does). Run under ``labkit launch --nnodes 2`` (:func:`run_placements`).
 """
@@ -14,7 +14,7 @@ from dataclasses import asdict
 import torch
 import torch.distributed as dist
 
-from labkit.cluster.link_jobs import _join, shape_own_link, tx_bytes
+from labkit.cluster.link_jobs import join_node_group, shape_own_link, tx_bytes
 from labkit.cluster.linkfit import expected_payload_bytes_s
 from labkit.cluster.nodes import EmulatedNodes, NodesConfig
 from labkit.cluster.rankside import Place, job_params, report
@@ -23,10 +23,10 @@ from labkit.core.contention import ShareMeter
 from labkit.core.clock import now_s
 from labkit.core.step import TrainStep
 from labkit.core.verdict import Load, relative_spread
-from labkit.parallel.sync_sgd import sync_gradients
-from labkit.parallel.tensor_parallel import LayerShape, ParallelBlock, build_block
-from labkit.parallel.tp_cost import tp_bytes_per_layer
-from labkit.parallel.tp_runs import layer_inputs, probe_loss
+from labkit.parallel.data.sync_sgd import sync_gradients
+from labkit.parallel.tensor.megatron import LayerShape, ParallelBlock, build_block
+from labkit.parallel.tensor.cost import tp_bytes_per_layer
+from labkit.parallel.tensor.runs import layer_inputs, probe_loss
 from labkit.sharding.comm_volume import ring_bytes_sent
 
 PLACEMENTS = ("tp_inside", "dp_inside")
@@ -71,7 +71,7 @@ def placement_step(me: Place, placement: str, shape: LayerShape) -> TrainStep:
 def tp_mesh_job() -> dict:
     """Both placements, one warm-up step each, then interleaved rounds: seconds per step (the slowest rank's, after
     a barrier) and this node's eth0 bytes per step."""
-    me = _join()
+    me = join_node_group()
     params = job_params()
     if params.get("rate_mbit_s"):
         shape_own_link(me, float(params["rate_mbit_s"]), params)

@@ -98,7 +98,7 @@ def _check_alpha_beta(alpha: float, beta: float) -> None:
         raise ValueError(f"alpha (s per message) and beta (s per byte) must be >= 0, got {alpha}, {beta}")
 
 
-def _stack(arrays: Sequence[np.ndarray]) -> np.ndarray:
+def stack_workers(arrays: Sequence[np.ndarray]) -> np.ndarray:
     """(R, n) copy of the workers' flattened arrays, after checking they agree in shape and dtype."""
     arrays = [np.asarray(a) for a in arrays]
     if not arrays:
@@ -209,7 +209,7 @@ def allreduce(arrays: Sequence[np.ndarray], algorithm: str = "ring", op: str = "
     _check_choice("algorithm", algorithm, ALGORITHMS)
     _check_choice("op", op, OPS)
     shape = np.asarray(arrays[0]).shape if len(arrays) else ()
-    data = _stack(arrays)                               # (world_size, n)
+    data = stack_workers(arrays)                               # (world_size, n)
     world_size, n = data.shape
     _check_power_of_two(algorithm, world_size)
     itemsize, nbytes = data.dtype.itemsize, int(data.nbytes // world_size)
@@ -259,7 +259,7 @@ def _unchunked(buf: np.ndarray, sizes: np.ndarray) -> np.ndarray:
 def reference_allreduce(arrays: Sequence[np.ndarray], op: str = "sum") -> np.ndarray:
     """The exact answer every worker must end with (numpy's own reduction over the stacked arrays)."""
     _check_choice("op", op, OPS)
-    data = _stack(arrays)
+    data = stack_workers(arrays)
     fn = {"sum": np.sum, "mean": np.mean, "max": np.max, "min": np.min}[op]
     return fn(data, axis=0).reshape(np.asarray(arrays[0]).shape)
 

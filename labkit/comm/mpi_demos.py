@@ -10,7 +10,7 @@ From a terminal (after ``pip install -e ".[mpi]"``)::
 From Python, ``labkit.comm.mpi.run_demo(name, world_size, **kwargs)`` does the launching, the timeout and the cleanup.
 This module needs only numpy and the torch-free corners of ``labkit`` (mpi4py is optional, so it is imported by
 the demos that use it); the demos that need torch (sync SGD under mpiexec) live in
-``labkit.parallel.sync_sgd_mpi``, imported only when one of them runs. So run by file path
+``labkit.parallel.data.sync_sgd_mpi``, imported only when one of them runs. So run by file path
 (``mpiexec -n 3 python labkit/comm/mpi_demos.py ring``) the numpy-only demos start without torch on every rank
 (~3 s per rank on a small CPU).
 """
@@ -160,7 +160,7 @@ def raise_without_mpi(rank: int = 1) -> dict:
     return {}
 
 
-TORCH_DEMOS_MODULE = "labkit.parallel.sync_sgd_mpi"  # sgd, torch_sgd: imported only when one of them runs
+TORCH_DEMOS_MODULE = "labkit.parallel.data.sync_sgd_mpi"  # sgd, torch_sgd: imported only when one of them runs
 # name -> (kind, module): "mpi" demos get MPI.COMM_WORLD, "torch" demos find their rank from the launcher's env;
 # module None is this one, so the numpy-only demos start without importing torch
 DEMOS: dict[str, tuple[str, str | None]] = {

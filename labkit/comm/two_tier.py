@@ -17,7 +17,7 @@ from typing import Sequence
 
 import numpy as np
 
-from labkit.comm.collectives import OPS, AllreduceResult, Step, _stack, allreduce, allreduce_cost
+from labkit.comm.collectives import OPS, AllreduceResult, Step, stack_workers, allreduce, allreduce_cost
 from labkit.core.validation import positive_int
 
 _UFUNC = {"sum": np.add, "mean": np.add, "max": np.maximum, "min": np.minimum}
@@ -52,7 +52,7 @@ def hierarchical_allreduce(arrays: Sequence[np.ndarray], ranks_per_node: int, op
     if op not in OPS:
         raise ValueError(f"op must be one of {OPS}, got {op!r}")
     shape = np.asarray(arrays[0]).shape if len(arrays) else ()
-    data = _stack(arrays)                                   # (world_size, n)
+    data = stack_workers(arrays)                                   # (world_size, n)
     world_size, nbytes = data.shape[0], int(data.nbytes // data.shape[0])
     nodes = _check_layout(world_size, ranks_per_node)
     leaders = [node * ranks_per_node for node in range(nodes)]

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 _TITLE = re.compile(r"^#\s+(\w+)\s+·\s+(.+)$", re.M)
-_HOME = re.compile(r"from labkit\.(\w+) import exercises")
+_HOME = re.compile(r"from labkit\.([\w.]+) import exercises")
 
 
 @dataclass(frozen=True)

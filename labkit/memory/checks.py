@@ -17,6 +17,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from labkit.core.data import verify_data_file
 from labkit.core.models import build_model
 from labkit.core.step import StepOptions, TrainStep
 from labkit.memory.device import baseline_bytes, optimizer_state_bytes, peak_since
@@ -135,16 +136,18 @@ def measure_step_memory(model: nn.Module, optimizer: torch.optim.Optimizer, inpu
     return StepMemory(baseline, step_peak, step_peak + baseline, reserved)
 
 
-RECORDED_H100 = Path(__file__).resolve().parents[2] / "tests" / "fixtures" / "gpu_reference_h100.json"
+RECORDED_H100_FILE = "recorded_h100_reference.json"     # under data/, listed in data/manifest.json
 
 
 def recorded_reference(path: str | Path | None = None) -> dict:
-    """The H100 reference run (device, torch, memory rows) kept with the repository's tests."""
-    path = Path(path) if path is not None else RECORDED_H100
-    if not path.is_file():
-        raise FileNotFoundError(f"no recorded GPU reference at {path}; it ships in the repository's "
-                                "tests/fixtures/ (a source checkout), or pass path=")
-    return json.loads(path.read_text())
+    """The H100 reference run (device, torch, memory rows), shipped with the kit's data and checked against its
+    manifest."""
+    if path is None:
+        path = verify_data_file(RECORDED_H100_FILE)
+    elif not Path(path).is_file():
+        raise FileNotFoundError(f"no recorded GPU reference at {path}; leave path= out to read the kit's own "
+                                f"(data/{RECORDED_H100_FILE})")
+    return json.loads(Path(path).read_text())
 
 
 def compare_with_reference(rows: list[dict], sample_shape: tuple[int, ...] = (3, 32, 32)) -> list[dict]:

@@ -6,7 +6,7 @@ gradients appear one layer at a time, and each layer briefly holds its output's 
 We record, per leaf module in forward order, the saved-for-backward bytes it was first to save, its
 parameters' bytes and its input/output bytes, then replay the backward pass in reverse order. On an
 H100 this replay predicts the measured step peak within 5% (bf16 all rows; fp32 from batch 64; see
-``tests/fixtures/gpu_reference_h100.json``). What it cannot see from shapes: cuDNN's convolution workspaces,
+``data/recorded_h100_reference.json``). What it cannot see from shapes: cuDNN's convolution workspaces,
 chosen on the GPU; measure them there (:mod:`labkit.memory.workspaces`) and the replay adds each one at the
 moment its layer runs, forward or backward.
 """

@@ -2,7 +2,7 @@
 
 cuDNN picks an algorithm for each convolution from its shapes, dtype and math mode, and borrows scratch
 memory for it from PyTorch's caching allocator for the length of the call. No shape predicts it, so the
-memory model cannot see it from a CPU. On the recorded H100 (``tests/fixtures/gpu_reference_h100.json``)
+memory model cannot see it from a CPU. On the recorded H100 (``data/recorded_h100_reference.json``)
 it is why fp32 steps at small batches sat above the model: ResNet-18 at batch 16 by 20 MB, the small CNN at
 batch 64 by 48 MB, while its activations are 41 MB. So we measure it where it happens: each leaf layer
 alone on the GPU, at the step's input shapes and dtypes, forward and backward, as the peak allocated minus

@@ -10,7 +10,7 @@ import random
 
 from labkit.comm.collectives import allreduce_cost
 from labkit.core.exercises import Exercise, Mistake
-from labkit.parallel.tp_cost import ALL_REDUCES_PER_LAYER
+from labkit.parallel.tensor.cost import ALL_REDUCES_PER_LAYER
 from labkit.sharding.memory import zero_paper_bytes
 
 

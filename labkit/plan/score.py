@@ -3,7 +3,7 @@ ranks measured, with the error, and two judged claims.
 
 The device and the link are this machine's, measured in the same run: the "peak" is a bare matmul's rate, the
 efficiency the unsplit stack's compute-only step at each data-parallel share, alpha and beta the all-reduce fit.
-One layer's activations are counted on the unsplit layer (:class:`labkit.parallel.tp_cost.SavedBytes`: the norm
+One layer's activations are counted on the unsplit layer (:class:`labkit.parallel.tensor.cost.SavedBytes`: the norm
 region stays whole under tensor parallelism, the rest is split t ways). Claims: the measured fastest layout is among
 the planner's top three (INCONCLUSIVE when the measured margin is too thin or the ranks too starved to tell), and
 memory per rank within a stated band.
@@ -14,9 +14,9 @@ import statistics
 
 from labkit.core.clock import paired_median
 from labkit.core.verdict import CHECKED, FAILED, INCONCLUSIVE, Load, Verdict, relative_spread
-from labkit.parallel.tensor_parallel import build_block
-from labkit.parallel.tp_cost import SavedBytes
-from labkit.parallel.tp_runs import layer_inputs
+from labkit.parallel.tensor.megatron import build_block
+from labkit.parallel.tensor.cost import SavedBytes
+from labkit.parallel.tensor.runs import layer_inputs
 from labkit.plan.planner import Prediction, predict
 from labkit.plan.runnable import TOP, machine_specs
 from labkit.plan.score_runs import ScoreConfig

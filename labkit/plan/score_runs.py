@@ -4,7 +4,7 @@ each (dp, tp, checkpointing) layout trained through the kit's one step, timed in
 Per rank and layout: seconds per step each round (after a barrier), the model state it holds
 (:func:`labkit.sharding.memory.count_rank_state_bytes`) and the activations autograd saved
 (:func:`labkit.memory.model.saved_activation_bytes`). Per rank once: the link's alpha and beta fitted from all-reduce
-timings (:func:`labkit.parallel.costmodel.fit_alpha_beta`), the unsplit stack's compute-only step at the dp share
+timings (:func:`labkit.parallel.data.costmodel.fit_alpha_beta`), the unsplit stack's compute-only step at the dp share
 (for the measured efficiency), and a bare matmul's rate (the "peak" of this device, measured). Layouts are
 :class:`labkit.plan.specs.Layout`; what this runner can execute is :data:`RUNNABLE` (dp x tp, with or without
 checkpointing, one or two micro-batches accumulated; no ZeRO, pipeline or context parallelism). Given no layouts,
@@ -20,7 +20,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from labkit.cluster.link_jobs import _join
+from labkit.cluster.link_jobs import join_node_group
 from labkit.cluster.nodes import EmulatedNodes, NodesConfig
 from labkit.cluster.rankside import job_params, report
 from labkit.cluster.run import run_job
@@ -31,10 +31,10 @@ from labkit.core.contention import ShareMeter
 from labkit.core.step import StepOptions, TrainStep
 from labkit.core.validation import positive_int
 from labkit.memory.model import saved_activation_bytes
-from labkit.parallel.costmodel import fit_alpha_beta
-from labkit.parallel.sync_sgd import sync_gradients
-from labkit.parallel.tensor_parallel import LayerShape, ParallelBlock, build_block
-from labkit.parallel.tp_runs import layer_inputs, probe_loss
+from labkit.parallel.data.costmodel import fit_alpha_beta
+from labkit.parallel.data.sync_sgd import sync_gradients
+from labkit.parallel.tensor.megatron import LayerShape, ParallelBlock, build_block
+from labkit.parallel.tensor.runs import layer_inputs, probe_loss
 from labkit.plan.planner import Space
 from labkit.plan.runnable import pick_runs, rank_runnable
 from labkit.plan.specs import Layout
@@ -210,7 +210,7 @@ def score_job(cfg_dict: dict, layout_dicts: list[dict], per_node: int | None = N
 
 def score_node_job() -> dict:
     """:func:`score_job` on emulated nodes: join the node launcher's group, read the job's parameters, report."""
-    me = _join()
+    me = join_node_group()
     params = job_params()
     out = score_job(params["cfg"], params["layouts"], per_node=me.local_world_size, space=params.get("space"))
     return report({**out, "node": me.group_rank}, me.rank)

@@ -5,7 +5,7 @@ mixed-precision Adam keeps 2 bytes of parameters, 2 of gradients and 12 of optim
 variance) per parameter, and ZeRO stage 1/2/3 shards the last one, two or three over the data-parallel ranks
 (:func:`labkit.sharding.memory.sharding_factors`). Tensor and pipeline parallelism split the parameters first.
 Activations per layer are Korthikanti et al. 2022 (arXiv:2205.05198, Eq. 1-3) via
-:func:`labkit.parallel.tp_cost.korthikanti_bytes`, with sequence parallelism, on the rank's sequence share s/cp;
+:func:`labkit.parallel.tensor.cost.korthikanti_bytes`, with sequence parallelism, on the rank's sequence share s/cp;
 ``selective`` (the default) drops the 5as^2b score term as their selective recomputation, or a fused/ring attention
 kernel, does. With 1F1B the first stage keeps p micro-batches of L/p layers, i.e. L layers' worth (their Section
 4.2.3). Full checkpointing keeps each layer's 2sbh input plus one layer recomputed (Chen et al. 2016).
@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from labkit.comm.two_tier import Link
 from labkit.core.validation import positive_int, positive_number
-from labkit.parallel.tp_cost import korthikanti_bytes
+from labkit.parallel.tensor.cost import korthikanti_bytes
 from labkit.sharding.memory import sharding_factors
 from labkit.training.flops import find_peak
 

@@ -1,7 +1,7 @@
 """The figures of the one recorded H100 run, computed from its fixtures instead of typed into prose.
 
-A notebook that makes a point with the November 2026 H100 run (``tests/fixtures/gpu_reference_h100.json`` and the
-ladder it recorded, ``tests/fixtures/gpu_check/ladder.json``) calls :func:`recorded_h100_figures` and prints the
+A notebook that makes a point with the November 2026 H100 run (``data/recorded_h100_reference.json`` and the
+ladder it recorded, ``data/recorded_h100_ladder.json``, both listed in ``data/manifest.json``) calls :func:`recorded_h100_figures` and prints the
 numbers with the label :attr:`RecordedH100Figures.label`, so a recorded figure is never mistaken for one measured now.
 """
 from __future__ import annotations
@@ -10,10 +10,12 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from labkit.core.data import verify_data_file
 from labkit.training.flops import find_peak
-from labkit.memory.checks import RECORDED_H100, recorded_reference
+from labkit.memory.checks import recorded_reference
 
-RECORDED_LADDER = RECORDED_H100.parent / "gpu_check" / "ladder.json"
+RECORDED_LADDER_FILE = "recorded_h100_ladder.json"             # under data/, listed in data/manifest.json
+RECORDED_LOOP_OVERHEAD_FILE = "recorded_h200_loop_overhead.json"
 GPU_RESIDENT_LOADER = "GPU-resident tensors, index_select per batch"
 
 
@@ -51,11 +53,12 @@ class RecordedH100Figures:
 
 def recorded_ladder(path: str | Path | None = None) -> dict:
     """The tuning ladder recorded on the H100 (rows as ``labkit.ladder`` writes them)."""
-    path = Path(path) if path is not None else RECORDED_LADDER
-    if not path.is_file():
-        raise FileNotFoundError(f"no recorded ladder at {path}; it ships in the repository's tests/fixtures/ "
-                                "(a source checkout), or pass path=")
-    return json.loads(path.read_text())
+    if path is None:
+        path = verify_data_file(RECORDED_LADDER_FILE)
+    elif not Path(path).is_file():
+        raise FileNotFoundError(f"no recorded ladder at {path}; leave path= out to read the kit's own "
+                                f"(data/{RECORDED_LADDER_FILE})")
+    return json.loads(Path(path).read_text())
 
 
 def _span(values: list[float]) -> tuple[float, float]:
@@ -102,16 +105,15 @@ def recorded_h100_figures(reference_path: str | Path | None = None,
                                **_ladder_figures(ladder, ref["device"]))
 
 
-RECORDED_H200 = RECORDED_H100.parent / "gpu_check_h200"
 _TIMED = {"phases": "per phase (data wait, copy, forward, backward, update)", "step": "whole steps only"}
 
 
 def instrument_note(result: object) -> str:
     """Which instrument timed ``result`` (a :class:`labkit.training.loop.RunResult`) and what each costs over a bare
-    loop on a GPU, from the recorded H200 run (``tests/fixtures/gpu_check_h200/loop_overhead.json``), labelled as
+    loop on a GPU, from the recorded H200 run (``data/recorded_h200_loop_overhead.json``), labelled as
     recorded: a launch-bound step pays for every event the loop records."""
     timed = result.extra.get("timed", "phases")
-    doc = json.loads((RECORDED_H200 / "loop_overhead.json").read_text())
+    doc = json.loads(verify_data_file(RECORDED_LOOP_OVERHEAD_FILE).read_text())
     costs = "; ".join(f"{r['model']} at batch {r['batch_size']} ({1e3 * r['bare_step_s']:.1f} ms a step): per phase "
                       f"{r['ratio'] - 1:+.1%}, whole steps {r['step_timing_ratio'] - 1:+.1%}" for r in doc["rows"])
     return (f"this run was timed {_TIMED[timed]} ({result.extra.get('timing', '?')} clock). Recorded, not measured "

@@ -1,6 +1,6 @@
-"""The speedup explorer widget: sliders over ``labkit.parallel.speedup.explore``, with measured points overlaid.
+"""The speedup explorer widget: sliders over ``labkit.parallel.data.speedup.explore``, with measured points overlaid.
 
-The logic (``ExplorerSettings`` -> ``explore()``) lives in ``labkit.parallel.speedup``, plain Python tested
+The logic (``ExplorerSettings`` -> ``explore()``) lives in ``labkit.parallel.data.speedup``, plain Python tested
 without a browser; this ipywidgets panel only decorates it.
 
 Browser hooks: the top box has CSS class ``labkit-explorer``; the readout (class ``labkit-readout``)
@@ -16,8 +16,8 @@ import numpy as np
 from IPython.display import clear_output, display
 from matplotlib.figure import Figure
 
-from labkit.parallel.scaling import ScalingPoint
-from labkit.parallel.speedup import (ExplorerResult, ExplorerSettings, explore, measured_overlay_text, readout_text,
+from labkit.parallel.data.scaling import ScalingPoint
+from labkit.parallel.data.speedup import (ExplorerResult, ExplorerSettings, explore, measured_overlay_text, readout_text,
                                     speedup_curve)
 from labkit.training.flops import measured_training_flops_per_s
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 import pytest
 
 from labkit.cli import main as cli
-from labkit.parallel import diagnose as diag
-from labkit.parallel.flight_recorder import Divergence
+from labkit.parallel.debug import diagnose as diag
+from labkit.parallel.debug.flight_recorder import Divergence
 
 
 def test_help_has_an_example(capsys):

@@ -8,7 +8,7 @@ import pytest
 from labkit.cluster.link_scaling import (combined_load, judge_slow_link_costs, judge_speedup, sgd_load, sgd_row,
                                          sgd_runs)
 from labkit.cluster.linkfit import LinkFit
-from labkit.parallel.scaling import StepTimes
+from labkit.parallel.data.scaling import StepTimes
 
 GRAD_BYTES = 1_000_000
 

@@ -7,7 +7,7 @@ import pytest
 
 from labkit.cluster import tp_mesh
 from labkit.core.verdict import Load
-from labkit.parallel.tensor_parallel import LayerShape
+from labkit.parallel.tensor.megatron import LayerShape
 
 SHAPE = LayerShape(seq_len=32, batch=2)
 

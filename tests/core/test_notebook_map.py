@@ -17,10 +17,10 @@ def test_every_shipped_notebook_is_on_the_map_in_order():
 def test_a_new_notebook_appears_without_editing_anything(tmp_path):
     for name, title in (("00_a.ipynb", "# 00 · Start"), ("09b_new.ipynb", "# 09b · A new lesson")):
         cells = [{"cell_type": "markdown", "source": [title + "\n", "text"]},
-                 {"cell_type": "code", "source": ["from labkit.parallel import exercises as ex"]}]
+                 {"cell_type": "code", "source": ["from labkit.parallel.debug import exercises as ex"]}]
         (tmp_path / name).write_text(json.dumps({"cells": cells}))
     text = map_markdown(notebook_map(tmp_path))
-    assert "| 09b | [A new lesson](09b_new.ipynb) | `parallel` |" in text and "| 00 | [Start](00_a.ipynb)" in text
+    assert "| 09b | [A new lesson](09b_new.ipynb) | `parallel.debug` |" in text and "| 00 | [Start](00_a.ipynb)" in text
 
 
 def test_the_default_folder_is_the_repositorys_and_an_empty_one_says_so(tmp_path, monkeypatch):

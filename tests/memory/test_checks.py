@@ -12,7 +12,7 @@ from labkit.memory.checks import (StepMemory, check_on_cpu, compare_with_referen
                                   measure_step_memory)
 from labkit.memory.model import build_memory_model
 
-FIXTURE = Path(__file__).parents[1] / "fixtures" / "gpu_reference_h100.json"
+FIXTURE = Path(__file__).resolve().parents[2] / "data" / "recorded_h100_reference.json"
 
 
 def _rows():

@@ -151,7 +151,7 @@ def test_recorded_h100_fp32_rungs_ran_tf32_and_stay_under_its_peak(fake_gpu, mon
 
     from labkit.core.models import build_model
 
-    ref = json.loads((Path(__file__).parents[1] / "fixtures" / "gpu_reference_h100.json").read_text())
+    ref = json.loads((Path(__file__).resolve().parents[2] / "data" / "recorded_h100_reference.json").read_text())
     fake_gpu["name"] = ref["device"]
     _set_precision(monkeypatch, "tf32" if ref["matmul_allow_tf32"] else "ieee",
                    "tf32" if ref["cudnn_allow_tf32"] else "ieee")

@@ -1,10 +1,16 @@
-"""The recorded H100 run's figures come from its fixtures, worked by hand here from the same files."""
+"""The recorded H100 run's figures come from the kit's data (data/recorded_*.json), worked by hand here from the
+same files."""
 import json
+from pathlib import Path
 
 import pytest
 
-from labkit.memory.checks import RECORDED_H100
-from labkit.training.recorded_run import RECORDED_LADDER, recorded_h100_figures, recorded_ladder
+from labkit.core.data import DataUnavailableError
+from labkit.training.recorded_run import recorded_h100_figures, recorded_ladder
+
+DATA = Path(__file__).resolve().parents[2] / "data"
+RECORDED_H100 = DATA / "recorded_h100_reference.json"
+RECORDED_LADDER = DATA / "recorded_h100_ladder.json"
 
 
 def test_figures_match_the_fixtures_by_hand():
@@ -32,9 +38,24 @@ def test_old_mfu_against_the_wrong_peak_is_the_impossible_looking_one():
 
 
 def test_a_missing_fixture_is_one_clear_error(tmp_path):
-    with pytest.raises(FileNotFoundError, match="tests/fixtures"):
+    with pytest.raises(FileNotFoundError, match="data/recorded_h100_ladder.json"):
         recorded_ladder(tmp_path / "nope.json")
     assert recorded_ladder() == json.loads(RECORDED_LADDER.read_text())
+
+
+def test_the_recorded_runs_are_read_from_the_kits_data_with_their_checksums_not_from_tests(tmp_path, monkeypatch):
+    """An installed kit has no tests/: the recorded figures ship in data/ and are checked against its manifest, so a
+    changed file is refused, not silently used."""
+    copy = tmp_path / "data"
+    copy.mkdir()
+    for name in ("manifest.json", "recorded_h100_ladder.json"):
+        (copy / name).write_bytes((DATA / name).read_bytes())
+    (copy / "recorded_h100_ladder.json").write_text("{}")
+    monkeypatch.setenv("LABKIT_DATA_DIR", str(copy))
+    import labkit.core.data as data
+    monkeypatch.setattr(data, "DATA_DIR", copy)
+    with pytest.raises(DataUnavailableError, match="fails its checksum"):
+        recorded_ladder()
 
 
 def test_the_instrument_note_names_the_mode_and_reads_the_recorded_h200_costs():

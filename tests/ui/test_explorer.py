@@ -1,8 +1,8 @@
 """The speedup explorer widget and its plot, without a browser."""
 import matplotlib
 
-from labkit.parallel import speedup as sp
-from labkit.parallel.scaling import ScalingPoint
+from labkit.parallel.data import speedup as sp
+from labkit.parallel.data.scaling import ScalingPoint
 from labkit.ui import explorer as ex
 
 matplotlib.use("Agg")

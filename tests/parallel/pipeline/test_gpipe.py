@@ -1,0 +1,58 @@
+"""The GPipe schedule: simulated against the formula, and measured on a real two-process pipeline."""
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from labkit.parallel.data import costmodel as cm
+from labkit.parallel.pipeline import model_parallel as mp
+from labkit.parallel.pipeline import gpipe as pl
+
+
+@settings(max_examples=40, deadline=None)
+@given(p=st.integers(1, 6), m=st.integers(1, 16), f=st.floats(0.1, 5.0), ratio=st.floats(0.5, 3.0))
+def test_simulated_bubble_equals_gpipe_formula(p, m, f, ratio):
+    events = pl.simulate_gpipe([f] * p, [f * ratio] * p, m)
+    assert len(events) == 2 * p * m
+    assert pl.bubble_fraction(events, p) == pytest.approx(cm.predicted_bubble(p, m), abs=1e-9)
+
+
+def test_unequal_stages_bubble_more_and_naive_split_idles():
+    assert cm.predicted_bubble(2, 1) == 0.5                        # naive split: one of two stages idle
+    balanced = pl.bubble_fraction(pl.simulate_gpipe([1, 1], [2, 2], 4), 2)
+    skewed = pl.bubble_fraction(pl.simulate_gpipe([1, 3], [2, 6], 4), 2)
+    assert skewed > balanced
+    with pytest.raises(ValueError):
+        cm.predicted_bubble(0, 1)
+    with pytest.raises(ValueError):
+        pl.simulate_gpipe([1.0], [1.0, 2.0], 2)
+
+
+def test_real_two_process_pipeline_structure():
+    cfg = mp.SplitConfig(in_features=32, hidden=32)
+    points = pl.measure_pipeline((1, 2), batch=8, repeats=1, cfg=cfg, timeout_s=120)
+    assert [p.micro_batches for p in points] == [1, 2]
+    for p in points:
+        assert 0.0 <= p.measured < 1.0 and 0.0 <= p.simulated < 1.0 and p.makespan_s > 0
+        assert p.predicted == cm.predicted_bubble(2, p.micro_batches)
+
+
+def test_pipeline_timing_noise():
+    steady = pl.simulate_gpipe([1.0, 1.0], [2.0, 2.0], 4)
+    assert pl.pipeline_timing_noise(steady) == pytest.approx(1.0)
+    jittery = steady + [pl.Event(0, 9, "F", 0.0, 5.0)]
+    assert pl.pipeline_timing_noise(jittery) > 1.5
+
+
+def test_pipeline_cpu_share():
+    evs = [pl.Event(0, 0, "F", 0.0, 2.0, 1.0), pl.Event(1, 0, "F", 2.0, 4.0, 2.0)]
+    assert pl.pipeline_cpu_share(evs) == pytest.approx(0.75)
+
+
+def test_micro_batches_must_divide_the_batch_before_anything_launches():
+    assert pl.micro_batch_size(64, 8) == 8
+    with pytest.raises(ValueError, match=r"^batch=8 must split evenly into 3 micro-batches"):
+        pl.launch_pipeline((1, 3), batch=8)                    # raises here, no process is started
+    with pytest.raises(ValueError, match=r"^each value in micro_batch_counts must be an integer >= 1, got 0$"):
+        pl.launch_pipeline((0,), batch=8)
+    with pytest.raises(ValueError, match=r"^micro_batches must be an integer >= 1, got 0$"):
+        pl.simulate_gpipe([1.0], [1.0], 0)
