@@ -3,7 +3,8 @@
 Six ways one rank leaves the others waiting in a collective (pytorch#132644, #115964; the shapes and order
 checks of ``TORCH_DISTRIBUTED_DEBUG=DETAIL``, torch.distributed docs "Debugging torch.distributed applications"):
 
-- ``skipped``: one rank skips a step's all-reduce (it saw a NaN loss only it had), the others wait for it;
+- ``skipped``: one rank skips a step's all-reduce (it saw a NaN loss only it had), the others wait for it (it then
+  evaluates with its connections open, so they meet their timeout, not a closed socket);
 - ``order``: one rank calls barrier() and all_reduce() in the other order (a checkpoint saved at a different place);
 - ``shapes``: one rank all-reduces a gradient of another size (its model was built with another config);
 - ``straggler``: one rank is stuck in its data loader (a dead file system), the others time out;
@@ -122,6 +123,10 @@ def hang_worker(scenario: str, culprit: int, folder: str, steps: int, hang_step:
                                "error": f"{type(err).__name__}: {err}"[:4000]})
             raise
     dump_rank(folder, {"rank": rank, "step": steps, "waited_s": None, "error": None})
+    if scenario == "skipped" and rank == culprit:
+        # It goes on to its evaluation pass with its connections open, so the others meet their timeout. Had it
+        # exited, they would see gloo's "Connection closed by peer" as soon as it left: a race between two errors.
+        time.sleep(stuck_s)
     return {"rank": rank, "steps": steps}
 
 
