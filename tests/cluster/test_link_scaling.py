@@ -62,5 +62,11 @@ def test_the_slow_link_costs_speedup_in_the_model_and_on_the_clock():
     assert judge_slow_link_costs("slow costs", fast, slow, load).state == "failed"     # the model disagrees
     clock_reversed = dict(slow, **{"speedup measured": fast["speedup measured"] * 1.5})
     assert judge_slow_link_costs("slow costs", clock_reversed, fast, load).state == "failed"
+    # a neighbour that slowed the fast link's lone rounds reorders the speed-ups each priced on its own T_comp; at
+    # one T_comp the link still decides, so the model's half holds and the clock decides the verdict
+    slowed = dict(fast, **{"T_comp (ms)": fast["T_comp (ms)"] / 4,
+                           "speedup model": slow["speedup model"] * 0.9})
+    assert slowed["speedup model"] < slow["speedup model"]
+    assert judge_slow_link_costs("slow costs", slow, slowed, load).state == "checked"
     assert set(load.shares) == {"the worst of 1 rank(s) (1)", "the worst of 2 rank(s) (1)",
                                 "the worst of 1 rank(s) (2)", "the worst of 2 rank(s) (2)"}
