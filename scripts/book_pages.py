@@ -60,6 +60,19 @@ code.literal, code.literal span.pre { white-space: normal; overflow-wrap: anywhe
 """
 
 
+class SiteWriteError(RuntimeError):
+    """A file of the site could not be written (a full disk, say): the first failure, in one line."""
+
+
+def copy_or_stop(source: str, target: str) -> str:
+    """``shutil.copy2`` that stops a ``copytree`` at the first failure (copytree would try every other file and
+    report them all at once: a full disk then gave one 255,362-character line)."""
+    try:
+        return shutil.copy2(source, target)
+    except OSError as err:
+        raise SiteWriteError(f"{err.strerror or err} ({target})") from None
+
+
 def md_escape(text: str) -> str:
     """Text (a claim, a reason) shown literally in Markdown: no accidental emphasis, math or links."""
     return _MD_SPECIAL.sub(r"\\\1", " ".join(str(text).split()))
@@ -233,7 +246,7 @@ def write_sources(runs: dict, executed: Path, src: Path, repo: Path) -> list[dic
     items = []
     for entry in runs["notebooks"]:
         nb = nbformat.read(executed / entry["notebook"], as_version=4)
-        record = lesson_record(Path(entry["log"]))
+        record = lesson_record(executed.parent / entry["log"])   # runs.json keeps it relative to the book folder
         book_widgets.static_widget_outputs(nb.cells, book_widgets.saved_state(nb.metadata))
         point_left_out_notebooks(nb, {e["notebook"] for e in runs["notebooks"]}, binder)
         thumb = key_figure(nb)
@@ -247,5 +260,5 @@ def write_sources(runs: dict, executed: Path, src: Path, repo: Path) -> list[dic
     (src / "index.md").write_text(front_page(items, runs["doctor"]), encoding="utf-8")
     (src / "conf.py").write_text(CONF, encoding="utf-8")
     (src / "_static" / "book.css").write_text(CSS, encoding="utf-8")
-    shutil.copytree(mathjax_folder(), src / "_static" / "mathjax")
+    shutil.copytree(mathjax_folder(), src / "_static" / "mathjax", copy_function=copy_or_stop)
     return items

@@ -26,18 +26,28 @@ def assert_sound(exercise: Exercise) -> None:
     assert judge(exercise, ...).status == NOT_ATTEMPTED
 
 
+def _exercise_modules(package) -> list[str]:
+    """Names of every ``*exercises`` module under ``package``, in sub-packages too (``labkit.parallel.tensor``)."""
+    names = []
+    for info in pkgutil.iter_modules(package.__path__):
+        full = f"{package.__name__}.{info.name}"
+        if info.ispkg:
+            names += _exercise_modules(importlib.import_module(full))
+        elif info.name.endswith("exercises"):
+            names.append(full)
+    return names
+
+
 def all_exercises() -> list[Exercise]:
-    """Every Exercise defined in any ``labkit.<package>.*exercises`` module (``exercises``, ``tp_exercises``, ...),
-    found by walking the package, so an exercise a new notebook adds is covered without editing a list."""
+    """Every Exercise defined in any ``labkit.<package>[.<sub>].*exercises`` module (``exercises``,
+    ``tp_exercises``, ``parallel/tensor/exercises``, ...), found by walking the packages, so an exercise a new
+    notebook adds is covered without editing a list."""
     found: dict[str, Exercise] = {}
     for info in pkgutil.iter_modules(labkit.__path__):
         if not info.ispkg or info.name == "core":
             continue
-        package = importlib.import_module(f"labkit.{info.name}")
-        for module in pkgutil.iter_modules(package.__path__):
-            if not module.name.endswith("exercises"):
-                continue
-            for value in vars(importlib.import_module(f"labkit.{info.name}.{module.name}")).values():
+        for name in _exercise_modules(importlib.import_module(f"labkit.{info.name}")):
+            for value in vars(importlib.import_module(name)).values():
                 if isinstance(value, Exercise):
                     found[value.key] = value
     return [found[k] for k in sorted(found)]

@@ -3,9 +3,13 @@ a passing one becomes a page with the measured header, and the pieces that write
 from __future__ import annotations
 
 import base64
+import errno
 import json
+import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import nbformat
@@ -197,3 +201,154 @@ def test_a_partial_book_links_left_out_notebooks_to_binder_and_keeps_the_rest():
     assert nb.cells[0].source == ("see [09](https://binder/x?urlpath=lab/tree/notebooks/09_x.ipynb) and "
                                   "[01](01_b.ipynb), not `x.ipynb`")
     assert nb.cells[1].source == "print('[09](09_x.ipynb)')"
+
+
+# ---------------------------------------------------------------- stopping the book (issue 53)
+SLEEPS = "import os, pathlib, time\npathlib.Path({mark!r}).write_text(str(os.getpid()))\ntime.sleep(100000)"
+
+
+def old_site(out: Path) -> Path:
+    """A previous complete book in ``out``: the page a stopped or failed build must leave as it was."""
+    (out / "html").mkdir(parents=True)
+    page = out / "html" / "index.html"
+    page.write_text("the previous book")
+    return page
+
+
+def gone(pid: int) -> bool:
+    """True when the process has ended (a zombie waiting for init to reap it has ended too)."""
+    import psutil
+
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+def leftovers(folder: Path) -> list[str]:
+    """Hidden build folders the book left beside its output."""
+    return [p.name for p in folder.iterdir() if p.name.startswith(".out.")]
+
+
+def sleeping_notebook(tmp_path: Path) -> tuple[Path, Path]:
+    mark = tmp_path / "kernel.pid"
+    folder = tmp_path / "notebooks"
+    write(folder, "01_sleeps.ipynb", notebook(nbformat.v4.new_markdown_cell("# 01 · sleeps"),
+                                              nbformat.v4.new_code_cell(SLEEPS.format(mark=str(mark)))))
+    return folder, mark
+
+
+def test_a_cell_that_outlives_book_cell_timeout_s_is_stopped_in_one_line(tmp_path):
+    """Found: a notebook with time.sleep(100000) was still building at 1,100 s (the blocking kernel manager's
+    client waits in one call that nbclient's timeout never reaches)."""
+    folder, mark = sleeping_notebook(tmp_path)
+    page = old_site(tmp_path / "out")
+    start = time.perf_counter()
+    done = subprocess.run([sys.executable, str(REPO / "scripts" / "book.py"), "build", "--folder", str(folder),
+                           "--out", str(tmp_path / "out")], capture_output=True, text=True, timeout=240, cwd=REPO,
+                          env={**os.environ, "BOOK_CELL_TIMEOUT_S": "3"})
+    wall_s = time.perf_counter() - start
+    assert done.returncode == 1, done.stdout[-2000:] + done.stderr[-2000:]
+    assert done.stderr.strip().splitlines() == [done.stderr.strip()], done.stderr
+    assert "01_sleeps.ipynb failed in cell 1 (still running after the cell timeout of 3 s" in done.stderr
+    assert wall_s < 120, f"took {wall_s:.0f} s"        # kernel start-up on a busy 2-core machine, 3 s, shutdown
+    assert gone(int(mark.read_text())), "the timed-out notebook's kernel is still running"
+    assert page.read_text() == "the previous book" and not leftovers(tmp_path)
+    assert (tmp_path / "out" / "failed" / "01_sleeps.ipynb").is_file()
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_a_signal_during_a_sleeping_cell_stops_the_book_at_once_in_one_line(tmp_path, signum):
+    """Found: SIGTERM/SIGINT were ignored while a cell ran; Ctrl-C then gave a 27-line nbclient traceback and left
+    the previous site beside half-replaced notebooks."""
+    folder, mark = sleeping_notebook(tmp_path)
+    page = old_site(tmp_path / "out")
+    (tmp_path / "out" / "notebooks").mkdir()
+    (tmp_path / "out" / "notebooks" / "01_sleeps.ipynb").write_text("the previous copy")
+    book_run = subprocess.Popen([sys.executable, str(REPO / "scripts" / "book.py"), "build", "--folder", str(folder),
+                                 "--out", str(tmp_path / "out")], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True, cwd=REPO)
+    try:
+        waited = time.perf_counter()
+        while not (mark.is_file() and mark.read_text()) and book_run.poll() is None:
+            assert time.perf_counter() - waited < 180, "the notebook's cell never started"
+            time.sleep(0.2)
+        assert book_run.poll() is None, book_run.communicate()
+        book_run.send_signal(signum)
+        start = time.perf_counter()
+        out, err = book_run.communicate(timeout=30)
+        wall_s = time.perf_counter() - start
+    finally:
+        if book_run.poll() is None:
+            book_run.kill()
+            book_run.wait()
+    assert book_run.returncode == 128 + signum, out + err
+    assert wall_s < 5, f"the book took {wall_s:.1f} s to answer {signum.name}"
+    assert err.strip().splitlines() == [f"book: stopped by {signum.name} while running 01_sleeps.ipynb (cell 1); "
+                                        f"{tmp_path / 'out'} holds the last complete book, unchanged"], err
+    assert gone(int(mark.read_text())), "the stopped notebook's kernel is still running"
+    assert page.read_text() == "the previous book"
+    assert (tmp_path / "out" / "notebooks" / "01_sleeps.ipynb").read_text() == "the previous copy"
+    assert not leftovers(tmp_path)
+
+
+def test_each_notebooks_kernel_is_shut_down_when_that_notebook_ends(tmp_path):
+    """Found: every finished notebook's kernel stayed alive until the whole book ended (433 + 462 + 801 MB)."""
+    folder, pid_file = tmp_path / "notebooks", tmp_path / "first.pid"
+    write(folder, "00_first.ipynb", notebook(nbformat.v4.new_code_cell(
+        f"import os, pathlib\npathlib.Path({str(pid_file)!r}).write_text(str(os.getpid()))")))
+    write(folder, "01_second.ipynb", notebook(nbformat.v4.new_code_cell(
+        f"import pathlib, psutil\npid = int(pathlib.Path({str(pid_file)!r}).read_text())\n"
+        "alive = psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE\n"
+        "assert not alive, f'the first notebook kernel {pid} is still running'")))
+    done = run_book("execute", "--folder", str(folder), "--out", str(tmp_path / "out"))
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    runs = json.loads((tmp_path / "out" / "runs.json").read_text())
+    assert [e["log"] for e in runs["notebooks"]] == ["logs/00_first.jsonl", "logs/01_second.jsonl"]
+    assert not leftovers(tmp_path)
+
+
+def test_a_full_disk_is_one_short_line_and_the_previous_site_stays(tmp_path, monkeypatch, capsys):
+    """Found: a full disk printed one 255,362-character shutil.Error line. The disk fills the way a real one does:
+    os.sendfile (what shutil copies with on Linux) raises ENOSPC once a few files are written."""
+    out = tmp_path / "out"
+    page = old_site(out)
+    write(out / "notebooks", "00_tiny.ipynb", notebook(nbformat.v4.new_markdown_cell("# 00 · Tiny")))
+    entry = {"notebook": "00_tiny.ipynb", "started": "2026-11-27T10:00:00+00:00", "wall_s": 1.0,
+             "log": "logs/00_tiny.jsonl"}
+    (out / "runs.json").write_text(json.dumps({"notebooks": [entry], "doctor": DOCTOR}))
+    real_sendfile, written = os.sendfile, []
+
+    def full_disk(*args):
+        if len(written) >= 3:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        written.append(args)
+        return real_sendfile(*args)
+
+    monkeypatch.setattr(os, "sendfile", full_disk)
+    assert book.main(["html", "--out", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and len(err) < 400, err[:1000]
+    assert "No space left on device" in err
+    assert page.read_text() == "the previous book" and not leftovers(tmp_path)
+    assert not (out / "src").exists()
+
+
+def test_a_bad_book_cell_timeout_is_refused_in_one_line():
+    assert book.cell_timeout_s({}) == 900 and book.cell_timeout_s({"BOOK_CELL_TIMEOUT_S": "2.5"}) == 2.5
+    for bad in ("0", "-3", "soon", "inf", "nan"):
+        with pytest.raises(SystemExit, match="BOOK_CELL_TIMEOUT_S must be a positive number"):
+            book.cell_timeout_s({"BOOK_CELL_TIMEOUT_S": bad})
+
+
+def test_build_folders_of_a_killed_book_are_swept_and_a_live_ones_kept(tmp_path):
+    """SIGKILL gives a book no chance to clean up: the next build removes what the dead one left beside OUT."""
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead_pid = int(dead.stdout)
+    for name in (f".out.building-{dead_pid}-abc", f".out.old-{dead_pid}", f".out.building-{os.getpid()}-xyz",
+                 ".other.building-1-q", "out"):
+        (tmp_path / name).mkdir()
+    assert sorted(book.sweep_stale_stages(tmp_path / "out")) == [f".out.building-{dead_pid}-abc",
+                                                                  f".out.old-{dead_pid}"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        [f".out.building-{os.getpid()}-xyz", ".other.building-1-q", "out"])

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from labkit.core.exercises import NOT_ATTEMPTED, Exercise, judge
+from tests.exercise_support import all_exercises
 
 NOTEBOOKS = sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("*.ipynb"))
-PACKAGES = ("training", "comm", "parallel.data", "parallel.pipeline", "parallel.tensor", "parallel.debug", "profile", "input", "tf", "ladder", "sharding", "cluster", "plan")
 CHECK = re.compile(r"book\.check\(ex\.(\w+),\s*(\w+)")
 MIN_PER_NOTEBOOK = {"00_start_here": 1}
 
@@ -54,8 +54,7 @@ def test_shipped_stubs_are_not_attempted_and_match_their_reference(path):
 
 def test_every_exercise_is_in_exactly_one_notebook_and_there_are_25_or_more():
     used = [exercise.key for path in NOTEBOOKS for exercise, _, _ in exercises_of(path)]
-    defined = {v.key for pkg in PACKAGES for v in vars(importlib.import_module(f"labkit.{pkg}.exercises")).values()
-               if isinstance(v, Exercise)}
+    defined = {exercise.key for exercise in all_exercises()}     # every *exercises module, sub-packages too
     assert len(used) == len(set(used)) and set(used) == defined
     assert len(used) >= 25
 

@@ -8,14 +8,18 @@ live ``measure`` found), or wrong (with the hint of the mistake the answer match
 wrong). :class:`ExerciseBook` is one notebook's tally, kept apart from the lesson tally, and ``reveal`` prints a
 reference.
 
-The check cannot be fooled by the answer it judges: the reference runs first, on its own deep copies of every
-case; the learner's function runs on other copies, in a guarded thread under a time limit, its prints captured
-and capped, everything it raises (``SystemExit`` and ``KeyboardInterrupt`` included) reported as the learner's
-(:mod:`labkit.core.guard`); types and shapes are checked before values, whole numbers compared exactly
-(:mod:`labkit.core.answers`); and besides the cases a learner is shown, each check draws fresh cases with a new
-seed (when the exercise's ``cases`` takes ``seed``), so a table of the shown answers fails. In a ``measure``
-step every call of the learner's function is guarded the same way and compared with the reference on that call's
-input, so an error there is attributed to the learner, never to the kit.
+What the check guards against is an answer that goes wrong by accident, not one written to cheat: the reference
+runs first, on its own deep copies of every case; the learner's function runs on other copies, in a guarded thread
+under a time limit, its prints captured and capped, everything it raises (``SystemExit`` and ``KeyboardInterrupt``
+included) reported as the learner's, and all of its own code (its signature, its value's conversion, its
+exception's message, its ``__del__``) run there too (:mod:`labkit.core.guard`, which also says what no thread can
+stop); types and shapes are checked before values, whole numbers compared exactly, floats to the exercise's
+tolerance but never tighter than float32 rounding (:mod:`labkit.core.answers`); and besides the cases a learner is
+shown, each check draws fresh cases with a new seed (when the exercise's ``cases`` takes ``seed``), so a table of
+the shown answers fails. The answer runs in the kernel's own process, so code written to cheat can reach the
+reference (through ``gc`` or the threads' frames) or replace this module's functions: the check is a tutor, not
+an exam. In a ``measure`` step every call of the learner's function is guarded the same way and compared with the
+reference on that call's input, so an error there is attributed to the learner, never to the kit.
 
 Why not otter-grader or nbgrader: see the README's "Exercises" section. Torch-free.
 """
@@ -29,9 +33,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from labkit.core.answers import mismatch, plain, show, show_args
+from labkit.core.answers import FLOAT32_REL_TOL, mismatch, only_plain, plain, show, show_args
 from labkit.core.clock import Deadline
-from labkit.core.guard import Outcome, describe_output, describe_problem, learner_error, run_guarded  # noqa: F401
+from labkit.core.guard import (AnswerProblem, Outcome, describe_output, describe_problem,  # noqa: F401
+                               learner_error, run_guarded)
 from labkit.core.lessons import LessonLogError, append_to_lesson_log, last_record_per_notebook
 
 NOT_ATTEMPTED, CORRECT, WRONG = "not attempted yet", "correct", "wrong"
@@ -54,6 +59,7 @@ class Exercise:
     ``cases`` returns a list of keyword-argument dicts, seeded so the shown cases are reproducible; when it
     takes a ``seed`` argument, each check also judges on ``cases(seed=<fresh>)``, cases the learner has not been
     shown. ``measure`` (optional) runs after a correct answer and returns a line of live numbers for the verdict.
+    ``rel_tol`` is the floats' relative tolerance; :func:`tolerance` never lets it be tighter than float32 rounding.
     """
 
     key: str
@@ -95,21 +101,39 @@ class _LearnerError(BaseException):
     kit code that catches ``Exception`` inside ``measure`` cannot swallow it)."""
 
 
+def _bound(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn`` behind a check that it takes the case's argument names; both run in the guarded thread, since reading
+    a signature may run the answer's own code (a ``__signature__`` property)."""
+    def call(**case: Any) -> Any:
+        try:
+            inspect.signature(fn).bind(**case)
+        except TypeError as err:
+            raise AnswerProblem(f"your function cannot be called as f({', '.join(case)}): {err}; keep the stub's "
+                                "argument names") from None
+        except ValueError:  # no signature to read (a builtin): let the call itself say
+            pass
+        return fn(**case)
+    return call
+
+
+def _learners_value(value: Any) -> Any:
+    """What the check keeps of an answer's value: plain data only (run in the guarded thread)."""
+    return only_plain(plain(value))
+
+
 def _call(fn: Callable[..., Any], case: dict, deadline: Deadline, printed: list[Outcome]) -> Any:
     """One guarded call of the learner's function on a private copy of ``case``; its fault raises _LearnerError."""
-    try:
-        inspect.signature(fn).bind(**case)
-    except TypeError as err:
-        raise _LearnerError(f"your function cannot be called as f({', '.join(case)}): {err}; keep the stub's "
-                            "argument names") from None
-    except ValueError:  # no signature to read (a builtin): let the call itself say
-        pass
-    outcome = run_guarded(fn, case, max(deadline.remaining_s, 1e-3), convert=plain)
+    outcome = run_guarded(_bound(fn), case, max(deadline.remaining_s, 1e-3), convert=_learners_value)
     printed.append(outcome)
     problem = describe_problem(outcome, deadline.timeout_s)
     if problem:
         raise _LearnerError(problem)
     return outcome.value
+
+
+def tolerance(exercise: Exercise) -> float:
+    """The relative tolerance floats are judged with: the exercise's, never tighter than float32 rounding."""
+    return max(exercise.rel_tol, FLOAT32_REL_TOL)
 
 
 def fresh_cases(exercise: Exercise, seed: int) -> list[dict]:
@@ -127,7 +151,7 @@ def _matching_mistake(exercise: Exercise, cases: list[dict], got: list[Any]) -> 
             theirs = [plain(mistake.answer(**copy.deepcopy(c))) for c in cases]
         except Exception:  # a typical mistake that cannot even run on some case is not the one made
             continue
-        if all(mismatch(g, t, exercise.rel_tol) is None for g, t in zip(got, theirs)):
+        if all(mismatch(g, t, tolerance(exercise)) is None for g, t in zip(got, theirs)):
             return mistake
     return None
 
@@ -136,7 +160,7 @@ def _wrong(exercise: Exercise, shown: list[dict], hidden: list[dict], got: list[
            seed: int) -> Verdict:
     """The verdict for an answer that differs somewhere: the first shown case it gets wrong, else a fresh one."""
     cases = shown + hidden
-    reasons = [mismatch(g, w, exercise.rel_tol) for g, w in zip(got, want)]
+    reasons = [mismatch(g, w, tolerance(exercise)) for g, w in zip(got, want)]
     bad = [i for i, r in enumerate(reasons) if r is not None]
     mistake = _matching_mistake(exercise, cases, got)
     hint = f"\n  hint: {mistake.hint if mistake else exercise.hint}"
@@ -159,7 +183,7 @@ def _measured(exercise: Exercise, fn: Callable[..., Any], deadline: Deadline) ->
     def call(**kwargs: Any) -> Any:
         want = plain(exercise.reference(**copy.deepcopy(kwargs)))
         got = _call(fn, kwargs, deadline, [])
-        reason = mismatch(got, want, exercise.rel_tol)
+        reason = mismatch(got, want, tolerance(exercise))
         if reason is not None:
             raise _LearnerError(f"on the measured case {show_args(kwargs)} you gave {show(got)}"
                                 f"{f' ({reason})' if reason else ''}, the kit's reference gives {show(want)}")
@@ -188,7 +212,7 @@ def judge(exercise: Exercise, answer: Any, cases: Sequence[dict] | None = None, 
     if all(_unfilled(g) for g in got):
         return Verdict(exercise.key, NOT_ATTEMPTED, f"{head} not attempted yet (your function returns nothing): "
                                                     f"{exercise.task}")
-    if any(mismatch(g, w, exercise.rel_tol) is not None for g, w in zip(got, want)):
+    if any(mismatch(g, w, tolerance(exercise)) is not None for g, w in zip(got, want)):
         verdict = _wrong(exercise, shown, hidden, got, want, seed)
         return Verdict(verdict.key, WRONG, verdict.text + describe_output(outcomes), verdict.mistake)
     live = ""

@@ -16,6 +16,13 @@ which ends a pure-Python loop at its next bytecode. A thread cannot be killed wh
 (``time.sleep(60)``, one huge matmul): the check then gives up waiting after a short grace period, reports the
 time-out, and the exception fires when that call returns; an answer that catches the stop and keeps looping is
 reported as still running (restart the kernel). Either way the verdict arrives within the limit plus the grace.
+
+All of the answer's own code runs in that thread: the call, the conversion of its value (``convert``), its
+exception's message (``__str__``), and the release of what it made (its ``__del__``, its traceback's frames). The
+main thread only ever sees plain data and a stand-in of the exception, built from its message. What no thread can
+guard, said plainly: a C call that holds the interpreter lock (``sum(range(10**9))``, a runaway regex) stops every
+thread, so the verdict and the Interrupt button wait until it returns; ``os._exit`` or an allocation larger than
+the memory ends the kernel itself; an object in a reference cycle is freed whenever Python's collector runs.
 """
 from __future__ import annotations
 
@@ -39,6 +46,15 @@ _MESSAGE_CHARS = 300            # an exception's message is cut here (an answer 
 _PRINT_LINES = 6                # lines of the answer's output quoted in a verdict
 
 
+class AnswerProblem(Exception):
+    """A fault of the answer found by kit code in the guarded thread (say, a wrong signature): its message is the
+    whole report."""
+
+
+class AnswerRaised(Exception):
+    """Stands in for an exception of the answer's own class (its message only, so none of its methods runs later)."""
+
+
 class _Stopped(BaseException):
     """Raised inside the learner's thread when its time is up (a BaseException: ``except Exception`` misses it)."""
 
@@ -53,6 +69,7 @@ class Outcome:
     still_running: bool = False
     output: str = ""
     output_chars: int = 0
+    error_text: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -98,20 +115,48 @@ def _wait(thread: threading.Thread, timeout_s: float) -> None:
         thread.join(min(_SLICE_S, deadline.remaining_s))
 
 
+def _stand_in(err: BaseException, text: str) -> BaseException:
+    """A fresh exception of a built-in class with the same message, else :class:`AnswerRaised` (no answer code)."""
+    kind = type(err)
+    if kind.__module__ == "builtins":
+        try:
+            return kind(text)
+        except Exception:  # a built-in class whose constructor wants more arguments (UnicodeDecodeError)
+            pass
+    return AnswerRaised(text)
+
+
+def _answer_in_worker(fn: Callable[..., Any], kwargs: dict, convert: Callable[[Any], Any], box: dict) -> None:
+    """The call, its conversion, its error's message and the release of everything it made, all in the worker."""
+    private = copy.deepcopy(kwargs)
+    try:
+        box["value"] = convert(fn(**private))
+    except BaseException as err:            # noqa: B036 - SystemExit and KeyboardInterrupt raised by the answer
+        box["stopped"] = type(err) is _Stopped
+        box["text"] = learner_error(err)
+        box["error"] = _stand_in(err, box["text"])
+        if err.__traceback__ is not None:
+            traceback.clear_frames(err.__traceback__)   # the answer's locals are freed here, not in the kernel
+    del private
+
+
 def run_guarded(fn: Callable[..., Any], kwargs: dict, time_limit_s: float,
                 convert: Callable[[Any], Any] = lambda v: v) -> Outcome:
     """Call ``fn(**deepcopy(kwargs))`` in a worker thread, time-limited, output captured; ``convert`` (run in the
     worker too, so a hostile return value's methods are time-limited as well) turns the value into plain data."""
-    private = copy.deepcopy(kwargs)
     box: dict[str, Any] = {}
     worker: set[int] = set()
 
     def body() -> None:
         worker.add(threading.get_ident())
         try:
-            box["value"] = convert(fn(**private))
-        except BaseException as err:        # noqa: B036 - SystemExit and KeyboardInterrupt raised by the answer
-            box["error"] = err
+            _answer_in_worker(fn, kwargs, convert, box)
+        except BaseException as late:       # noqa: B036 - the stop, or a fault while the leftovers are described
+            if type(late) is _Stopped:
+                box["stopped"] = True
+            elif "value" not in box:
+                box.setdefault("text", f"your code raised an error that could not be described ({type(late).__name__})")
+                box.setdefault("error", AnswerRaised(box["text"]))
 
     out, err_stream = _Capture(sys.stdout, worker, OUTPUT_CAP_CHARS), _Capture(sys.stderr, worker, 0)
     thread = threading.Thread(target=body, name="labkit-exercise-answer", daemon=True)
@@ -129,17 +174,18 @@ def run_guarded(fn: Callable[..., Any], kwargs: dict, time_limit_s: float,
         raise
     finally:
         sys.stdout, sys.stderr = saved
-    error = box.get("error")
-    if isinstance(error, _Stopped):
-        error, timed_out = None, True
-    output = "".join(out.kept)
-    return Outcome(value=box.get("value"), error=None if timed_out else error, timed_out=timed_out,
-                   still_running=thread.is_alive(), output=output,
-                   output_chars=out.total_chars + err_stream.total_chars)
+    timed_out = timed_out or bool(box.get("stopped"))
+    return Outcome(value=box.get("value"), error=None if timed_out else box.get("error"), timed_out=timed_out,
+                   still_running=thread.is_alive(), output="".join(out.kept),
+                   output_chars=out.total_chars + err_stream.total_chars,
+                   error_text=None if timed_out else box.get("text"))
 
 
 def learner_error(err: BaseException) -> str:
-    """The learner's exception in one short block: its type, message and the learner's own line that raised it."""
+    """The learner's exception in one short block: its type, message and the learner's own line that raised it
+    (run in the guarded thread: ``__str__`` is the answer's code)."""
+    if type(err) is AnswerProblem:
+        return str(err.args[0])
     frames = [f for f in traceback.extract_tb(err.__traceback__) if not f.filename.startswith(_PACKAGE_DIR)]
     where = ""
     if frames:
@@ -147,8 +193,9 @@ def learner_error(err: BaseException) -> str:
         where = f"\n  in your code, line {last.lineno}: {(last.line or '').strip()}"
     try:
         message = str(err)
-    except Exception:  # an exception whose __str__ fails is still the learner's: name its type
-        message = "(its message could not be shown)"
+        message = message if type(message) is str else "(its message is not a str)"
+    except BaseException as why:  # noqa: B036 - a __str__ that fails, even with SystemExit, is still the learner's
+        message = f"(its message could not be shown: its __str__ raised {type(why).__name__})"
     if len(message) > _MESSAGE_CHARS:
         message = message[:_MESSAGE_CHARS] + " ..."
     advice = {SystemExit: " (sys.exit()/exit() would end the program: return the answer instead)",
@@ -164,6 +211,8 @@ def describe_problem(outcome: Outcome, limit_s: float) -> str | None:
                 "restart the kernel: Kernel > Restart)")
     if outcome.timed_out:
         return f"your function did not return within {limit_s:.3g} s (a loop that never ends, or a sleep?)"
+    if outcome.error_text is not None:
+        return outcome.error_text
     return learner_error(outcome.error) if outcome.error is not None else None
 
 
