@@ -6,7 +6,9 @@ instruments: per-phase timing (the default: five pooled CUDA events a step, read
 timing (``timing='step'``: one event a step, for launch-bound steps where even five event records show); what a call of ``train`` costs once, before and after
 its steps (sampler, memory baseline, summary), is reported on its own as start-up, in ms. The classic per-phase-sync timer
 (``sync_every_step=True``) is measured too: the H100 showed it 25-28% slower than a bare loop. On a CPU
-the script also reports the ratio of process CPU time, which other programs' load barely disturbs.
+the script also reports the ratio of process CPU time, which other programs' load barely disturbs. On a GPU it also
+measures what one CUDA event record + read costs on the host: the floor of whole-step timing, which one event a step
+cannot go below; where a short step misses 2%, the claim is stated against that floor (NOT CHECKED on a CPU).
 
     python benchmarks/loop_overhead.py                       # ResNet-18 (32x32) and the small CNN
     python benchmarks/loop_overhead.py --models small_cnn --json runs/loop_overhead.json
@@ -30,6 +32,8 @@ from labkit.core.timing import synchronize
 from labkit.core.validation import positive_int
 from labkit.training.config import TrainConfig
 from labkit.training.loop import train
+
+OVERHEAD_TARGET = 0.02      # issue 13: the instrumented loop within 2% of a bare loop
 
 
 def bare_loop(model: nn.Module, batches: list, device: torch.device, lr: float = 0.05) -> tuple[float, float]:
@@ -96,6 +100,41 @@ def measure(name: str, batch_size: int, steps: int, repeats: int, device: torch.
                 startup_s=statistics.median(startups))
 
 
+def event_cost_s(device: torch.device, events: int = 500, repeats: int = 5) -> tuple[float | None, str]:
+    """Host seconds one CUDA event costs the whole-step instrument each step: one ``record`` plus one read of a
+    finished pair (``elapsed_time``), median of ``repeats``; (None, why) where there is no CUDA device."""
+    if device.type != "cuda":
+        return None, "NOT CHECKED: no CUDA device here (CUDA events exist only on a GPU; a CPU step is timed by the host clock)"
+    costs = []
+    pool = [torch.cuda.Event(enable_timing=True) for _ in range(events + 1)]      # pooled, as the loop's are
+    for _ in range(repeats):
+        torch.cuda.synchronize(device)
+        start = now_s()
+        for e in pool:
+            e.record()
+        record_s = (now_s() - start) / len(pool)
+        torch.cuda.synchronize(device)
+        start = now_s()
+        for a, b in zip(pool, pool[1:]):
+            a.elapsed_time(b)
+        costs.append(record_s + (now_s() - start) / events)
+    return statistics.median(costs), "measured"
+
+
+def overhead_claim(row: dict, event_s: float | None, why: str) -> str:
+    """The 2% target for whole-step timing, bounded by the event floor where it is missed. Rival: 'the excess is
+    the instrument's own Python, not the event' -- rejected only when the overhead stays within floor + 2%."""
+    over = row["step_timing_ratio"] - 1
+    if event_s is None:
+        return why
+    floor = event_s / row["bare_step_s"]
+    if over < OVERHEAD_TARGET:
+        return f"met: {over:+.1%} < {OVERHEAD_TARGET:.0%} (event floor {floor:.1%})"
+    if over <= floor + OVERHEAD_TARGET:       # the target applied above what one event costs on this host
+        return f"bounded: {over:+.1%} is within {OVERHEAD_TARGET:.0%} of the floor of one event record+read ({floor:.1%})"
+    return f"NOT met: {over:+.1%} exceeds the event floor {floor:.1%} by more than {OVERHEAD_TARGET:.0%}"
+
+
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--models", nargs="+", default=["resnet18", "small_cnn"])
@@ -112,17 +151,22 @@ def main(argv: list[str] | None = None) -> dict:
     sizes = {"resnet18": pick(fast=(16, 6), full=(128, 50)), "small_cnn": pick(fast=(64, 30), full=(256, 100))}
     label = device_label(device)
     print(f"loop overhead on {label}; {args.repeats} interleaved repeats, median ratio")
+    event_s, why = event_cost_s(device)
+    print(f"one CUDA event record + read on the host: {1e6 * event_s:.1f} us" if event_s is not None else
+          f"whole-step event floor: {why}")
     rows = []
     for name in args.models:
         bs, steps = sizes.get(name, (32, 20))
         m = measure(name, bs, steps, args.repeats, device)
+        m.update(event_record_read_s=event_s, overhead_claim=overhead_claim(m, event_s, why),
+                 **({} if event_s is not None else {"event_floor_reason": why}))
         rows.append(m)
         print(f"{name:10s} batch {bs:4d} x {steps:3d} steps: bare {m['bare_step_s'] * 1e3:.2f} ms/step; "
               f"instrumented/bare = {m['ratio']:.4f} (overhead {100 * (m['ratio'] - 1):+.2f}%; whole call "
               f"{m['call_ratio']:.4f}, start-up {m['startup_s'] * 1e3:.1f} ms); whole-step timing "
               f"{m['step_timing_ratio']:.4f}; "
               f"CPU-time ratio {m['cpu_ratio']:.4f}; per-phase sync (sync_every_step=True) "
-              f"{m['sync_every_step_ratio']:.4f}")
+              f"{m['sync_every_step_ratio']:.4f}; whole-step claim: {m['overhead_claim']}")
     report = {"device": label, "rows": rows}
     if args.json is not None:
         args.json.parent.mkdir(parents=True, exist_ok=True)

@@ -1,17 +1,20 @@
-"""`make gpu-check`: on a CUDA box, run the tests and every notebook in full mode plus the GPU benchmarks, and
-write docs/gpu-report.md. Without a GPU: say so, render the report from recorded fixtures (a dry run that
-checks the report writer) and exit 0.
+"""`make gpu-check`: one slot of a lent GPU. Choose the steps of the evidence ledger (docs/gpu-report.md) whose
+row is missing, stale or oldest, as many as fit the deadline; run them one after another in full mode; merge each
+row into the ledger as it ends, and write the ledger whatever stops the slot (a signal, Ctrl-C, a crash). It never
+runs twice in one slot: a second start within the hour is refused (exit 2) and touches nothing. Without a GPU:
+say so, dry-run the report writer on recorded fixtures, print the next slot's plan and exit 0.
 
     .venv/bin/python scripts/gpu_check.py                   # live on a GPU box; dry run elsewhere
-    .venv/bin/python scripts/gpu_check.py --dry-run --out docs/gpu-report.md
+    .venv/bin/python scripts/gpu_check.py --plan            # the next slot's steps, budgets and total, anywhere
+    .venv/bin/python scripts/gpu_check.py --commit "$(git rev-parse HEAD)"   # on a box whose tree has no .git
 """
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -21,11 +24,15 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "scripts"))     # its developer modules: gpu_report, step_lanes (not the learner's kit)
 
-from step_lanes import GpuMemorySampler, Step, run_steps  # noqa: E402  (torch-free)
+from gpu_ledger import (FULL_MODE_BUDGET_S, NOT_FINISHED, Choice, LedgerRow, all_steps, budget_lines,  # noqa: E402
+                        choose_steps, complete, kind_of, merge_rows, parse_ledger, plan_lines, read_notes,
+                        render_ledger_report, rerender, stale_reasons)
+from gpu_report import ledger_result, load_inputs, output_name, render_report  # noqa: E402  (torch-free)
+from step_lanes import GpuMemorySampler  # noqa: E402  (torch-free)
+from labkit.comm.stop import stop_group  # noqa: E402
 from labkit.core.rundirs import run_path  # noqa: E402
 FIXTURES = REPO / "tests" / "fixtures" / "gpu_check"
 NOTEBOOK_CELL_TIMEOUT_S = 900
-STEP_TIMEOUT_S = 3 * 3600
 DRY_RUN_NOTES = ["Notebooks 01 and 05 passed on the H100 as well (no per-cell log was kept for them).",
                  "The test file table lists only the files with failures: the H100 log itemises failures, not passes "
                  "(345 passed, 11 failed, 5 errors in all).",
@@ -61,76 +68,9 @@ def machine_versions() -> dict:
             "cuda": torch.version.cuda or "unknown", "driver": driver or "unknown", "tensorflow": tf}
 
 
-# Notebooks whose lessons time work on the GPU: in lanes they run one at a time in the GPU's lane (H200, run in 4
-# free lanes: 03b's fusion bound read 29.9x against 11x and 11's checkpoint price 116% against 45% with notebook
-# 02's batch finder on the same GPU; 03b passed alone). The gloo notebooks beside them use CPUs only; a GPU-timing
-# verdict that still sees another process computing on the GPU says INCONCLUSIVE and names it (core.gpu_neighbours).
-GPU_TIMING = {"nbval_01_gpu_utilization", "nbval_02_batch_size", "nbval_03_profiling", "nbval_03b_roofline",
-              "nbval_07_synchronous_sgd", "nbval_10_tuning_ladder", "nbval_11_sharding_and_memory",
-              "checkpoint_price", "memory_check", "tests"}
-# The GPU lane's order: the longest first, so a deadline cuts the cheap steps, not the capstone.
-GPU_LANE_ORDER = ("checkpoint_price", "nbval_10_tuning_ladder", "nbval_02_batch_size", "nbval_11_sharding_and_memory",
-                  "nbval_07_synchronous_sgd", "nbval_03b_roofline", "nbval_01_gpu_utilization", "nbval_03_profiling",
-                  "memory_check", "tests")
-# Planning estimates (s) on one H200 in full mode, from the live run of 26 November 2026 (docs/gpu-report.md, run 2
-# where a step ran there, else run 1); a step not listed is planned at 60 s. They balance the lanes and give the plan
-# written into the report (PLAN_NOTE): nothing is judged against them.
-COST_S = {"gpu_tests": 40, "loop_overhead": 45, "checkpoint_price": 25, "nbval_10_tuning_ladder": 280,
-          "nbval_02_batch_size": 102, "nbval_11_sharding_and_memory": 60, "nbval_07_synchronous_sgd": 57,
-          "nbval_03b_roofline": 26, "nbval_01_gpu_utilization": 26, "nbval_03_profiling": 22, "memory_check": 22,
-          "tests": 60, "nbval_04_input_pipelines": 180, "nbval_06b_mpi": 82, "nbval_05_model_vs_data_parallelism": 53,
-          "nbval_09_multi_gpu_pitfalls": 46, "nbval_06_all_reduce": 37, "nbval_08_tensorflow_distribution": 20,
-          "nbval_12_multi_node": 13, "nbval_00_start_here": 12}
-# Test files that reach a GPU: the instruments and the step alone first; the rest in the GPU lane.
-GPU_TEST_FILES = ("tests/training/test_gpu_instruments.py", "tests/core/test_step.py", "tests/training/test_run_memory.py",
-                  "tests/training/test_sampling.py", "tests/core/test_device.py")
-LANE_TEST_FILES = ("tests/cli/test_bench.py", "tests/cli/test_profile.py", "tests/core/test_gpu_neighbours.py",
-                   "tests/core/test_verdict.py", "tests/training/test_loop.py", "tests/training/test_window.py")
 LENT_SLOT_DEADLINE_S = 560       # a lent GPU's 10-minute slot, less the report and the transfers
-
-
-def _pytest(py: str, work: Path, name: str, files: tuple[str, ...]) -> tuple[str, ...]:
-    return (py, "-m", "pytest", "-q", "-p", "no:cacheprovider", *files, f"--junitxml={work / f'{name}.xml'}")
-
-
-def gpu_check_steps(py: str, work: Path, test_paths: list[str]) -> list[Step]:
-    """Every step of the check: the alone steps, then the GPU lane in GPU_LANE_ORDER, then the CPU-only steps."""
-    steps = [Step("gpu_tests", _pytest(py, work, "tests_gpu", GPU_TEST_FILES), COST_S["gpu_tests"], alone=True,
-                  stdout=str(work / "gpu_tests.log")),
-             Step("loop_overhead", (py, "benchmarks/loop_overhead.py", "--json", str(work / "loop_overhead.json")),
-                  COST_S["loop_overhead"], alone=True, stdout=str(work / "loop_overhead.stdout.txt")),
-             Step("checkpoint_price", (py, "benchmarks/checkpoint_price.py", "--json", str(work / "checkpoint.json")),
-                  COST_S["checkpoint_price"], stdout=str(work / "checkpoint_price.stdout.txt"), gpu_timing=True),
-             Step("memory_check", (py, "benchmarks/memory_check.py", "--json", str(work / "memory.json")),
-                  COST_S["memory_check"], stdout=str(work / "memory.stdout.txt"), gpu_timing=True),
-             Step("tests", _pytest(py, work, "tests", tuple(test_paths) or LANE_TEST_FILES), COST_S["tests"],
-                  stdout=str(work / "tests.log"), gpu_timing=True)]
-    for nb in sorted((REPO / "notebooks").glob("*.ipynb")):
-        name = f"nbval_{nb.stem}"
-        steps.append(Step(name, (py, "-m", "pytest", "-q", "--nbval-lax", "--nbval-current-env", "-p", "no:cacheprovider",
-                                 f"--nbval-cell-timeout={NOTEBOOK_CELL_TIMEOUT_S}", f"--junitxml={work / f'{name}.xml'}",
-                                 str(nb.relative_to(REPO))), COST_S.get(name, 60), stdout=str(work / f"{name}.log"),
-                          gpu_timing=name in GPU_TIMING))
-    rank = {name: i for i, name in enumerate(GPU_LANE_ORDER)}
-    return sorted(steps, key=lambda s: (not s.alone, not s.gpu_timing, rank.get(s.name, len(rank)), -s.cost_s))
-
-
-def plan_note(steps: list[Step], lanes: int, deadline_s: float | None) -> str:
-    """The plan in numbers: the alone steps, then the GPU lane one step after another, against the deadline."""
-    alone = sum(s.cost_s for s in steps if s.alone)
-    gpu_lane = sum(s.cost_s for s in steps if s.gpu_timing and not s.alone)
-    others = sum(s.cost_s for s in steps if not s.gpu_timing and not s.alone)
-    other_lanes = max(1, lanes - 1)
-    return (f"Plan (estimates from the recorded H200 step times): alone {alone:.0f} s, then the GPU lane "
-            f"{gpu_lane:.0f} s one step after another beside {others:.0f} s of CPU-only steps in {other_lanes} "
-            f"lane(s) (~{others / other_lanes:.0f} s each): {alone + gpu_lane:.0f} s on the critical path against a "
-            f"deadline of {deadline_s:.0f} s." if deadline_s else
-            f"Plan: alone {alone:.0f} s, GPU lane {gpu_lane:.0f} s, CPU-only {others:.0f} s (no deadline).")
-
-
-def default_lanes() -> int:
-    """One lane per 4 CPUs (at most 4): the GPU's lane and up to three CPU-only lanes."""
-    return max(1, min(4, len(os.sched_getaffinity(0)) // 4))
+SLOT_GUARD_S = 3600              # a second start within this long of the first is refused (the fallback that re-ran)
+LEDGER = REPO / "docs" / "gpu-report.md"
 
 
 def carried_wheels_env(site: Path) -> dict[str, str]:
@@ -155,31 +95,127 @@ def carried_wheels_env(site: Path) -> dict[str, str]:
     return {"PYTHONPATH": os.pathsep.join(p for p in parts if p)}
 
 
-def live_run(work: Path, lanes: int = 1, deadline_s: float | None = None, skip: tuple[str, ...] = (),
-             test_paths: tuple[str, ...] = ("tests",), alone: tuple[str, ...] = ()) -> int:
-    """Every step of the check; writes steps.json; returns how many steps did not end ok (the report is written)."""
-    steps = [dataclasses.replace(s, alone=s.alone or s.name in alone)
-             for s in gpu_check_steps(sys.executable, work, list(test_paths)) if s.name not in skip]
-    env = {**os.environ, **carried_wheels_env(work / "site"), "LABKIT_MODE": "full",
-           "LABKIT_LESSON_LOG": str(work / "lessons.jsonl")}
-    (work / "plan.txt").write_text(plan_note(steps, lanes, deadline_s))
-    started = time.time()
-    sampler = GpuMemorySampler()
-    sampler.start()
-    try:
-        records = run_steps(steps, lanes=lanes, deadline_s=deadline_s, env=env, cwd=REPO, sampler=sampler)
-    finally:
-        sampler.stop()
-    ladder_json = work / "ladder" / "ladder.json"
-    notebook_ladder = run_path("ladder") / "ladder.json"      # notebook 10's climb saves its ladder here
-    if ladder_json.is_file():
-        (work / "ladder.json").write_text(ladder_json.read_text())
-    elif notebook_ladder.is_file() and notebook_ladder.stat().st_mtime >= started:
-        (work / "ladder.json").write_text(notebook_ladder.read_text())
-    (work / "steps.json").write_text(json.dumps({"lanes": lanes, "deadline_s": deadline_s,
-                                                 "steps": [r.to_dict() for r in records]}, indent=1))
-    return sum(r.status != "ok" for r in records)
+class SlotStopped(Exception):
+    """A signal (SIGTERM from the slot's limit, SIGHUP) stopped the slot: the ledger is still written."""
 
+
+def _raise_stop(signum: int, frame: object) -> None:
+    raise SlotStopped(signal.Signals(signum).name)
+
+
+def step_command(py: str, work: Path, step: str) -> tuple[str, ...]:
+    """The command of one ledger step: nbval for a notebook (full mode), pytest for a test file, a benchmark as is."""
+    out = str(work / output_name(step))
+    if step.endswith(".ipynb"):
+        return (py, "-m", "pytest", "-q", "--nbval-lax", "--nbval-current-env", "-p", "no:cacheprovider",
+                f"--nbval-cell-timeout={NOTEBOOK_CELL_TIMEOUT_S}", f"--junitxml={out}", step)
+    if step.startswith("tests/"):
+        return (py, "-m", "pytest", "-q", "-p", "no:cacheprovider", step, f"--junitxml={out}")
+    takes_json = '"--json"' in (REPO / step).read_text() if (REPO / step).is_file() else False
+    return (py, step, "--json", out) if takes_json else (py, step)
+
+
+def run_one(argv: tuple[str, ...], log: Path, limit_s: float, env: dict, cwd: Path,
+            sampler: GpuMemorySampler | None = None) -> tuple[str, float, float | None]:
+    """Run one step in its own session, stopped at ``limit_s``; (status, wall s, peak GPU MiB). Whatever stops
+    the slot meanwhile (a signal, Ctrl-C) stops the step's whole process group first, then goes on up."""
+    started = time.monotonic()
+    with open(log, "w") as out:
+        proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        if sampler:
+            sampler.watch(log.stem, proc.pid)
+        try:
+            proc.wait(timeout=max(0.0, limit_s))
+            status = "ok" if proc.returncode == 0 else f"failed (exit {proc.returncode})"
+        except subprocess.TimeoutExpired:
+            status = f"stopped at its limit of {limit_s:.0f} s"
+        finally:
+            if proc.poll() is None:
+                stop_group(proc)
+            if sampler:
+                sampler.unwatch(log.stem)
+    peak = sampler.peaks.get(log.stem) if sampler and sampler.readable else None
+    return status, round(time.monotonic() - started, 1), peak
+
+
+def run_slot(chosen: list[Choice], *, work: Path, ledger: Path, deadline_s: float, device: str, commit: str,
+             env: dict, py: str = sys.executable, sampler: GpuMemorySampler | None = None) -> list[str]:
+    """Run the chosen steps one after another inside ``deadline_s``; after each (and whatever stops the slot)
+    merge its row into the ledger and rewrite it. Returns each chosen step's fate (never started ones too)."""
+    old_text = ledger.read_text() if ledger.is_file() else ""
+    rows, notes = parse_ledger(old_text), read_notes(old_text)
+    fates = {c.step: "never started (the deadline came first)" for c in chosen}
+    date = time.strftime("%Y-%m-%d %H:%M", time.gmtime())
+    started = time.monotonic()
+
+    def write() -> None:
+        slot = [f"{date} UTC on {device}, commit `{commit[:10]}`, deadline {deadline_s:.0f} s:", ""]
+        slot += [f"- `{c.step}` (budget {c.cost_s:.0f} s): {fates[c.step]}" for c in chosen]
+        ledger.write_text(render_ledger_report(REPO, rows, deadline_s, slot=slot, notes=notes, as_of=commit))
+
+    current = None
+    try:
+        for c in chosen:
+            left = deadline_s - (time.monotonic() - started)
+            if left <= 1:
+                break
+            current, step_started = c, time.monotonic()
+            limit = min(left, max(2 * c.cost_s, c.cost_s + 60))      # an estimate twice wrong stops, the rest runs
+            lessons = work / "lessons" / f"{Path(c.step).stem}.jsonl"
+            lessons.parent.mkdir(parents=True, exist_ok=True)
+            status, wall, peak = run_one(step_command(py, work, c.step), work / f"{Path(output_name(c.step)).stem}.log",
+                                         limit, {**env, "LABKIT_LESSON_LOG": str(lessons)}, REPO, sampler)
+            result, figures = ledger_result(c.step, status, work, lessons)
+            if peak:
+                figures = f"{figures}; peak GPU memory {peak:.0f} MiB".lstrip("; ")
+            rows = merge_rows(rows, [LedgerRow(c.step, kind_of(c.step), device, commit, date, result, wall, figures)])
+            fates[c.step], current = f"{status} in {wall:.0f} s: {result}", None
+            write()
+    except BaseException as err:            # a signal, Ctrl-C or a crash: the running step is recorded, then re-raised
+        if current is not None:
+            wall = round(time.monotonic() - step_started, 1)
+            why = f"{NOT_FINISHED} (the slot was stopped: {type(err).__name__} {err})"
+            rows = merge_rows(rows, [LedgerRow(current.step, kind_of(current.step), device, commit, date, why, wall)])
+            fates[current.step] = f"{why} after {wall:.0f} s"
+        raise
+    finally:
+        write()
+    return [f"{step}: {fate}" for step, fate in fates.items()]
+
+
+def slot_guard(stamp: Path, new_slot: bool) -> str | None:
+    """Why this start is refused (a slot already started here within SLOT_GUARD_S), else None; writes the stamp."""
+    if stamp.is_file() and not new_slot:
+        try:
+            before = json.loads(stamp.read_text())
+        except json.JSONDecodeError:
+            before = {"started": time.time(), "pid": "?"}
+        if time.time() - before.get("started", 0) < SLOT_GUARD_S:
+            return (f"a GPU check already started here at {time.strftime('%H:%M:%S', time.gmtime(before['started']))} "
+                    f"UTC (pid {before.get('pid')}): this command never runs twice in one slot (pass --new-slot for "
+                    "another slot); its ledger and work folder are left as they are")
+    stamp.parent.mkdir(parents=True, exist_ok=True)
+    stamp.write_text(json.dumps({"started": time.time(), "pid": os.getpid()}))
+    return None
+
+
+def head_commit() -> str:
+    """This tree's commit (git, else $LABKIT_COMMIT: a lent box gets the tree without .git), or 'unknown'."""
+    try:
+        out = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        out = None
+    return (out.stdout.strip() if out is not None and out.returncode == 0 else "") or \
+        os.environ.get("LABKIT_COMMIT", "unknown")
+
+
+def the_plan(ledger: Path, deadline_s: float, only: tuple[str, ...] = ()) -> tuple[list[Choice], str]:
+    """The next slot's choice from the ledger and this tree's git history, and the plan as printed text."""
+    rows = complete(parse_ledger(ledger.read_text()) if ledger.is_file() else [], all_steps(REPO))
+    choices = choose_steps(rows, stale_reasons(REPO, rows), deadline_s, only)
+    text = "\n".join(plan_lines(choices, deadline_s) + ["", f"Full mode against the {FULL_MODE_BUDGET_S:.0f} s "
+                                                         "budget, per notebook:", ""] + budget_lines(REPO, rows))
+    return choices, text
 
 def write_report(text: str, out: Path) -> Path:
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -203,49 +239,81 @@ def dry_run(out: Path) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--dry-run", action="store_true", help="render from recorded fixtures even on a GPU box")
-    parser.add_argument("--out", type=Path, help="report path (default: docs/gpu-report.md live, "
-                        "runs/gpu-check/gpu-report-dry-run.md for a dry run)")
-    parser.add_argument("--lanes", type=int, default=default_lanes(), help="run the steps that need not be alone in "
-                        "this many lanes, each pinned to its share of the CPUs (default: one lane per 4 CPUs, at most "
-                        "4; 1: one step after another)")
-    parser.add_argument("--deadline-s", type=float, default=LENT_SLOT_DEADLINE_S, help="stop what still runs after "
-                        "this many seconds and list what never started (default: a lent GPU's 10-minute slot; 0: none)")
-    parser.add_argument("--skip", nargs="*", default=[], help="step names to leave out (see steps.json)")
-    parser.add_argument("--tests", nargs="*", default=[], help="test paths of the GPU lane's pytest step (default: "
-                        "the test files that reach a GPU; `--tests tests` runs the whole suite)")
-    parser.add_argument("--alone", nargs="*", default=[], help="step names to run by themselves, before the lanes "
-                        "(timing lessons that another step on the GPU would disturb)")
-    args = parser.parse_args(argv)
-    if args.lanes < 1 or args.deadline_s < 0:
-        parser.error("--lanes must be at least 1 and --deadline-s at least 0 (0: no deadline)")
-    if args.dry_run or not cuda_present():
-        if not args.dry_run:
-            print("no CUDA GPU on this machine: nothing to check live; dry run of the report writer instead")
-        return dry_run(args.out or run_path("gpu-check", "gpu-report-dry-run.md"))
-    from gpu_report import load_inputs, render_report
-
+def live(args: argparse.Namespace) -> int:
+    """One slot on this GPU: choose, run, merge, write the ledger whatever stops it; 1 if a step did not pass."""
+    why = slot_guard(run_path("gpu-check.slot.json"), args.new_slot)
+    if why:
+        print(f"refused: {why}", file=sys.stderr)
+        return 2
     work = run_path("gpu-check")
-    previous = work.with_name("gpu-check.previous")     # a failed step must show "not available", never an older
-    shutil.rmtree(previous, ignore_errors=True)          # result; the older run is kept aside, not deleted (a rerun
-    if work.exists():                                    # by mistake must not destroy the evidence of a lent GPU)
+    previous = work.with_name("gpu-check.previous")     # an older slot's outputs are kept aside, never read as new
+    shutil.rmtree(previous, ignore_errors=True)
+    if work.exists():
         work.rename(previous)
     work.mkdir(parents=True, exist_ok=True)
     versions = machine_versions()
-    (work / "versions.json").write_text(json.dumps(versions, indent=1))   # the report can be rendered again
-    failures, crash = 1, None
+    (work / "versions.json").write_text(json.dumps(versions, indent=1))
+    choices, text = the_plan(args.ledger, args.deadline_s, tuple(args.only))
+    (work / "plan.txt").write_text(text)
+    print(text, flush=True)
+    chosen = [c for c in choices if c.chosen]
+    handlers = {s: signal.signal(s, _raise_stop) for s in (signal.SIGTERM, signal.SIGHUP)}
+    sampler, fates, crash, started = GpuMemorySampler(), [], None, time.time()
+    sampler.start()
     try:
-        failures = live_run(work, args.lanes, args.deadline_s or None, tuple(args.skip), tuple(args.tests),
-                            tuple(args.alone))
-    except (Exception, KeyboardInterrupt) as err:       # the report is written whatever stopped the run
-        crash = f"The check itself stopped early: {type(err).__name__}: {err}"
-    notes = [n for n in ((work / "plan.txt").read_text() if (work / "plan.txt").is_file() else "", crash) if n]
-    text = render_report(load_inputs(work, versions, notes=notes))
-    print(f"wrote {write_report(text, args.out or REPO / 'docs' / 'gpu-report.md')}; {failures} step(s) failed"
+        env = {**os.environ, **carried_wheels_env(work / "site"), "LABKIT_MODE": "full"}
+        fates = run_slot(chosen, work=work, ledger=args.ledger, deadline_s=args.deadline_s,
+                         device=versions["device"], commit=args.commit or head_commit(), env=env, sampler=sampler)
+    except BaseException as err:             # the ledger is already written (run_slot's finally); say why it stopped
+        crash = f"the slot stopped early: {type(err).__name__}: {err}"
+    finally:
+        sampler.stop()
+        for s, h in handlers.items():
+            signal.signal(s, h)
+    ladder = run_path("ladder") / "ladder.json"          # notebook 10's climb saves its ladder here
+    if ladder.is_file() and ladder.stat().st_mtime >= started:
+        shutil.copyfile(ladder, work / "ladder.json")
+    report = render_report(load_inputs(work, versions, notes=[text.split("\n")[0], *([crash] if crash else [])]))
+    write_report(report, work / "report.md")
+    print("\n".join(fates) + f"\nledger: {args.ledger}; this slot's figures: {work / 'report.md'}"
           + (f"; {crash}" if crash else ""))
-    return 1 if failures or crash else 0
+    return 1 if crash or any(": ok " not in f for f in fates) else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--plan", action="store_true", help="print the next slot's steps, their budget each and the "
+                        "total against the deadline, then exit (no GPU needed)")
+    parser.add_argument("--dry-run", action="store_true", help="render from recorded fixtures even on a GPU box")
+    parser.add_argument("--out", type=Path, help="the dry run's report (default runs/gpu-check/gpu-report-dry-run.md)")
+    parser.add_argument("--ledger", type=Path, default=LEDGER, help="the ledger to read and merge into "
+                        "(default docs/gpu-report.md)")
+    parser.add_argument("--deadline-s", type=float, default=LENT_SLOT_DEADLINE_S, help="the slot's deadline: steps "
+                        "are chosen to fit it and stopped at it (default: a lent GPU's 10-minute slot)")
+    parser.add_argument("--only", nargs="*", default=[], help="consider only these steps (paths as in the ledger)")
+    parser.add_argument("--commit", default="", help="the commit this tree is (default: git HEAD, else "
+                        "$LABKIT_COMMIT; a lent box gets the tree without .git)")
+    parser.add_argument("--render-ledger", action="store_true", help="render the ledger again from its own rows "
+                        "(a new notebook gets its row, the stale list and the plan are brought up to date), then exit")
+    parser.add_argument("--new-slot", action="store_true", help="start although a slot started here within the "
+                        "hour (never in a fallback: that re-run lost the evidence of 27 November)")
+    args = parser.parse_args(argv)
+    if args.deadline_s <= 0:
+        parser.error("--deadline-s must be positive: a slot always has a deadline")
+    if args.render_ledger:
+        args.ledger.write_text(rerender(REPO, args.ledger, args.deadline_s, head_commit()))
+        print(f"rendered {args.ledger} again from its rows")
+        return 0
+    if args.plan:
+        print(the_plan(args.ledger, args.deadline_s, tuple(args.only))[1])
+        return 0
+    if args.dry_run or not cuda_present():
+        if not args.dry_run:
+            print("no CUDA GPU on this machine: nothing to check live; dry run of the report writer and the plan")
+        code = dry_run(args.out or run_path("gpu-check", "gpu-report-dry-run.md"))
+        print(the_plan(args.ledger, args.deadline_s, tuple(args.only))[1])
+        return code
+    return live(args)
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 OVERHEAD_TARGET = 0.02        # instrumented loop within 2% of a bare loop (issue 13)
+BENCHMARK_JSON = {"memory_check": "memory.json", "checkpoint_price": "checkpoint.json"}   # what load_inputs reads
 MEMORY_TARGET_PCT = 5.0       # memory model within 5% of the baseline-subtracted peak
 CEILING_TARGET = 0.90         # the ladder's best rung reaches 90% of the device-resident ceiling
 
@@ -125,8 +126,9 @@ def _overhead_section(doc: dict | None) -> list[str]:
               "timing (`TrainConfig(timing='step')`: one event a step). Start-up: what one call of `train` costs once, "
               "around its steps (the whole-call ratio includes it).", "",
               "| model | batch | steps | bare step (ms) | per-phase step (ms) | per-phase overhead | target met "
-              "| whole-step overhead | target met | per-phase-sync overhead | start-up (ms) | whole-call ratio |",
-              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+              "| whole-step overhead | target met | per-phase-sync overhead | start-up (ms) | whole-call ratio "
+              "| one event record + read (us) | whole-step claim, bounded by that floor |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in doc["rows"]:
         over = r["ratio"] - 1
         step_over = r.get("step_timing_ratio", float("nan")) - 1
@@ -137,8 +139,16 @@ def _overhead_section(doc: dict | None) -> list[str]:
         call = f"{r['call_ratio']:.3f}" if "call_ratio" in r else "not measured"
         lines.append(f"| {r['model']} | {r['batch_size']} | {r.get('steps', '?')} | {1e3 * r['bare_step_s']:.2f} | "
                      f"{1e3 * r['instrumented_step_s']:.2f} | {over:+.1%} | "
-                     f"{'yes' if over < OVERHEAD_TARGET else 'NO'} | {step_cells} | {sync} | {startup} | {call} |")
+                     f"{'yes' if over < OVERHEAD_TARGET else 'NO'} | {step_cells} | {sync} | {startup} | {call} | "
+                     f"{_floor_cells(r)} |")
     return lines + [""]
+
+
+def _floor_cells(r: dict) -> str:
+    """The whole-step instrument's floor: one CUDA event record + read on the host, against the bare step."""
+    if r.get("event_record_read_s") is None:
+        return f"not measured | {r.get('event_floor_reason', 'not measured') if 'event_floor_reason' in r else '-'}"
+    return f"{1e6 * r['event_record_read_s']:.1f} | {r.get('overhead_claim', '?')}"
 
 
 def _memory_section(doc: dict | None) -> list[str]:
@@ -269,3 +279,67 @@ def load_inputs(folder: str | Path, versions: dict, dry_run: bool = False,
     return ReportInputs(versions, notebooks, tests, json_or_none("loop_overhead.json"), json_or_none("memory.json"),
                         json_or_none("ladder.json"), dry_run, list(notes or []), json_or_none("steps.json"), lessons,
                         json_or_none("checkpoint.json"))
+
+
+def output_name(step: str) -> str:
+    """The file a ledger step's command writes into the work folder (the names :func:`load_inputs` reads)."""
+    path = Path(step)
+    if step.endswith(".ipynb"):
+        return f"nbval_{path.stem}.xml"
+    if step.startswith("tests/"):
+        return "tests_" + "_".join(path.with_suffix("").parts[1:]) + ".xml"
+    return BENCHMARK_JSON.get(path.stem, f"{path.stem}.json")
+
+
+def _benchmark_figures(stem: str, doc: dict) -> tuple[str, str]:
+    """(verdict to add to the result, figures) from a benchmark's JSON."""
+    rows = doc.get("rows", [])
+    if stem == "loop_overhead":
+        figs = [f"{r['model']} b{r['batch_size']} ({1e3 * r['bare_step_s']:.2f} ms): whole-step "
+                f"{r.get('step_timing_ratio', float('nan')) - 1:+.1%}, per-phase {r['ratio'] - 1:+.1%}"
+                + (f", one event record+read {1e6 * r['event_record_read_s']:.1f} us: {r.get('overhead_claim', '?')}"
+                   if r.get("event_record_read_s") is not None else "") for r in rows]
+        missed = [r["model"] for r in rows if r.get("step_timing_ratio", 9) - 1 >= OVERHEAD_TARGET]
+        return (f"; {OVERHEAD_TARGET:.0%} target NOT met on {', '.join(missed)}" if missed else
+                f"; {OVERHEAD_TARGET:.0%} target met"), "; ".join(figs)
+    if stem == "memory_check" and doc.get("max_abs_error_pct") is not None:
+        return "", f"memory model: largest error {doc['max_abs_error_pct']:.1f}% over {len(rows)} rows"
+    if stem == "checkpoint_price" and rows:
+        return "", "; ".join(f"{r['model']} b{r['batch']} {r['time_added']:+.0%} against a {r['forward_share']:.0%} "
+                             "forward share" for r in (rows[0], rows[-1]))
+    return "", f"{len(rows)} row(s) in {output_name('benchmarks/' + stem + '.py')}" if rows else ""
+
+
+def _lessons_line(log: Path) -> str:
+    if not log.is_file():
+        return ""
+    from labkit.core.lessons import LessonLogError, summarize_lesson_log  # torch-free
+
+    try:
+        first, inconclusive = summarize_lesson_log(log).splitlines()[:2]
+    except (LessonLogError, ValueError):
+        return ""
+    return f"{first.replace(' in 1 notebooks', '')}, {inconclusive.split(':')[-1].strip()} inconclusive"
+
+
+def ledger_result(step: str, status: str, work: Path, lesson_log: Path | None = None) -> tuple[str, str]:
+    """(result, figures) of one step a slot ran, from its exit ``status`` and the files it wrote in ``work``."""
+    out = work / output_name(step)
+    if status != "ok" and not status.startswith("failed"):
+        return f"not finished ({status})", ""
+    if out.suffix == ".xml" and out.is_file() and out.stat().st_size:
+        outcomes = parse_junit(out)
+        passed, skipped = sum(o.passed for o in outcomes), sum(o.skipped for o in outcomes)
+        bad = sum(o.failed + o.errors for o in outcomes)
+        what = "cells" if step.endswith(".ipynb") else "tests"
+        first = next((o.first_failure for o in outcomes if o.first_failure), "")
+        result = (f"FAIL ({bad} of {passed + skipped + bad} {what}): {first}" if bad else
+                  f"pass ({passed} {what}" + (f", {skipped} skipped)" if skipped else ")"))
+        return result, _lessons_line(lesson_log) if lesson_log else ""
+    if out.suffix == ".json" and out.is_file():
+        try:
+            verdict, figures = _benchmark_figures(Path(step).stem, json.loads(out.read_text()))
+        except (json.JSONDecodeError, KeyError, TypeError) as err:
+            verdict, figures = "", f"its JSON could not be read: {err}"
+        return ("ran" if status == "ok" else f"FAIL ({status})") + verdict, figures
+    return ("ran" if status == "ok" else f"FAIL ({status})"), ""
