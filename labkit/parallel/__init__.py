@@ -8,6 +8,9 @@ real ranks, its report and its exercises.
 - ``tensor``: tensor and sequence parallelism — Megatron's split by hand, torch's ``parallelize_module``, runs on real
   ranks, their cost, the comparison with DP and ZeRO-3 (notebook 13).
 - ``context``: context parallelism — ring attention by hand and on real ranks, torch's ``context_parallel`` (notebook 14).
+- ``experts``: expert parallelism — a mixture of experts by hand (router, top-k, capacity), split across ranks with
+  two all-to-alls and checked against one process; what it sends; imbalance as a straggler, the load-balancing loss
+  and the capacity factor (notebook 15).
 - ``debug``: what goes wrong — hangs provoked and diagnosed, the flight recorder, silent drift, the multi-GPU pitfalls
   (notebooks 09, 09b).
 
@@ -15,4 +18,4 @@ A rank's device is labkit.comm.worker.rank_device.
 """
 
 # the folders a learner uses (docs/api.md lists their modules, one line each)
-__all__ = ["context", "data", "debug", "pipeline", "tensor"]
+__all__ = ["context", "data", "debug", "experts", "pipeline", "tensor"]
