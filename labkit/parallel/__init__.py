@@ -11,6 +11,8 @@ real ranks, its report and its exercises.
 - ``experts``: expert parallelism — a mixture of experts by hand (router, top-k, capacity), split across ranks with
   two all-to-alls and checked against one process; what it sends; imbalance as a straggler, the load-balancing loss
   and the capacity factor (notebook 15).
+- ``overlap``: communication hidden behind compute — hook-launched bucketed all-reduces equal to DDP, the exposed time
+  predicted from an α-β fit and the backward, DDP's and FSDP2's overlap knobs (notebook 17).
 - ``debug``: what goes wrong — hangs provoked and diagnosed, the flight recorder, silent drift, the multi-GPU pitfalls
   (notebooks 09, 09b).
 
@@ -18,4 +20,4 @@ A rank's device is labkit.comm.worker.rank_device.
 """
 
 # the folders a learner uses (docs/api.md lists their modules, one line each)
-__all__ = ["context", "data", "debug", "experts", "pipeline", "tensor"]
+__all__ = ["context", "data", "debug", "experts", "overlap", "pipeline", "tensor"]
