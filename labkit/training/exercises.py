@@ -13,7 +13,7 @@ from typing import Callable
 import torch
 from torch import nn
 
-from labkit.core.exercises import Exercise, Mistake
+from labkit.core.exercises import Exercise, Mistake, tolerance
 from labkit.memory.model import MemoryModel
 from labkit.training.batch_rules import scaled_lr
 from labkit.training.config import TrainConfig
@@ -177,7 +177,7 @@ def lr_in_training(lr_at_step: Callable[..., float], base_lr: float = 0.05, base
         used.append(optimizer.param_groups[0]["lr"])
         yours.append(lr_at_step(step=i, base_lr=base_lr, base_batch=base_batch, batch_size=batch_size,
                                 warmup_steps=warmup_steps))
-    agree = all(math.isclose(a, b, rel_tol=1e-9) for a, b in zip(used, yours))
+    agree = all(math.isclose(a, b, rel_tol=tolerance(WARMUP_LR)) for a, b in zip(used, yours))  # as the check judges
     return (f"training batch {batch_size} from a recipe tuned at {base_batch}, the kit's loop set LR "
             f"{', '.join(f'{v:.4g}' for v in used)} at steps 0-{warmup_steps + 1}; "
             + ("your function gives the same" if agree else f"yours gives {', '.join(f'{v:.4g}' for v in yours)}"))
