@@ -65,5 +65,5 @@ _set_up_process()
 __version__ = "0.1.0"
 
 # the public API: one subpackage per layer of the kit (tests/test_layout.py holds their order)
-__all__ = ["cli", "cluster", "comm", "core", "input", "ladder", "memory", "parallel", "plan", "profile", "sharding",
-           "tf", "training", "ui"]
+__all__ = ["checkpoint", "cli", "cluster", "comm", "core", "input", "ladder", "memory", "parallel", "plan", "profile",
+           "sharding", "tf", "training", "ui"]

@@ -16,7 +16,7 @@ REPO = Path(__file__).resolve().parents[1]
 PACKAGE = REPO / "labkit"
 # A module may import from its own layer and the layers below it, never above.
 LAYERS = {"core": 0, "memory": 1, "comm": 1, "training": 2, "profile": 3, "input": 3, "parallel": 3, "sharding": 3,
-          "ladder": 3, "tf": 3, "cluster": 3, "plan": 4, "ui": 4, "cli": 5}
+          "ladder": 3, "tf": 3, "cluster": 3, "checkpoint": 3, "plan": 4, "ui": 4, "cli": 5}
 # Modules that run in TensorFlow-only children or set up a kernel before a framework loads.
 TORCH_FREE = ("core.clock", "core.validation", "core.machine", "core.procs", "core.rundirs", "core.progress",
               "core.results", "core.envcheck", "core.manifest",

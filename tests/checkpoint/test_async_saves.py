@@ -1,0 +1,23 @@
+from labkit.checkpoint.async_saves import ASYNC_SPEEDUP_FLOOR, MODES, async_verdict, waits_by_round
+from labkit.core.verdict import CHECKED, FAILED
+
+
+def _fake(blocking, asynchronous, share=1.0):
+    return [{"rank": r, "cpu_share": share, "waited_s": {"blocking": list(blocking), "async": list(asynchronous)}}
+            for r in range(2)]
+
+
+def test_the_verdict_rejects_the_rival_on_a_quiet_machine_and_passes_a_real_gap():
+    assert async_verdict(_fake([0.1] * 4, [0.1] * 4)).state == FAILED            # rival: same cost, 1.0x
+    assert async_verdict(_fake([0.1] * 4, [0.02] * 4)).state == CHECKED
+    assert waits_by_round(_fake([0.1, 0.2], [0.01, 0.02])) == [(0.1, 0.01), (0.2, 0.02)]
+
+
+def test_async_rounds_ran_and_cleaned_their_folders(runs):
+    results = runs["async"]
+    assert all(len(r["waited_s"][m]) == 2 for r in results for m in MODES)
+    assert all(r["staging_peak_bytes"] > 0 for r in results)
+    assert not any(runs["root"].glob("timing_*"))
+    verdict = async_verdict(results)
+    assert verdict.state != FAILED, verdict.detail
+    assert ASYNC_SPEEDUP_FLOOR > 1.0
