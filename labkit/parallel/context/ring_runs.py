@@ -193,6 +193,11 @@ def ring_job(cfg_dict: dict) -> dict:
 
 def run_ring(cfg: RingConfig, world_size: int = 2, timeout_s: float = 120.0,
              launcher: Callable = launch) -> list[dict]:
-    """Run :func:`ring_job` on ``world_size`` ranks under a timeout; every rank's report, in rank order."""
-    return launcher(ring_job, positive_int(world_size, "world_size"), args=(asdict(cfg),), timeout_s=timeout_s,
-                    show_output=False)
+    """Run :func:`ring_job` on ``world_size`` ranks under a timeout; every rank's report, in rank order. The
+    zig-zag split's rule is checked for every sequence length before any rank starts."""
+    world_size = positive_int(world_size, "world_size")
+    for name in ("check_seq", "time_seq", "memory_seq"):
+        if getattr(cfg, name) % (2 * world_size):
+            raise ValueError(f"RingConfig.{name}={getattr(cfg, name)} must be a multiple of 2 x world_size = "
+                             f"{2 * world_size} for the zig-zag split; pick a world size that divides it, or a length")
+    return launcher(ring_job, world_size, args=(asdict(cfg),), timeout_s=timeout_s, show_output=False)

@@ -23,7 +23,7 @@ from torch import nn
 
 from labkit.comm.launch import LaunchTimeout, RankFailedError, launch
 from labkit.comm.worker import rank_device
-from labkit.core.validation import positive_int
+from labkit.core.validation import checked_int, positive_int
 from labkit.parallel.pipeline.schedule_sim import Span, makespan_s
 from labkit.parallel.pipeline.schedule_trace import ActivationMeter, Post, StageTracer
 
@@ -244,11 +244,17 @@ def run_schedules(runs: list[dict], cfg: PipeConfig | None = None, *, ranks: int
     ``worker`` is what each rank runs (a module-level function taking :func:`schedules_worker`'s arguments): a lab
     that provokes a fault wraps it."""
     cfg = cfg or PipeConfig()
-    for run in runs:
+    ranks = checked_int(ranks, "ranks", minimum=2, hint="a pipeline splits the model over at least 2 ranks")
+    for run in runs:        # every argument checked here, before any rank starts
         if run["schedule"] not in available_schedules():
             raise ValueError(f"{run['schedule']!r} is not in this torch ({torch.__version__}); it has "
                              f"{available_schedules()}")
-        build_stage_modules(cfg, ranks * LAYOUTS[run["schedule"]][0])    # the cut must work: say so before launching
+        stages = ranks * LAYOUTS[run["schedule"]][0]
+        m = positive_int(run.get("micro_batches"), "micro_batches", hint="a step splits its batch into m micro-batches")
+        if run["schedule"] == "Schedule1F1B" and m < stages:      # torch's own rule for 1F1B, said up front
+            raise ValueError(f"Schedule1F1B needs micro_batches >= its {stages} stages (its warm-up fills every "
+                             f"stage), got {m}")
+        build_stage_modules(cfg, stages)    # the cut must work: say so before launching
     try:
         per_rank = launch(worker, ranks, kwargs=dict(runs=runs, cfg=cfg, repeats=positive_int(
             repeats, "repeats"), probe=probe), timeout_s=timeout_s,

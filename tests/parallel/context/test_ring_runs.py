@@ -54,3 +54,13 @@ def test_a_run_past_its_timeout_is_killed_and_cleaned_up():
     assert not left
     mine = [p for p in Path(tempfile.gettempdir()).glob(f"{RUN_DIR_PREFIX}{os.getpid()}-*")]
     assert not mine
+
+
+def test_a_world_size_the_zig_zag_split_cannot_use_is_one_line_before_any_rank_starts():
+    """Issue 53: run_ring(RingConfig(), 3) failed with a 28-line error from inside the ranks."""
+    started = []
+    with pytest.raises(ValueError, match=r"check_seq=64 must be a multiple of 2 x world_size = 6") as err:
+        run_ring(RingConfig(), 3, launcher=lambda *a, **k: started.append(a))
+    assert "\n" not in str(err.value) and not started
+    with pytest.raises(ValueError, match="world_size must be"):
+        run_ring(RingConfig(), 0, launcher=lambda *a, **k: started.append(a))

@@ -102,3 +102,18 @@ def test_a_rank_that_stops_sending_is_named_with_the_action_it_waited_on():
     assert "\n" not in line and "rank 1 of 2" in line and "waiting on the activation for stage 1" in line
     assert {p.pid for p in psutil.Process().children(recursive=True)} <= before
     assert not list(Path(tempfile.gettempdir()).glob(f"{RUN_DIR_PREFIX}{os.getpid()}-*"))   # its run folder too
+
+
+@pytest.mark.parametrize("kwargs, runs, message", [
+    ({"ranks": 0}, [{"schedule": "Schedule1F1B", "micro_batches": 2}], "ranks must be"),
+    ({}, [{"schedule": "Schedule1F1B", "micro_batches": 0}], "micro_batches must be"),
+    ({}, [{"schedule": "ScheduleGPipe", "micro_batches": 2.0}], "micro_batches must be"),
+    ({"ranks": 4}, [{"schedule": "Schedule1F1B", "micro_batches": 2}], "needs micro_batches >= its 4 stages"),
+])
+def test_bad_arguments_are_one_line_before_any_rank_starts(kwargs, runs, message):
+    """Issue 53: ranks=0 was a ZeroDivisionError and micro_batches=0 a PipelineHang from inside the ranks."""
+    before = {p.pid for p in psutil.Process().children(recursive=True)}
+    with pytest.raises(ValueError, match=message) as err:
+        ps.run_schedules(runs, SMALL, repeats=1, timeout_s=30, probe=False, **kwargs)
+    assert "\n" not in str(err.value)
+    assert {p.pid for p in psutil.Process().children(recursive=True)} == before
