@@ -13,6 +13,8 @@ real ranks, its report and its exercises.
   and the capacity factor (notebook 15).
 - ``overlap``: communication hidden behind compute — hook-launched bucketed all-reduces equal to DDP, the exposed time
   predicted from an α-β fit and the backward, DDP's and FSDP2's overlap knobs (notebook 17).
+- ``compose``: every parallelism on one mesh (``labkit.comm.mesh``) — one transformer as dp×tp, FSDP2×tp, dp×pp, tp×cp
+  and pp×tp on 4 ranks, each equal to one process, bytes per axis against a formula (notebook 18).
 - ``debug``: what goes wrong — hangs provoked and diagnosed, the flight recorder, silent drift, the multi-GPU pitfalls
   (notebooks 09, 09b).
 
@@ -20,4 +22,4 @@ A rank's device is labkit.comm.worker.rank_device.
 """
 
 # the folders a learner uses (docs/api.md lists their modules, one line each)
-__all__ = ["context", "data", "debug", "experts", "overlap", "pipeline", "tensor"]
+__all__ = ["compose", "context", "data", "debug", "experts", "overlap", "pipeline", "tensor"]
