@@ -23,6 +23,8 @@ from pathlib import Path
 
 import psutil
 
+from labkit.comm.stop import wait_vanished
+
 CHROMIUM_CANDIDATES = ("/usr/bin/chromium", "/usr/bin/chromium-browser")
 CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                   "--disable-background-networking", "--disable-component-update", "--disable-sync",
@@ -199,7 +201,7 @@ def stop_lab(server: LabServer, timeout_s: float = 15.0) -> None:
             proc.kill()
         except psutil.Error:
             pass
-    psutil.wait_procs(leftovers, timeout=timeout_s)
+    wait_vanished(leftovers, timeout_s)              # a zombie left to init counts as gone
     deadline = time.monotonic() + timeout_s
     while not port_is_free(server.port) and time.monotonic() < deadline:
         time.sleep(0.2)

@@ -11,28 +11,52 @@ from labkit.cli.common import (add_output_flags, fmt, format_table, int_list, js
                                positive_int_arg, print_json, subparser)
 
 PRESETS = {"7b": (32, 4096, 32, 4096, 32000), "70b": (80, 8192, 64, 4096, 32000)}
+# a link slower or later than these is a typo (a rate in bytes given as GB/s), not a network: refused in one line
+MIN_LINK_GB_S = 1e-3          # 1 MB/s, slower than any network a GPU cluster was built with
+MAX_LINK_ALPHA_US = 1e6       # one second per message
 
 
 def _model(args: argparse.Namespace):  # noqa: ANN202 - keeps labkit.plan out of --help
-    """The ModelSpec from --preset, overridden by any of --layers/--hidden/--heads/--seq-len/--vocab."""
+    """The ModelSpec from --preset, overridden by any of --layers/--hidden/--heads/--seq-len/--vocab; a shape that
+    differs from the preset's is named "custom", never the preset's name."""
     from labkit.plan.specs import ModelSpec
 
     base = dict(zip(("layers", "hidden", "heads", "seq_len", "vocab"), PRESETS[args.preset]))
     given = {k: getattr(args, k) for k in base if getattr(args, k) is not None}
-    return ModelSpec(**{**base, **given}, global_batch=args.global_batch, name=args.preset)
+    shape = {**base, **given}
+    return ModelSpec(**shape, global_batch=args.global_batch, name=args.preset if shape == base else "custom")
+
+
+def _link(alpha_us: float, gb_s: float, tier: str):  # noqa: ANN202 - keeps labkit.comm out of --help
+    """One tier's alpha-beta Link from the flags, checked before any arithmetic (a near-zero rate is 'nan s')."""
+    from labkit.comm.two_tier import Link
+
+    if gb_s < MIN_LINK_GB_S:
+        raise ValueError(f"--{tier}-gb-s {gb_s:g} is slower than any network ({MIN_LINK_GB_S:g} GB/s = 1 MB/s at "
+                         "least); give the link's rate in GB/s")
+    if alpha_us > MAX_LINK_ALPHA_US:
+        raise ValueError(f"--{tier}-alpha-us {alpha_us:g} is over a second per message (at most "
+                         f"{MAX_LINK_ALPHA_US:g} us); give the latency in microseconds")
+    return Link(alpha_us * 1e-6, 1 / (gb_s * 1e9))
+
+
+def _title(model, cluster, device) -> str:  # noqa: ANN001 - specs imported lazily
+    """'7b: 6.7 B parameters on ...', or the custom shape spelt out."""
+    name = model.name if model.name != "custom" else (
+        f"custom ({model.layers} layers, hidden {model.hidden}, {model.heads} heads, seq {model.seq_len}, "
+        f"vocab {model.vocab})")
+    return f"{name}: {model.num_params / 1e9:.1f} B parameters on {cluster.nodes} x {cluster.gpus_per_node} {device.name}"
 
 
 def run(args: argparse.Namespace) -> int:
     """Plan, print the top layouts (or JSON) and the reason the first wins; exit 1 when nothing fits."""
-    from labkit.comm.two_tier import Link
     from labkit.plan.planner import plan, why_it_wins
     from labkit.plan.specs import ClusterSpec, DeviceSpec
 
     model = _model(args)
     device = DeviceSpec.from_table(args.gpu, args.memory_gib, args.dtype, args.efficiency)
-    cluster = ClusterSpec(args.gpus_per_node, args.nodes,
-                          intra=Link(args.intra_alpha_us * 1e-6, 1 / (args.intra_gb_s * 1e9)),
-                          inter=Link(args.inter_alpha_us * 1e-6, 1 / (args.inter_gb_s * 1e9)))
+    cluster = ClusterSpec(args.gpus_per_node, args.nodes, intra=_link(args.intra_alpha_us, args.intra_gb_s, "intra"),
+                          inter=_link(args.inter_alpha_us, args.inter_gb_s, "inter"))
     ranked = plan(model, device, cluster, tuple(args.micro_batches))
     reason = why_it_wins(ranked)
     rows = [p.row() for p in ranked[:args.top]]
@@ -43,8 +67,7 @@ def run(args: argparse.Namespace) -> int:
                    ("step_s", "step s", fmt(".3g")), ("compute s", "compute s", fmt(".3g")),
                    ("TP all-reduces s", "TP s", fmt(".3g")), ("pipeline bubble s", "bubble s", fmt(".3g")),
                    ("DP gradient sync s", "DP s", fmt(".3g"))]
-        print(format_table(rows, columns, title=f"{model.name}: {model.num_params / 1e9:.1f} B parameters on "
-                                                f"{cluster.nodes} x {cluster.gpus_per_node} {device.name}"))
+        print(format_table(rows, columns, title=_title(model, cluster, device)))
         print(reason)
     return 0 if ranked[0].fits else 1
 

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Sequence
 
 from labkit.cluster.nodes import EmulatedNodes
+from labkit.comm.rank_watch import RankWatch
 from labkit.core.clock import Deadline, now_s
 from labkit.core.validation import positive_number
 
@@ -40,6 +41,7 @@ class JobWatch:
     codes: list[int | None]
     fault: NodeFault | None = None
     ranks: dict[int, list[int]] = field(default_factory=dict)
+    frozen: list[int] = field(default_factory=list)     # ranks stopped (state T) when the wait timed out
 
 
 def exit_words(code: int) -> str:
@@ -99,7 +101,20 @@ def watch_job(nodes: EmulatedNodes, procs: Sequence[subprocess.Popen], timeout_s
         if watch.fault is None and now_s() - start >= next_look_s:
             next_look_s = now_s() - start + LINK_EVERY_S
             _look_at_nodes(nodes, watch, marks, now_s() - start)
+    if watch.fault is None and any(c is None for c in watch.codes):      # timed out: read before the kill
+        watch.frozen = frozen_ranks(marks)
     return watch
+
+
+def frozen_ranks(marks: Path) -> list[int]:
+    """The ranks (by their ``rank<R>.pid`` marks) whose process is stopped now: state T, SIGSTOP or a debugger."""
+    pids = {}
+    for mark in Path(marks).glob("rank*.pid"):
+        with contextlib.suppress(OSError, ValueError):
+            pids[int(mark.stem[4:])] = int(mark.read_text())
+    watch = RankWatch(sample_every_s=0.0)
+    watch.sample(pids)
+    return sorted(watch.frozen(sorted(pids)))
 
 
 def _look_at_nodes(nodes: EmulatedNodes, watch: JobWatch, marks: Path, at_s: float) -> None:

@@ -125,11 +125,19 @@ def _raise_for(watch: JobWatch, outputs: list[str], target: str, timeout_s: floa
     if watch.fault is not None:
         raise JobFailed(fault_message(target, watch, outputs))
     running = [node for node, code in enumerate(watch.codes) if code is None]
+    if running and watch.frozen:
+        where = {r: n for n, ranks in watch.ranks.items() for r in ranks}
+        names = ", ".join(f"rank {r}" + (f" (node {where[r]})" if r in where else "") for r in watch.frozen)
+        node = where.get(watch.frozen[0], running[0])
+        raise TimeoutError(f"{target}: {names} stopped answering within the {timeout_s:g} s timeout: the process was "
+                           "frozen (state T: stopped by SIGSTOP, Ctrl-Z or a debugger), not running, and the other "
+                           f"ranks waited for it; every process on every node was killed. Node {node}'s last lines:\n"
+                           f"{_tail(outputs[node]) or '(nothing printed)'}")
     if running:
         node = running[0]
         raise TimeoutError(f"{target}: node{'s' if len(running) > 1 else ''} {', '.join(map(str, running))} did not "
                            f"finish within {timeout_s:g} s (no node failed and every link was up); every process on "
-                           f"every node was killed. Node {node}'s last lines:\n{_tail(outputs[node])}")
+                           f"every node was killed. Node {node}'s last lines:\n{_tail(outputs[node]) or '(nothing printed)'}")
 
 
 def _tail(text: str, lines: int = 12) -> str:

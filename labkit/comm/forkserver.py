@@ -104,11 +104,16 @@ class RankForkServer:
         text = self.err_path.read_text(errors="replace") if self.err_path.exists() else ""
         return "\n".join(text.strip().splitlines()[-lines:])
 
-    def close(self, kill: Callable[[int], None]) -> None:
-        """Let the server reap its (already killed) ranks and exit, else ``kill`` its tree; every rank ends finished."""
-        deadline = Deadline(SERVER_EXIT_GRACE_S)
-        while self.proc.poll() is None and not deadline.expired:
-            self._reader.join(0.02)
+    def close(self, kill: Callable[[int], None], ranks_killed: bool = True) -> None:
+        """Let the server reap its (already killed) ranks and exit, else ``kill`` its tree; every rank ends finished.
+
+        The grace is only for a server whose every rank the launcher has killed by pid (``ranks_killed``): one
+        still starting up (importing, forking) would fork ranks that run during the grace, so it is killed at once.
+        """
+        if ranks_killed:
+            deadline = Deadline(SERVER_EXIT_GRACE_S)
+            while self.proc.poll() is None and not deadline.expired:
+                self._reader.join(0.02)
         kill(self.proc.pid)
         self.proc.wait()
         self._reader.join()

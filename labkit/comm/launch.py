@@ -28,12 +28,12 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-import psutil
-
 from labkit.comm.backend import check_world_size, choose_backend, world_size_limit
 from labkit.comm.forkserver import ForkedRank, RankForkServer, uses_forkserver
-from labkit.comm.stop import stop_group
+from labkit.comm.rank_watch import RankWatch
+from labkit.comm.stop import pid_has_exited, stop_group
 from labkit.core.clock import Deadline
+from labkit.core.interrupts import signals_deferred
 from labkit.core.procs import parse_target
 from labkit.core.results import sigterm_as_interrupt
 from labkit.core.validation import positive_int, positive_number
@@ -143,7 +143,7 @@ def remove_orphaned_run_dirs(tmp_root: str | Path | None = None) -> list[Path]:
     removed = []
     for path in Path(tmp_root or tempfile.gettempdir()).glob(f"{RUN_DIR_PREFIX}*-*"):
         pid_text = path.name[len(RUN_DIR_PREFIX):].split("-", 1)[0]
-        if path.is_dir() and pid_text.isdigit() and not psutil.pid_exists(int(pid_text)):
+        if path.is_dir() and pid_text.isdigit() and pid_has_exited(int(pid_text)):   # gone, or a zombie
             shutil.rmtree(path, ignore_errors=True)
             removed.append(path)
     return removed
@@ -167,24 +167,26 @@ def _run(run_dir: Path, target: str, world_size: int, timeout_s: float, env: dic
          preload: str | None, on_result: Callable[[int, Any], None] | None = None) -> list:
     """Start the ranks (forked from a server that imported ``preload``, or fresh when it is None) and collect them."""
     procs: list[subprocess.Popen | ForkedRank] = []
-    server, codes = None, []
+    server, codes, watch, why_running = None, [], RankWatch(), ""
     try:
         if preload is not None:
-            server = RankForkServer(run_dir, world_size, preload, env)
-            procs = list(server.ranks)
+            with signals_deferred():    # a signal inside Popen would lose the started server: it would fork on
+                server = RankForkServer(run_dir, world_size, preload, env)
+                procs = list(server.ranks)
         else:
             for rank in range(world_size):
-                procs.append(_start_fresh(run_dir, rank, env))
-        still_running = _wait(procs, timeout_s, run_dir, on_result)
+                with signals_deferred():    # each started rank is recorded before an interrupt can unwind
+                    procs.append(_start_fresh(run_dir, rank, env))
+        still_running = _wait(procs, timeout_s, run_dir, on_result, watch)
         codes = [p.poll() for p in procs]       # before _stop kills the rest: who ended, and how
+        why_running = watch.describe(still_running) if still_running else ""   # before the kill: who was frozen
     finally:
         _stop(procs, server)
         if show_output and procs:
             print_outputs(run_dir, len(procs))
     if still_running and not _all_reported(run_dir, len(procs)):
         raise LaunchTimeout(f"{target} on {world_size} processes did not finish within timeout_s={timeout_s:g}; "
-                            f"rank(s) {still_running} were still running (a hang, a deadlock in a collective, or "
-                            "too little time for start-up). Every process was killed")
+                            f"{why_running}. Every process was killed")
     if server is not None and server.failed_to_fork:
         raise LaunchError(f"{target}: the rank forkserver stopped before starting all {world_size} ranks "
                           f"(start_method='fresh' starts them without it):\n{server.error_text()}")
@@ -201,11 +203,13 @@ def _start_fresh(run_dir: Path, rank: int, env: dict) -> subprocess.Popen:
 
 def _stop(procs: list[subprocess.Popen | ForkedRank], server: RankForkServer | None) -> None:
     """Kill every rank (and what it started) and the forkserver; wait until each has an exit code."""
-    for proc in procs:
-        if proc.pid is not None:
-            stop_group(proc.pid)
-    if server is not None:
-        server.close(stop_group)  # also kills a rank forked after the loop above read the pids
+    pids = [proc.pid for proc in procs]
+    for pid in pids:
+        if pid is not None:
+            stop_group(pid)
+    if server is not None:       # still forking (a pid unknown above): killed at once, or its new ranks would run
+        every_rank_killed = len(pids) == len(server.ranks) and None not in pids
+        server.close(stop_group, ranks_killed=every_rank_killed)  # also kills a rank forked after the loop above
         for proc in procs:
             if proc.pid is not None:
                 stop_group(proc.pid)
@@ -214,9 +218,9 @@ def _stop(procs: list[subprocess.Popen | ForkedRank], server: RankForkServer | N
 
 
 def _wait(procs: list[subprocess.Popen | ForkedRank], timeout_s: float, run_dir: Path,
-          on_result: Callable[[int, Any], None] | None = None) -> list[int]:
+          on_result: Callable[[int, Any], None] | None = None, watch: RankWatch | None = None) -> list[int]:
     """Wait for all ranks, or a failure (or every result reported) plus a short grace; the ranks still running at
-    the timeout (else [])."""
+    the timeout (else []). ``watch`` samples the running ranks' process states (who is frozen)."""
     deadline, grace, handed = Deadline(timeout_s), None, set()
     while True:
         _hand_over_results(run_dir, len(procs), handed, on_result)
@@ -224,6 +228,8 @@ def _wait(procs: list[subprocess.Popen | ForkedRank], timeout_s: float, run_dir:
         running = [r for r, c in enumerate(codes) if c is None]
         if not running:
             return []
+        if watch is not None:
+            watch.sample({r: procs[r].pid for r in running})
         if grace is None and (any(c not in (None, 0) for c in codes) or _all_reported(run_dir, len(procs))):
             grace = Deadline(FAILURE_GRACE_S)
         if grace is not None and grace.expired:

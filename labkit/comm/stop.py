@@ -55,10 +55,40 @@ def stop_group(proc: subprocess.Popen | int, *, grace_s: float = 0.0, reap_s: fl
     for child in family:
         with contextlib.suppress(psutil.Error):
             child.kill()
-    psutil.wait_procs(family, timeout=VANISH_S)
+    wait_vanished(family, VANISH_S)
     if not isinstance(proc, int):
         with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(timeout=reap_s)
+
+
+def has_exited(proc: psutil.Process) -> bool:
+    """True once ``proc`` has ended: no such process, or a zombie (it exited; its parent, or an init that is slow
+    to reap orphans, has not collected it yet). ``psutil.wait_procs`` counts a zombie as alive."""
+    try:
+        return not proc.is_running() or proc.status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+    except psutil.Error:        # access denied: it exists and is not ours to judge
+        return False
+
+
+def pid_has_exited(pid: int) -> bool:
+    """:func:`has_exited` for a pid (a pid that no longer exists has exited)."""
+    try:
+        return has_exited(psutil.Process(pid))
+    except psutil.NoSuchProcess:
+        return True
+
+
+def wait_vanished(procs: list[psutil.Process], timeout_s: float) -> list[psutil.Process]:
+    """Wait up to ``timeout_s`` for every one of ``procs`` to exit (a zombie counts as exited, and nothing is
+    reaped here); the ones still running at the end."""
+    deadline = Deadline(timeout_s) if timeout_s and timeout_s > 0 else None
+    alive = [p for p in procs if not has_exited(p)]
+    while alive and deadline is not None and not deadline.expired:
+        time.sleep(0.02)
+        alive = [p for p in alive if not has_exited(p)]
+    return alive
 
 
 def _reaped(proc: subprocess.Popen | int) -> bool:
@@ -103,4 +133,4 @@ def _wait_gone(proc: subprocess.Popen | int, family: list[psutil.Process], grace
     else:
         while _running(proc) and not deadline.expired:      # polled: psutil's wait would reap a child of ours
             time.sleep(0.05)
-    psutil.wait_procs(family, timeout=deadline.remaining_s)
+    wait_vanished(family, deadline.remaining_s)

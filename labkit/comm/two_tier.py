@@ -12,6 +12,7 @@ alpha + nbytes * beta of the link it crosses.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -31,8 +32,9 @@ class Link:
     beta_s_per_byte: float
 
     def __post_init__(self) -> None:
-        if not (self.alpha_s >= 0 and self.beta_s_per_byte >= 0):
-            raise ValueError(f"alpha_s and beta_s_per_byte must be >= 0, got {self.alpha_s}, {self.beta_s_per_byte}")
+        if not (0 <= self.alpha_s < math.inf and 0 <= self.beta_s_per_byte < math.inf):   # NaN fails both
+            raise ValueError(f"alpha_s and beta_s_per_byte must be >= 0 and finite, got {self.alpha_s}, "
+                             f"{self.beta_s_per_byte} (a link rate near zero makes beta infinite)")
 
     def time_s(self, nbytes: float) -> float:
         """alpha + nbytes * beta."""

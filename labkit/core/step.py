@@ -71,6 +71,27 @@ def prepare_model(model: nn.Module, options: StepOptions, device: torch.device) 
     return model
 
 
+# torch's words for a layer that got an input of the wrong size (a wrong image shape, usually)
+INPUT_SHAPE_ERRORS = ("shapes cannot be multiplied", "channels, but got", "Kernel size can't be greater",
+                      "Output size is too small", "(unbatched) or", "must match the size of tensor", "should contain",
+                      "size mismatch")
+RESHAPE_ERRORS = ("is invalid for input of size",)    # a view/reshape inside the model: its own sizes, or the data
+
+
+def first_forward_hint(model_name: str, batch_shape: tuple, err: RuntimeError) -> str | None:
+    """The one-line advice for an error in a model's first forward, or None when it is no shape mismatch (a dtype
+    or device mismatch, a bug in the model): only a shape error gets the image-shape hint."""
+    first = str(err).splitlines()[0] if str(err) else type(err).__name__
+    if any(words in first for words in INPUT_SHAPE_ERRORS):
+        return (f"{model_name} does not accept batches of shape {batch_shape}: {first}. Build the model for this "
+                "data's image shape (see labkit.core.models.build_model)")
+    if any(words in first for words in RESHAPE_ERRORS):
+        return (f"{model_name}: a reshape inside the model failed on a batch of shape {batch_shape}: {first}. Check "
+                "the model's own sizes against each other (heads that split evenly over the tensor-parallel ranks, "
+                "a flatten width) and against the data")
+    return None
+
+
 def _no_phase(name: str) -> ContextManager:
     return contextlib.nullcontext()
 
@@ -143,9 +164,10 @@ class TrainStep:
             except torch.cuda.OutOfMemoryError:
                 raise                                   # the batch-size finder's answer, not a shape error
             except RuntimeError as err:
-                raise ValueError(f"{type(self.model).__name__} does not accept batches of shape {tuple(x.shape)}: "
-                                 f"{str(err).splitlines()[0]}. Build the model for this data's image shape "
-                                 "(see labkit.core.models.build_model)") from None
+                hint = first_forward_hint(type(self.model).__name__, tuple(x.shape), err)
+                if hint is None:
+                    raise                                 # a dtype or device mismatch says so itself: no guess
+                raise ValueError(hint) from None
             if self.loss_fn is nn.functional.cross_entropy and (out.ndim != 2 or out.shape[0] != x.shape[0]):
                 raise ValueError(f"model output has shape {tuple(out.shape)}; expected (batch, classes)")
             self._checked = True

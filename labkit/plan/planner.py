@@ -18,6 +18,7 @@ inter-node link.
 from __future__ import annotations
 
 import itertools
+import math
 from dataclasses import dataclass
 
 from labkit.comm.collectives import allreduce_cost
@@ -126,15 +127,22 @@ class Space:
         return ", ".join(fixed) + (f"; {', '.join(free)} any" if free else "")
 
 
-def _divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
+def divisors(n: int) -> list[int]:
+    """Every divisor of ``n``, ascending (trial division up to sqrt(n): a million GPUs take a millisecond)."""
+    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
+    return sorted({*small, *(n // d for d in small)})
 
 
 def enumerate_layouts(model: ModelSpec, cluster: ClusterSpec, micro_batches: tuple[int, ...] = (1, 2, 4),
                       max_cp: int = 8, space: Space | None = None) -> list[Layout]:
-    """Every layout that can run (divisibility, ranks) within ``space``, before memory is checked."""
+    """Every layout that can run (divisibility, ranks) within ``space``, before memory is checked.
+
+    tp only takes divisors of both the GPUs and the heads, pp of the GPUs and the layers: the same layouts as
+    trying every divisor of the GPU count, without the millions of combinations a large cluster would give."""
     n, out = cluster.world_size, []
-    for tp, pp, cp in itertools.product(_divisors(n), repeat=3):
+    axes = (divisors(math.gcd(n, model.heads)), divisors(math.gcd(n, model.layers)),
+            [d for d in range(1, max_cp + 1) if n % d == 0])
+    for tp, pp, cp in itertools.product(*axes):
         if n % (tp * pp * cp) or cp > max_cp:
             continue
         dp = n // (tp * pp * cp)

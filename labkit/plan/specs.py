@@ -22,6 +22,15 @@ from labkit.training.flops import find_peak
 
 GIB = 2**30
 ZERO_STAGES = (0, 1, 2, 3)
+# Sizes past these are typos, not plans; refused in one line before any arithmetic overflows a float.
+MAX_PARAMS = 10**15          # 1,000x the largest published dense models (~1e12 parameters)
+MAX_TOKENS_PER_STEP = 10**12  # global batch x sequence; 60,000x a 16M-token batch (Llama 3 405B, Dubey et al. 2024)
+MAX_GPUS = 10**6             # 5x the largest clusters built (~200k GPUs); more is no layout anyone can check
+
+
+def _magnitude(n: int) -> str:
+    """'1e+201' for an integer of any size (formatting it as a float would overflow)."""
+    return f"{n:.3g}" if n < 10**300 else f"1e+{len(str(n)) - 1}"
 
 
 @dataclass(frozen=True)
@@ -42,6 +51,13 @@ class ModelSpec:
             positive_int(getattr(self, key), key)
         if self.hidden % self.heads:
             raise ValueError(f"hidden={self.hidden} must be divisible by heads={self.heads}")
+        if self.num_params > MAX_PARAMS:
+            raise ValueError(f"a model of about {_magnitude(self.num_params)} parameters is past what the planner takes "
+                             f"(at most {MAX_PARAMS:.0e}; the largest published have about 1e12): check layers, "
+                             "hidden and vocab")
+        if self.global_batch * self.seq_len > MAX_TOKENS_PER_STEP:
+            raise ValueError(f"global_batch x seq_len = {_magnitude(self.global_batch * self.seq_len)} tokens per step is past "
+                             f"what the planner takes (at most {MAX_TOKENS_PER_STEP:.0e})")
 
     @property
     def layer_params(self) -> int:
@@ -100,6 +116,12 @@ class ClusterSpec:
     def __post_init__(self) -> None:
         positive_int(self.gpus_per_node, "gpus_per_node")
         positive_int(self.nodes, "nodes")
+        if self.world_size > MAX_GPUS:
+            raise ValueError(f"a cluster of {self.world_size:,} GPUs ({self.nodes:,} nodes) is past what the planner "
+                             f"takes (at most {MAX_GPUS:,}; the largest clusters built have about 200,000)")
+        for tier in ("intra", "inter"):
+            if not isinstance(getattr(self, tier), Link):
+                raise ValueError(f"{tier} must be a Link(alpha_s, beta_s_per_byte), got {getattr(self, tier)!r}")
 
     @property
     def world_size(self) -> int:
@@ -147,7 +169,8 @@ def layout_problem(model: ModelSpec, cluster: ClusterSpec, layout: Layout) -> st
                                                    f"{cluster.world_size} GPUs"),
               (model.heads % layout.tp == 0, f"{model.heads} heads do not split over tp={layout.tp}"),
               (model.layers % layout.pp == 0, f"{model.layers} layers do not split over pp={layout.pp}"),
-              (model.seq_len % (2 * layout.cp) == 0, f"seq {model.seq_len} is no multiple of 2 x cp={layout.cp}"),
+              (layout.cp == 1 or model.seq_len % (2 * layout.cp) == 0,      # ring attention's 2 x cp chunks
+               f"seq {model.seq_len} is no multiple of 2 x cp={layout.cp}"),
               (model.global_batch % (layout.dp * layout.micro_batch) == 0,
                f"global batch {model.global_batch} is no multiple of dp x micro-batch"),
               (layout.zero == 0 or layout.dp > 1, "ZeRO shards over data-parallel ranks: needs dp > 1")]

@@ -162,3 +162,17 @@ def test_a_terminal_that_is_not_utf8_still_gets_the_report(terminal, encoding):
                           env=env, timeout=120)
     assert proc.returncode in (0, 1) and b"Traceback" not in proc.stderr, proc.stderr[-2000:]
     assert b"Terminal     " + encoding in proc.stdout and b"not UTF-8" in proc.stdout
+
+
+def test_telling_a_failure_from_a_bug_imports_nothing():
+    """After a Ctrl-C or SIGTERM the CLI matches the exception against its failure types: that used to import
+    labkit.core.data (and torchvision with it), seconds before the command could end."""
+    code = ("import sys; from labkit.cli.main import _failure_types; types = _failure_types(); "
+            "print('labkit.core.data' in sys.modules, 'torchvision' in sys.modules, len(types))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split()[:2] == ["False", "False"]
+    from labkit.core.data import DataUnavailableError
+
+    assert DataUnavailableError in cli._failure_types()      # once loaded (it could have raised), it is matched

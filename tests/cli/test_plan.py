@@ -28,3 +28,38 @@ def test_plan_json_matches_the_library_and_nothing_fitting_exits_1():
 def test_plan_usage_errors_exit_2(capsys):
     assert "divisible by heads" in usage_error(["plan", "--heads", "7"], capsys)
     assert "PEAK_TABLE" in usage_error(["plan", "--gpu", "Foo"], capsys)
+
+
+# ---- hostile inputs (issue 53): one line and exit 2, never a traceback, a spin or 'nan s'
+def test_absurd_sizes_and_links_are_one_line_usage_errors(capsys):
+    assert "parameters is past what the planner takes" in usage_error(["plan", "--hidden", "1" + "0" * 200], capsys)
+    assert "1,000,000 nodes) is past" in usage_error(["plan", "--nodes", "1000000"], capsys)
+    slow = usage_error(["plan", "--nodes", "2", "--inter-gb-s", "1e-320"], capsys)     # printed 'nan s' before
+    assert "--inter-gb-s" in slow and "is slower than any network" in slow
+    assert "--intra-alpha-us 1e+300 is over a second" in usage_error(["plan", "--intra-alpha-us", "1e300"], capsys)
+
+
+def _plan_in_process(capsys, *argv: str) -> tuple[int, str]:
+    from labkit.cli import main as cli
+
+    code = cli.main(["plan", *argv])
+    out = capsys.readouterr()
+    assert "Traceback" not in out.err
+    return code, out.out
+
+
+def test_an_odd_sequence_is_planned_without_context_parallelism(capsys):
+    code, out = _plan_in_process(capsys, "--seq-len", "2047", "--top", "3")
+    assert code == 0 and "cp1" in out and "cp2" not in out and "nan" not in out
+
+
+def test_a_custom_shape_is_called_custom_and_a_plain_preset_keeps_its_name(capsys):
+    code, out = _plan_in_process(capsys, "--layers", "24", "--hidden", "2048", "--heads", "16", "--top", "1")
+    assert code == 0 and out.splitlines()[0].startswith("custom (24 layers, hidden 2048, 16 heads, seq 4096")
+    assert "7b" not in out.splitlines()[0]
+    code, out = _plan_in_process(capsys, "--layers", "24", "--top", "1", "--json")
+    assert json.loads(out)["model"]["name"] == "custom" and json.loads(out)["model"]["layers"] == 24
+    code, out = _plan_in_process(capsys, "--layers", "32", "--top", "1", "--json")     # the preset's own value
+    assert json.loads(out)["model"]["name"] == "7b"
+    code, out = _plan_in_process(capsys, "--preset", "70b", "--top", "1")
+    assert out.splitlines()[0].startswith("70b: ")

@@ -6,7 +6,9 @@ import os
 import signal
 import subprocess
 import threading
+import time
 
+import psutil
 import pytest
 
 from labkit.cluster.faults import LINK_EVERY_S, JobWatch, NodeFault, exit_words, fault_message, node_ranks
@@ -82,3 +84,37 @@ def test_a_deleted_link_is_named_at_once_not_after_the_timeout(nodes):
         nodes.start()
     assert "node 1" in str(failed.value) and "lost its link (sw1" in str(failed.value), str(failed.value)
     assert now_s() - started < 100
+
+
+class _UntilRankOneIsStopped:
+    """watch_job's deadline, made to expire 1 s after rank 1's process is seen stopped (state T), or at 180 s: the
+    timeout comes with rank 1 certainly frozen, however slow the nodes' start-up on a busy machine."""
+
+    def __init__(self, marks) -> None:
+        self.marks, self.start, self.seen = marks, time.monotonic(), None
+
+    @property
+    def expired(self) -> bool:
+        now = time.monotonic()
+        if self.seen is None:
+            with contextlib.suppress(OSError, ValueError, psutil.Error):
+                if psutil.Process(int((self.marks / "rank1.pid").read_text())).status() == psutil.STATUS_STOPPED:
+                    self.seen = now
+        return now - self.start > 180 or (self.seen is not None and now - self.seen > 1.0)
+
+    @property
+    def remaining_s(self) -> float:
+        return 0.2
+
+
+def test_a_frozen_rank_is_named_at_the_timeout_with_its_node(nodes, tmp_path, monkeypatch):
+    """A rank stopped with SIGSTOP (state T throughout) was a bare timeout ('Node 0's last lines:' and nothing)."""
+    import labkit.cluster.faults as faults
+
+    monkeypatch.setattr(faults, "Deadline", lambda s: _UntilRankOneIsStopped(tmp_path / RANK_MARKS))
+    with pytest.raises(TimeoutError) as timed_out:
+        run_job(nodes, "tests.launch_support:rank_one_freezes", nproc_per_node=1, timeout_s=25, result_dir=tmp_path)
+    text = str(timed_out.value)
+    assert "rank 1 (node 1) stopped answering within the 25 s timeout" in text and "state T" in text, text
+    assert "rank 0" not in text.splitlines()[0]
+    assert nodes.pids(0) == [] and nodes.pids(1) == []

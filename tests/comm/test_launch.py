@@ -15,7 +15,8 @@ import torch.distributed as dist
 
 import labkit.comm.launch as ld
 from labkit.comm.launch import LaunchTimeout, RankFailedError, launch, target_name
-from tests.launch_support import parent_of_sleeping_ranks
+from labkit.comm.stop import wait_vanished
+from tests.launch_support import MARKER_ENV, SERVER_SLEEP_ENV, parent_of_sleeping_ranks, start_parent
 
 REPO = Path(__file__).resolve().parents[2]
 WORKER_MARK = "labkit.comm.worker"
@@ -58,6 +59,14 @@ def _worker_children() -> list[psutil.Process]:
         except psutil.NoSuchProcess:
             pass
     return found
+
+
+def _cmdline(proc: psutil.Process) -> list[str]:
+    """Its command line; [] for a process that ended (or became a zombie) as it was read."""
+    try:
+        return proc.cmdline()
+    except psutil.Error:
+        return []
 
 
 def _assert_no_orphans() -> None:
@@ -112,7 +121,7 @@ def test_pg_timeout_turns_a_stuck_collective_into_an_error():
 
 @pytest.mark.parametrize("start_method", ["forkserver", "fresh"])
 def test_keyboard_interrupt_stops_all_children(monkeypatch, start_method):
-    def interrupted_wait(procs, timeout_s, run_dir, on_result=None):
+    def interrupted_wait(procs, timeout_s, run_dir, on_result=None, watch=None):
         assert all(p.poll() is None for p in procs)
         raise KeyboardInterrupt
 
@@ -186,31 +195,111 @@ def test_explicit_nccl_on_too_few_gpus_is_refused_up_front(gpus):
 
 
 # ---- SIGTERM: like Ctrl-C, no live workers and no temp dir with the pickled payload left behind
+@pytest.mark.parametrize("lazy_reaper", [False, True], ids=["init", "lazy-reaper"])
 @pytest.mark.parametrize("start_method,processes", [("fresh", 2), ("forkserver", 3)])
-def test_sigterm_to_the_launcher_kills_workers_and_removes_the_temp_dir(tmp_path, start_method, processes):
+def test_sigterm_to_the_launcher_kills_workers_and_removes_the_temp_dir(tmp_path, start_method, processes,
+                                                                        lazy_reaper):
+    """Under a lazy reaper (an init slow to reap orphans, as on the fresh clone where this failed) the killed
+    forkserver's ranks stay zombies: exited, so gone (psutil.wait_procs would count them alive)."""
     tmp = tmp_path / "tmp"
     tmp.mkdir()
-    with parent_of_sleeping_ranks(tmp_path, start_method, env={**os.environ, "TMPDIR": str(tmp)},
-                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) as (parent, kids):
+    with parent_of_sleeping_ranks(tmp_path, start_method, lazy_reaper, env={**os.environ, "TMPDIR": str(tmp)},
+                                  stderr=subprocess.DEVNULL) as (parent, kids):
         assert len(kids) == processes and list(tmp.glob("labkit-launch-*"))
         parent.send_signal(signal.SIGTERM)
         assert parent.wait(timeout=30) == 143
-        gone, alive = psutil.wait_procs(kids, timeout=1)
-        assert alive == [] and list(tmp.glob("labkit-launch-*")) == []
+        assert wait_vanished(kids, 5) == [] and list(tmp.glob("labkit-launch-*")) == []
 
 
-def test_a_launch_folder_left_by_a_killed_launcher_is_removed_by_the_next(tmp_path):
-    import os
-    import subprocess as sp
+# ---- a signal while the rank forkserver starts up: it is stopped before any rank runs
+def test_sigterm_while_the_forkserver_starts_stops_it_before_any_rank_runs(tmp_path):
+    """Signalled while its forkserver still imports the target's module (the last 0.3 s of it made certain here),
+    the launcher kills it at once: the server used to get a 2 s grace to report its ranks, and forked them in it
+    (they ran after the signal, as `labkit allreduce-bench` measured 7 sizes after a SIGTERM)."""
+    marks, tmp = tmp_path / "marks", tmp_path / "tmp"
+    marks.mkdir(), tmp.mkdir()
+    env = {**os.environ, SERVER_SLEEP_ENV: "0.3", MARKER_ENV: str(marks), "TMPDIR": str(tmp)}
+    parent = start_parent(tmp_path, "forkserver", "tests.launch_support:mark_then_sleep", env=env,
+                          stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while not (marks / "server").exists() and time.monotonic() < deadline and parent.poll() is None:
+            time.sleep(0.005)
+        server = next(k for k in psutil.Process(parent.pid).children() if "serve_forks" in " ".join(_cmdline(k)))
+        assert server.children() == []      # started, no rank forked yet
+        signalled = time.monotonic()
+        parent.send_signal(signal.SIGTERM)
+        assert parent.wait(timeout=30) == 143
+        took_s = time.monotonic() - signalled
+        time.sleep(1.5)                     # a rank forked in a grace would have run and left its mark by now
+        assert sorted(p.name for p in marks.iterdir()) == ["server"]       # no rank ran
+        family = [server]
+        assert wait_vanished(family, 5) == [] and list(tmp.glob("labkit-launch-*")) == []
+        assert took_s < 10, f"the launcher took {took_s:.1f} s to stop"   # a bound on a hang: the marks decide
+    finally:
+        ld.stop_group(parent)
 
-    from labkit.comm.launch import RUN_DIR_PREFIX, remove_orphaned_run_dirs
 
-    dead = sp.Popen(["true"])
-    dead.wait()                                            # a pid that no longer runs
-    orphan = tmp_path / f"{RUN_DIR_PREFIX}{dead.pid}-abc"
-    alive = tmp_path / f"{RUN_DIR_PREFIX}{os.getpid()}-def"
-    for folder in (orphan, alive):
-        folder.mkdir()
-        (folder / "0.result").write_bytes(b"x")
-    assert remove_orphaned_run_dirs(tmp_path) == [orphan]
-    assert not orphan.exists() and alive.exists()
+@pytest.mark.parametrize("start_method", ["forkserver", "fresh"])
+def test_a_signal_that_lands_while_a_process_starts_loses_no_process(tmp_path, monkeypatch, start_method):
+    """SIGTERM delivered inside Popen (after the fork, before it returns) used to unwind with the child unknown,
+    so it ran on: the signal is now held until the process is recorded, then stops it."""
+    import labkit.comm.forkserver as fs
+
+    real_popen, started = subprocess.Popen, []
+
+    def popen_then_signal(*args, **kwargs):
+        proc = real_popen(*args, **kwargs)
+        started.append(proc)
+        os.kill(os.getpid(), signal.SIGTERM)      # the handler runs before this function returns
+        time.sleep(0.1)
+        return proc
+
+    monkeypatch.setattr(fs.subprocess if start_method == "forkserver" else ld.subprocess, "Popen", popen_then_signal)
+    monkeypatch.setenv(MARKER_ENV, str(tmp_path))
+    from labkit.core.results import Terminated
+    with pytest.raises(Terminated):
+        launch("tests.launch_support:mark_then_sleep", 2, timeout_s=60, show_output=False, start_method=start_method)
+    assert len(started) == 1 and started[0].poll() is not None
+    time.sleep(1.0)
+    assert list(tmp_path.iterdir()) == []
+    _assert_no_orphans()
+
+
+# ---- a frozen rank is named
+def stop_rank_one() -> None:
+    """Rank 1 freezes itself (SIGSTOP) once the group is up, leaving a mark first; rank 0 waits in an all-reduce."""
+    if dist.get_rank() == 1:
+        Path(os.environ[MARKER_ENV], "1").write_text("stopping")
+        os.kill(os.getpid(), signal.SIGSTOP)
+    dist.all_reduce(torch.ones(1))
+
+
+class _UntilRankOneFroze:
+    """The launch's deadline, made to expire 1 s after rank 1 froze (its mark), or at 120 s: the timeout then comes
+    with rank 1 certainly stopped, however slow the start-up on a busy machine."""
+
+    def __init__(self, marks: Path) -> None:
+        self.marks, self.start, self.seen = marks, time.monotonic(), None
+
+    @property
+    def expired(self) -> bool:
+        now = time.monotonic()
+        if self.seen is None and (self.marks / "1").exists():
+            self.seen = now
+        return now - self.start > 120 or (self.seen is not None and now - self.seen > 1.0)
+
+
+@pytest.mark.parametrize("start_method", ["forkserver", "fresh"])
+def test_a_frozen_rank_is_named_as_the_one_that_stopped_answering(tmp_path, monkeypatch, start_method):
+    """The rival: 'rank(s) [0, 1] were still running', the waiting rank 0 named beside the frozen one."""
+    monkeypatch.setenv(MARKER_ENV, str(tmp_path))
+    real_deadline = ld.Deadline
+    monkeypatch.setattr(ld, "Deadline", lambda s: _UntilRankOneFroze(tmp_path) if s == 8 else real_deadline(s))
+    with pytest.raises(LaunchTimeout) as info:
+        launch(stop_rank_one, 2, timeout_s=8, show_output=False, start_method=start_method)
+    message = str(info.value)
+    assert (tmp_path / "1").exists(), message
+    assert "rank 1 (for " in message and "stopped answering" in message and "state T" in message, message
+    assert "rank(s) [0] were waiting for it" in message and "[0, 1]" not in message
+    _assert_no_orphans()                         # the stopped rank was killed too

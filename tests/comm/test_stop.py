@@ -9,7 +9,8 @@ import time
 import psutil
 import pytest
 
-from labkit.comm.stop import stop_group
+from labkit.comm.stop import has_exited, pid_has_exited, stop_group, wait_vanished
+from tests.launch_support import a_zombie
 
 # a leader that starts a child in its own group, then both sleep (and the leader ignores SIGTERM)
 _FAMILY = ("import signal, subprocess, sys, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
@@ -29,8 +30,7 @@ def test_stop_group_kills_the_leader_and_its_children_after_the_grace():
     try:
         stop_group(proc, grace_s=0.3)          # SIGTERM is ignored: SIGKILL after the grace ends both
         assert proc.returncode is not None
-        gone, alive = psutil.wait_procs(children, timeout=5)
-        assert not alive
+        assert wait_vanished(children, 5) == []
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -70,7 +70,7 @@ def test_a_child_in_a_session_of_its_own_is_stopped_too():
     assert os.getpgid(child.pid) != proc.pid
     stop_group(proc)
     assert proc.returncode is not None
-    assert not psutil.wait_procs([child], timeout=5)[1]
+    assert wait_vanished([child], 5) == []
 
 
 def test_an_exited_and_reaped_popen_is_not_looked_up_again():
@@ -107,3 +107,26 @@ def test_a_launcher_still_starting_workers_in_their_own_sessions_loses_none(tmp_
     while any(_alive(pid) for pid in started) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert [pid for pid in started if _alive(pid)] == []
+
+
+# ---- a zombie has exited: its parent (or an init slow to reap orphans) just has not collected it yet
+def test_a_zombie_counts_as_exited_where_psutil_wait_procs_counts_it_alive():
+    with a_zombie() as zombie:
+        assert zombie.status() == psutil.STATUS_ZOMBIE
+        assert psutil.wait_procs([zombie], timeout=0.2)[1] == [zombie]     # the pattern that failed on a fresh clone
+        start = time.monotonic()
+        assert has_exited(zombie) and pid_has_exited(zombie.pid) and wait_vanished([zombie], 5) == []
+        assert time.monotonic() - start < 1.0
+
+
+def test_a_running_process_has_not_exited_and_is_waited_for():
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
+    try:
+        child = psutil.Process(proc.pid)
+        assert not has_exited(child) and not pid_has_exited(proc.pid)
+        start = time.monotonic()
+        assert wait_vanished([child], 0.3) == [child]
+        assert time.monotonic() - start >= 0.3
+    finally:
+        stop_group(proc)
+    assert pid_has_exited(proc.pid) and wait_vanished([child], 0) == []

@@ -105,3 +105,13 @@ def test_closed_form_partial_node_and_bad_input():
         two_tier_cost_s("ring", 4, 2, 8.0, intra, inter)
     with pytest.raises(ValueError, match="nbytes"):
         two_tier_cost_s("flat", 4, 2, -1.0, intra, inter)
+
+
+@pytest.mark.parametrize("alpha_s, beta", [(0.0, float("inf")), (float("nan"), 1e-9), (0.0, -1e-9)])
+def test_a_link_is_finite_and_non_negative(alpha_s, beta):
+    """A near-zero rate makes beta infinite, and the planner printed 'nan s' from it (issue 53)."""
+    from labkit.comm.two_tier import Link
+
+    with pytest.raises(ValueError, match="must be >= 0 and finite"):
+        Link(alpha_s, beta)
+    assert Link(0.0, 1 / 25e9).time_s(25e9) == pytest.approx(1.0)

@@ -206,3 +206,37 @@ def test_out_of_memory_on_the_first_call_stays_out_of_memory():
                                               ("fp32", None), (None, None)])
 def test_step_options_take_every_spelling_of_the_one_precision_table(spelling, stored):
     assert StepOptions(amp_dtype=spelling).amp_dtype == stored
+
+
+# ---- only a shape mismatch gets the image-shape hint (issue 53: a dtype mismatch and a tp that does not divide
+# the heads were both reported as a wrong image shape)
+class _ShardedHeads(nn.Module):
+    """A column shard of a 16-wide attention over a tp that does not divide its 4 heads: 10 columns, head_dim 4."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.wq = nn.Linear(16, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        q = self.wq(x.flatten(1))
+        return q.reshape(x.shape[0], -1, 4).sum(-1)     # (b, local heads, head_dim) -> fails: 10 is no multiple of 4
+
+
+def test_a_dtype_mismatch_is_reported_as_itself_not_as_a_shape():
+    model = nn.Sequential(nn.Flatten(), nn.Linear(3 * 9 * 9, 10)).double()
+    with pytest.raises(RuntimeError, match="dtype") as info:
+        TrainStep(model, _sgd(model))(torch.randn(2, 3, 9, 9), torch.zeros(2, dtype=torch.long))
+    assert not isinstance(info.value, ValueError) and "image shape" not in str(info.value)
+
+
+def test_heads_that_do_not_split_get_the_reshape_hint_not_the_image_shape_hint():
+    model = _ShardedHeads()
+    with pytest.raises(ValueError, match="a reshape inside the model failed") as info:
+        TrainStep(model, _sgd(model))(torch.randn(2, 16), torch.zeros(2, dtype=torch.long))
+    assert "image shape" not in str(info.value) and "heads that split evenly" in str(info.value)
+
+
+def test_a_wrong_image_shape_still_gets_its_hint():
+    model = _cnn()
+    with pytest.raises(ValueError, match="Build the model for this data's image shape"):
+        TrainStep(model, _sgd(model))(torch.randn(2, 4, 9, 9), torch.zeros(2, dtype=torch.long))

@@ -53,3 +53,25 @@ def test_devices_come_from_the_one_peak_table():
         DeviceSpec.from_table("Nonexistent GPU", 80)
     with pytest.raises(ValueError, match="zero"):
         Layout(zero=4)
+
+
+# ---- absurd sizes: one clear line before any arithmetic overflows (issue 53: a 29-line OverflowError traceback)
+@pytest.mark.parametrize("kwargs, match", [({"hidden": 10**200}, r"about 1e\+40\d parameters is past"),
+                                           ({"vocab": 10**15}, "parameters is past"),
+                                           ({"global_batch": 10**20}, "tokens per step is past")])
+def test_absurd_model_sizes_are_refused_in_one_line(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        ModelSpec(**{**dict(layers=4, hidden=64, heads=4, seq_len=32, vocab=100), **kwargs})
+
+
+def test_a_cluster_of_a_million_nodes_is_refused_and_a_large_real_one_is_not():
+    with pytest.raises(ValueError, match=r"8,000,000 GPUs \(1,000,000 nodes\) is past"):
+        ClusterSpec(8, 10**6)
+    assert ClusterSpec(8, 2048).world_size == 16384
+
+
+def test_an_odd_sequence_needs_no_context_parallelism_but_cp_does():
+    """Ring attention splits the sequence into 2 x cp chunks: the rule binds only when cp > 1 (2047 was refused)."""
+    odd = ModelSpec(layers=4, hidden=64, heads=4, seq_len=2047, vocab=100, global_batch=8)
+    assert layout_problem(odd, ClusterSpec(4, 1), Layout(dp=4)) is None
+    assert "no multiple of 2 x cp=2" in layout_problem(odd, ClusterSpec(4, 1), Layout(dp=2, cp=2))
