@@ -349,6 +349,10 @@ SINGLE_HOMES = {
     'with_name("torchrun")': ("comm.launch_nodes",),                # one torchrun command builder
     'environ["LOCAL_RANK"]': (),                                    # comm.launch_env reads the launcher's variables
     'environ["WORLD_SIZE"]': (),
+    "new_group(": ("comm.mesh",                                     # issue 50: one builder of groups of ranks ...
+                   "parallel.debug.hangs",                          # ... beside whole-world side groups with a
+                   "parallel.debug.rank_pitfalls",                  # timeout of their own (a watchdog, a patient
+                   "checkpoint.async_saves"),                       # barrier) or the background writer's
     "def build_optimizer(": ("training.run_spec",),                 # a run's optimizer is made from its RunSpec
     "momentum must be a number": ("training.run_spec",),            # a run's facts are checked where it is made
     "must be one of {TRAIN_OPTIMIZERS}": ("training.run_spec",),

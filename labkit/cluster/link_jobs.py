@@ -18,6 +18,7 @@ import torch.distributed as dist
 
 from labkit.cluster.nodes import tbf_argv
 from labkit.cluster.rankside import Place, address_is_local, job_params, place, rate_key, report
+from labkit.comm.mesh import Mesh, new_groups
 from labkit.core.clock import interleaved, now_s
 from labkit.core.contention import ShareMeter
 from labkit.parallel.data.scaling import member_groups, sweep_members
@@ -91,15 +92,14 @@ def _ping_pong_sweep(me: Place, sizes: dict[str, list[int]], repeats: int
 
 
 def make_groups(me: Place) -> tuple[object, object]:
-    """(this node's group, the group of node leaders: local rank 0 of each node); every rank creates both."""
-    per_node, nodes = me.local_world_size, me.world_size // me.local_world_size
-    local = None
-    for node in range(nodes):
-        group = dist.new_group(list(range(node * per_node, (node + 1) * per_node)))
-        if node == me.group_rank:
-            local = group
-    leaders = dist.new_group([node * per_node for node in range(nodes)])
-    return local, leaders
+    """(this node's group, the group of node leaders: local rank 0 of each node, None on the others); every rank
+    creates both. The nodes
+    are a mesh whose "tp" groups are a node's ranks (node-major numbering) and whose first "dp" group holds the
+    leaders (:mod:`labkit.comm.mesh`)."""
+    nodes = Mesh(dp=me.world_size // me.local_world_size, tp=me.local_world_size)
+    inside, leaders = nodes.members("tp"), nodes.members("dp")[0]
+    *local, lead = new_groups([*inside, leaders])
+    return next(g for g in local if g is not None).group, (lead.group if lead is not None else None)
 
 
 def hierarchical_all_reduce(tensor: torch.Tensor, me: Place, local: object, leaders: object) -> torch.Tensor:

@@ -19,9 +19,11 @@ from labkit.cluster.linkfit import expected_payload_bytes_s
 from labkit.cluster.nodes import EmulatedNodes, NodesConfig
 from labkit.cluster.rankside import Place, job_params, report
 from labkit.cluster.run import JobResult, run_job
+from labkit.comm.mesh import Mesh, my_group
 from labkit.core.contention import ShareMeter
 from labkit.core.clock import now_s
 from labkit.core.step import TrainStep
+from labkit.core.validation import positive_number
 from labkit.core.verdict import Load, relative_spread
 from labkit.parallel.data.sync_sgd import sync_gradients
 from labkit.parallel.tensor.megatron import LayerShape, ParallelBlock, build_block
@@ -33,38 +35,30 @@ PLACEMENTS = ("tp_inside", "dp_inside")
 
 
 def mesh_members(placement: str, nodes: int, per_node: int) -> tuple[list[list[int]], list[list[int]]]:
-    """(TP groups, DP groups) as lists of global ranks (node-major numbering: rank = node * per_node + local)."""
+    """(TP groups, DP groups) as lists of global ranks (node-major numbering: rank = node * per_node + local).
+
+    One grid, :class:`labkit.comm.mesh.Mesh` with a node's ranks as its fastest axis: ``tp_inside`` gives TP that
+    axis (a node's ranks) and DP the other; ``dp_inside``, the deliberately wrong placement, swaps their roles."""
     if placement not in PLACEMENTS:
         raise ValueError(f"placement must be one of {PLACEMENTS}, got {placement!r}")
-    inside = [[n * per_node + k for k in range(per_node)] for n in range(nodes)]
-    across = [[n * per_node + k for n in range(nodes)] for k in range(per_node)]
+    grid = Mesh(dp=nodes, tp=per_node)
+    inside, across = grid.members("tp"), grid.members("dp")
     return (inside, across) if placement == "tp_inside" else (across, inside)
-
-
-def my_group(members: list[list[int]], rank: int) -> tuple[object, list[int]]:
-    """Create every group of ``members`` (all ranks must, in the same order); return this rank's and its ranks."""
-    mine = None
-    for ranks in members:
-        group = dist.new_group(ranks)
-        if rank in ranks:
-            mine = (group, ranks)
-    return mine  # type: ignore[return-value]
 
 
 def placement_step(me: Place, placement: str, shape: LayerShape) -> TrainStep:
     """This rank's step for ``placement``: its TP part of the layer, its DP share of the batch, SGD."""
     nodes = me.world_size // me.local_world_size
     tp_members, dp_members = mesh_members(placement, nodes, me.local_world_size)
-    (tp_group, tp_ranks), (dp_group, dp_ranks) = my_group(tp_members, me.rank), my_group(dp_members, me.rank)
-    tp_rank, dp_rank = tp_ranks.index(me.rank), dp_ranks.index(me.rank)
-    model = ParallelBlock(build_block(shape), tp_rank, len(tp_ranks), group=tp_group)
+    tp, dp = my_group(tp_members), my_group(dp_members)
+    model = ParallelBlock(build_block(shape), tp.index, tp.size, group=tp.group)
     opt = torch.optim.SGD(model.parameters(), lr=1e-3)
 
     def dp_sync(m: torch.nn.Module) -> None:
-        sync_gradients(m, lambda t: dist.all_reduce(t, group=dp_group), len(dp_ranks), bucket=True)
+        sync_gradients(m, lambda t: dist.all_reduce(t, group=dp.group), dp.size, bucket=True)
 
     step = TrainStep(model, opt, loss_fn=probe_loss, grad_hook=dp_sync)
-    step.feed = tuple(v.chunk(len(dp_ranks), dim=0)[dp_rank].contiguous() for v in layer_inputs(shape))  # type: ignore[attr-defined]
+    step.feed = tuple(v.chunk(dp.size, dim=0)[dp.index].contiguous() for v in layer_inputs(shape))  # type: ignore[attr-defined]
     return step
 
 
@@ -134,7 +128,11 @@ def placement_load(results: list[dict]) -> Load:
     return Load.of_ranks(results, spread=relative_spread(ratios))
 
 
-def measure_placements(shape: LayerShape, rounds: int = 5, config: NodesConfig | None = None) -> list[dict]:
-    """Build the two nodes, run both placements, tear the nodes down (always); every rank's report."""
+def measure_placements(shape: LayerShape, rounds: int = 5, config: NodesConfig | None = None,
+                       timeout_s: float = 120.0) -> list[dict]:
+    """Build the two nodes, run both placements, tear the nodes down (always); every rank's report.
+
+    ``timeout_s``: the job's limit (checked before any node is built); a rank frozen past it is named."""
+    positive_number(timeout_s, "timeout_s", hint="a number of seconds")     # checked before any node is built
     with EmulatedNodes(config or NodesConfig.fast()) as nodes:
-        return run_placements(nodes, shape, rounds=rounds).results
+        return run_placements(nodes, shape, rounds=rounds, timeout_s=timeout_s).results

@@ -15,7 +15,7 @@ The grid itself needs no torch; :func:`process_groups` and :func:`device_mesh` r
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from typing import Any, Iterable
+from typing import Any, Iterable, Sequence
 
 from labkit.core.validation import positive_int
 
@@ -196,21 +196,38 @@ def group_plan(mesh: Mesh) -> list[tuple[str, list[int]]]:
     return [(axis_key(a), ranks) for a in axes for ranks in mesh.members(a)]
 
 
+def new_groups(members: Sequence[Sequence[int]]) -> list[AxisGroup | None]:
+    """One process group per list of ranks, created in the given order on every rank (as ``new_group`` requires);
+    this rank's :class:`AxisGroup` for each list it is in, None for the others. The kit's one builder of groups of
+    members: the mesh's axes, a node's ranks and the nodes' leaders, the first R ranks of a scaling sweep."""
+    import torch.distributed as dist   # lazy: the grid above is torch-free (the planner uses it)
+    rank, out = dist.get_rank(), []
+    for ranks in members:
+        ranks = [int(r) for r in ranks]
+        group = dist.new_group(ranks)
+        out.append(AxisGroup(group, tuple(ranks), ranks.index(rank)) if rank in ranks else None)
+    return out
+
+
+def my_group(members: Sequence[Sequence[int]]) -> AxisGroup:
+    """Create every group of ``members`` (all ranks must, in the same order) and return this rank's."""
+    mine = [g for g in new_groups(members) if g is not None]
+    if len(mine) != 1:
+        raise ValueError(f"this rank must be in exactly one of {list(map(list, members))}, found {len(mine)}")
+    return mine[0]
+
+
 def process_groups(mesh: Mesh) -> dict[str, AxisGroup]:
     """Create every group of every axis (same order on every rank, as ``new_group`` requires); this rank's per axis.
 
     Keys: 'dp', 'pp', 'cp', 'tp', 'dp_cp' (gradient reduction and ZeRO/FSDP span it) and 'ep'. Call after
     ``init_process_group`` on a world of ``mesh.world_size`` ranks."""
     import torch.distributed as dist   # lazy: the grid above is torch-free (the planner uses it)
-    rank, world = dist.get_rank(), dist.get_world_size()
+    world = dist.get_world_size()
     if world != mesh.world_size:
         raise ValueError(f"the mesh {mesh.label()} holds {mesh.world_size} ranks but the process group has {world}")
-    mine: dict[str, AxisGroup] = {}
-    for key, ranks in group_plan(mesh):
-        group = dist.new_group(ranks)
-        if rank in ranks:
-            mine[key] = AxisGroup(group, tuple(ranks), ranks.index(rank))
-    return mine
+    plan = group_plan(mesh)
+    return {key: group for (key, _), group in zip(plan, new_groups([ranks for _, ranks in plan])) if group is not None}
 
 
 def device_mesh(mesh: Mesh, device_type: str = "cpu") -> Any:

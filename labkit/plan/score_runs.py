@@ -24,8 +24,8 @@ from labkit.cluster.link_jobs import join_node_group
 from labkit.cluster.nodes import EmulatedNodes, NodesConfig
 from labkit.cluster.rankside import job_params, report
 from labkit.cluster.run import run_job
-from labkit.cluster.tp_mesh import my_group
 from labkit.comm.launch import launch
+from labkit.comm.mesh import Mesh, my_group
 from labkit.core.clock import now_s
 from labkit.core.contention import ShareMeter
 from labkit.core.step import StepOptions, TrainStep
@@ -59,6 +59,13 @@ class ScoreConfig:
     def __post_init__(self) -> None:
         for name in ("layers", "d_model", "heads", "seq_len", "global_batch", "rounds"):
             positive_int(getattr(self, name), name)
+        self.shape()                                     # the layer's own rules (d_model by heads), said here
+
+    def check_layout(self, layout: Layout, world_size: int) -> None:
+        """One clear error, before any rank starts, unless ``layout`` runs on ``world_size`` ranks and the stack fits
+        its mesh (heads and sequence by tp, the global batch by dp: :meth:`labkit.comm.mesh.Mesh.check_model`)."""
+        mesh_groups(layout, world_size)
+        Mesh(dp=layout.dp, tp=layout.tp).check_model(heads=self.heads, seq_len=self.seq_len, batch=self.global_batch)
 
     def shape(self, batch: int | None = None) -> LayerShape:
         """The layer's shape at ``batch`` sequences (the global batch by default)."""
@@ -81,8 +88,8 @@ def mesh_groups(layout: Layout, world_size: int) -> tuple[list[list[int]], list[
     """(TP groups, DP groups) as global ranks: tp fastest (consecutive ranks), dp across them."""
     if layout.ranks != world_size or layout.pp != 1 or layout.cp != 1:
         raise ValueError(f"{layout.label()}: the scored runs take dp x tp = {world_size} (pp = cp = 1)")
-    tp_groups = [list(range(d * layout.tp, (d + 1) * layout.tp)) for d in range(layout.dp)]
-    return tp_groups, [list(range(t, world_size, layout.tp)) for t in range(layout.tp)]
+    mesh = Mesh(dp=layout.dp, tp=layout.tp)
+    return mesh.members("tp"), mesh.members("dp")
 
 
 def build_stack(cfg: ScoreConfig, layout: Layout, tp_rank: int = 0, tp_group: object = None) -> nn.Module:
@@ -98,8 +105,9 @@ def _layout_step(cfg: ScoreConfig, layout: Layout, rank: int) -> TrainStep:
     """This rank's step: its TP part, its DP share of the batch in micro-batches of ``layout.micro_batch``
     (gradients accumulated), Adam, gradients averaged over its DP group once per step."""
     tp_members, dp_members = mesh_groups(layout, dist.get_world_size())
-    (tp_group, tp_ranks), (dp_group, dp_ranks) = my_group(tp_members, rank), my_group(dp_members, rank)
-    model = build_stack(cfg, layout, tp_ranks.index(rank), tp_group)
+    tp, dp = my_group(tp_members), my_group(dp_members)
+    tp_group, dp_group, dp_ranks = tp.group, dp.group, list(dp.ranks)
+    model = build_stack(cfg, layout, tp.index, tp_group)
     opt = torch.optim.Adam(model.parameters(), lr=1e-4)
 
     def dp_sync(m: nn.Module) -> None:
@@ -132,11 +140,9 @@ def _fit_link(group: object = None, size: int | None = None, repeats: int = 5) -
 
 def _fit_tiers(per_node: int) -> dict[str, dict[str, float]]:
     """One fit inside a node (its ranks) and one across nodes (the ranks of one local rank), all ranks at once."""
-    world, rank = dist.get_world_size(), dist.get_rank()
-    inside = [list(range(n, n + per_node)) for n in range(0, world, per_node)]
-    across = [list(range(k, world, per_node)) for k in range(per_node)]
-    (g_in, r_in), (g_across, r_across) = my_group(inside, rank), my_group(across, rank)
-    return {"intra": _fit_link(g_in, len(r_in)), "inter": _fit_link(g_across, len(r_across))}
+    nodes = Mesh(dp=dist.get_world_size() // per_node, tp=per_node)   # a node's ranks share a "tp" group
+    inside, across = my_group(nodes.members("tp")), my_group(nodes.members("dp"))
+    return {"intra": _fit_link(inside.group, inside.size), "inter": _fit_link(across.group, across.size)}
 
 
 def _compute_only_s(cfg: ScoreConfig, dp: int, repeats: int = 3) -> float:
@@ -223,7 +229,7 @@ def run_layouts_on_nodes(cfg: ScoreConfig, layouts: list[Layout] | None = None, 
     every rank's report in rank order."""
     config = config or NodesConfig.fast()
     for layout in layouts or []:
-        mesh_groups(layout, config.nodes * per_node)
+        cfg.check_layout(layout, config.nodes * per_node)
     params = {"cfg": asdict(cfg), "layouts": [asdict(lay) for lay in layouts or []], "space": asdict(space)}
     with EmulatedNodes(config) as nodes:
         results = run_job(nodes, "labkit.plan.score_runs:score_node_job", nproc_per_node=per_node, params=params,
@@ -236,6 +242,6 @@ def run_layouts(cfg: ScoreConfig, layouts: list[Layout] | None = None, world_siz
     """Run :func:`score_job` on ``world_size`` ranks under a timeout (``layouts``, or the planner's picks within
     ``space``); every rank's report, in rank order."""
     for layout in layouts or []:
-        mesh_groups(layout, world_size)                 # one clear error before any process starts
+        cfg.check_layout(layout, world_size)            # one clear error before any process starts
     return launch(score_job, world_size, args=(asdict(cfg), [asdict(lay) for lay in layouts or []]),
                   kwargs={"space": asdict(space)}, timeout_s=timeout_s, show_output=False)

@@ -46,3 +46,33 @@ def test_both_placements_run_and_eth0_counts_the_predicted_bytes(placed):
 
 def test_the_nodes_are_gone_after_the_run(placed):
     assert psutil.Process().children(recursive=True) == []
+
+
+@pytest.mark.parametrize("timeout_s", [0, -1.0, float("nan")])
+def test_measure_placements_takes_a_timeout_checked_before_any_node_is_built(monkeypatch, timeout_s):
+    """issue 53: it had no timeout parameter (a frozen rank kept it for the fixed 120 s)."""
+    built = []
+    monkeypatch.setattr(tp_mesh, "EmulatedNodes", lambda *a, **k: built.append(1))
+    with pytest.raises(ValueError, match="timeout_s"):
+        tp_mesh.measure_placements(LayerShape(batch=4, seq_len=8, d_model=16, heads=2), rounds=1, timeout_s=timeout_s)
+    assert built == []
+
+
+def test_measure_placements_passes_its_timeout_to_the_job(monkeypatch):
+    seen = {}
+
+    class FakeNodes:
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+    def fake_run(nodes, shape, rounds, timeout_s):
+        seen["timeout_s"] = timeout_s
+        return type("Result", (), {"results": ["ok"]})()
+
+    monkeypatch.setattr(tp_mesh, "EmulatedNodes", lambda *a, **k: FakeNodes())
+    monkeypatch.setattr(tp_mesh, "run_placements", fake_run)
+    assert tp_mesh.measure_placements(LayerShape(batch=4, seq_len=8, d_model=16, heads=2), timeout_s=7.5) == ["ok"]
+    assert seen == {"timeout_s": 7.5}

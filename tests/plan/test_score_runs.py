@@ -53,3 +53,15 @@ def test_the_emulated_nodes_run_refuses_a_bad_layout_before_building_nodes():
 
     with pytest.raises(ValueError, match="dp x tp = 4"):
         run_layouts_on_nodes(CFG, [Layout(dp=2)])
+
+
+def test_a_shape_the_layout_cannot_split_is_one_line_before_any_rank_starts():
+    """Issue 53: ScoreConfig(heads=3) failed with 28 lines from inside the ranks; issue 50: the runner asks the
+    mesh's rules (the ones the planner asks), not a rule of its own."""
+    with pytest.raises(ValueError, match="d_model=128 must be divisible by heads=3"):
+        ScoreConfig(heads=3)
+    with pytest.raises(ValueError, match=r"tp: heads=6 must be divisible by tp=4") as err:
+        run_layouts(ScoreConfig(d_model=96, heads=6), [Layout(tp=4)], world_size=4, timeout_s=5)
+    assert "fix: tp in" in str(err.value)
+    with pytest.raises(ValueError, match=r"dp: global batch=6 must be divisible by dp=4"):
+        run_layouts(ScoreConfig(global_batch=6), [Layout(dp=4)], world_size=4, timeout_s=5)

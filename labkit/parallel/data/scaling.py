@@ -18,6 +18,7 @@ import torch.distributed as dist
 from labkit.comm.backend import choose_backend
 from labkit.comm.collectives import allreduce_cost
 from labkit.comm.launch import launch
+from labkit.comm.mesh import new_groups
 from labkit.comm.worker import rank_device
 from labkit.core.clock import now_s, percentile, thread_time_s
 from labkit.core.contention import ShareMeter
@@ -142,8 +143,10 @@ def scaling_sweep_worker(world_sizes: tuple[int, ...] = (1, 2, 4), rounds: int =
 
 
 def member_groups(members: dict[int, list[int]]) -> dict[int, object]:
-    """One process group per entry of ``members`` (every rank must call this, in the same order)."""
-    return {size: dist.new_group(ranks) for size, ranks in members.items()}
+    """One process group per entry of ``members`` (every rank must call this, in the same order), through the kit's
+    one group builder (:func:`labkit.comm.mesh.new_groups`); None where this rank is not a member."""
+    made = new_groups(list(members.values()))
+    return {size: (g.group if g is not None else None) for size, g in zip(members, made)}
 
 
 def sweep_members(members: dict[int, list[int]], groups: dict[int, object], rounds: int, cfg: dict) -> list[StepTimes]:

@@ -25,6 +25,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
+from labkit.comm.mesh import Mesh
 from labkit.core.validation import positive_int
 from labkit.sharding.comm_volume import all_gather_single, reduce_scatter_single
 
@@ -50,11 +51,10 @@ class LayerShape:
             raise ValueError(f"d_model={self.d_model} must be divisible by heads={self.heads}")
 
     def check_split(self, world_size: int) -> int:
-        """One clear error unless heads and sequence divide among ``world_size`` ranks."""
+        """One clear error unless heads and sequence divide among ``world_size`` tp ranks: the mesh's tp rules
+        (:meth:`labkit.comm.mesh.Mesh.check_model`, the rules the planner asks too)."""
         t = positive_int(world_size, "world_size")
-        if self.heads % t or self.seq_len % t:
-            raise ValueError(f"tensor parallelism over {t} ranks splits the {self.heads} heads and the sequence of "
-                             f"{self.seq_len}: both must be divisible by {t}")
+        Mesh(tp=t).check_model(heads=self.heads, seq_len=self.seq_len)
         return t
 
 
