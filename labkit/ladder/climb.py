@@ -20,6 +20,7 @@ from labkit.core.threads import matched_threads
 from labkit.ladder.capabilities import detect_capabilities
 from labkit.ladder.config import LadderConfig, budget_samples
 from labkit.ladder.ddp import measure_ddp
+from labkit.ladder.first_to_target import TargetPlan, with_time_to_target
 from labkit.ladder.measure import (SLOW_RUNG_FRACTION, Measurement, measure_model, mfu_of, rung_run, run_spec,
                                    steps_for_budget, train_config, train_loader)
 from labkit.ladder.report import LadderResult, LadderRow
@@ -191,13 +192,16 @@ def climb(job: LadderJob, on_rung: Callable[[LadderRow], None] | None = None
 
 def run_ladder(config: LadderConfig | None = None, model_fn: Callable | None = None, data: ImageData | None = None, *,
                trainer: Callable | None = None, ceiling_fn: Callable | None = None,
-               on_rung: Callable[[LadderRow], None] | None = None) -> LadderResult:
+               on_rung: Callable[[LadderRow], None] | None = None, to_target: TargetPlan | None = None,
+               on_phase: Callable[[str], None] | None = None) -> LadderResult:
     """Climb the ladder on one job: measure every rung, carry forward the ones that help, return the table.
 
     ``model_fn()`` builds a fresh model (default: ``config.model`` via labkit.core.models.build_model; must be picklable,
     e.g. a module-level function, for the DDP rung); ``data`` is an ImageData (default: labkit.core.data.load_data);
     ``trainer`` replaces labkit.training.loop.train and ``ceiling_fn`` labkit.training.ceiling.measure_ceiling
     (tests inject fakes). ``on_rung`` receives each rung's row as it finishes (the CLI saves it at once).
+    ``to_target``: then time every rung to that target (:mod:`labkit.ladder.first_to_target`; it trains with the
+    kit's own loop, never ``trainer``); ``on_phase`` hears the name of each phase after the rungs as it starts.
     """
     config = config or LadderConfig.for_mode()
     name = config.model if model_fn is None else getattr(model_fn, "__name__", type(model_fn).__name__)
@@ -214,7 +218,15 @@ def run_ladder(config: LadderConfig | None = None, model_fn: Callable | None = N
         rows, probe, notes = climb(job, on_rung)
         result = LadderResult(rows, device_label(device), str(get_mode()), name, data.name, job.budget_samples,
                               probe, [*notes, threads.describe()])
-        return with_ceiling(result, job, ceiling_fn) if config.measure_ceiling else result
+        if config.measure_ceiling:
+            if on_phase is not None:
+                on_phase("the hardware ceiling")
+            result = with_ceiling(result, job, ceiling_fn)
+        if to_target is not None:
+            if on_phase is not None:
+                on_phase("the time to the target")
+            result = with_time_to_target(result, config, data, to_target, model_fn=model_fn, device=str(device))
+        return result
 
 
 def with_ceiling(result: LadderResult, job: LadderJob, ceiling_fn: Callable | None = None) -> LadderResult:

@@ -1,5 +1,6 @@
 """The tuning ladder's result: one row per rung, as a Markdown table, JSON, and a bar chart of speedups
-with the accuracy beside it."""
+with the accuracy beside it; where the rungs were timed to a target accuracy
+(:mod:`labkit.ladder.first_to_target`), each rung's time to it and the rung that reached it first."""
 from __future__ import annotations
 
 import json
@@ -51,6 +52,11 @@ class LadderRow:
     accuracy_ok: bool | None = None           # accuracy within the tolerance of rung 0's (None: not measured)
     recipe: dict | None = None                # the measured Recipe's fields
     fraction_of_ceiling: float | None = None  # samples/s per process / the hardware ceiling's
+    to_target_status: str | None = None       # reached | missed | not timed (None: no to-target phase ran)
+    time_to_target_s: float | None = None     # olympic mean of the seeds; None unless reached
+    to_target_seconds: list | None = None     # per seed, None where that seed missed
+    to_target_steps: list | None = None       # optimizer steps per seed (set by the seed), None where missed
+    to_target_note: str = ""
 
     @property
     def measured(self) -> bool:
@@ -71,6 +77,7 @@ class LadderResult:
     notes: list[str] = field(default_factory=list)
     ceiling_samples_per_s: float | None = None       # training batches already on the device, best recipe
     ceiling_note: str = "not measured"
+    to_target: dict | None = None                    # target, its source, the first rung (first_to_target.summary)
 
     def rung(self, index: int) -> LadderRow:
         """The row of rung ``index``."""
@@ -85,14 +92,27 @@ class LadderResult:
         """Hardware, mode, job and budget, printed above the table."""
         return (f"Device: {self.device}\nMode: {self.mode}\nJob: {self.model} on {self.dataset}; "
                 f"fixed budget {self.budget_samples} training samples per rung\n"
-                f"Ceiling: {_fmt(self.ceiling_samples_per_s, '{:.1f}') or 'n/a'} samples/s ({self.ceiling_note})")
+                f"Ceiling: {_fmt(self.ceiling_samples_per_s, '{:.1f}') or 'n/a'} samples/s ({self.ceiling_note})"
+                + self.target_header())
+
+    def target_header(self) -> str:
+        """The target, its source and the first rung to reach it ("" where the rungs were not timed to one)."""
+        t = self.to_target
+        if not t:
+            return ""
+        return (f"\nTarget: {t['target_accuracy']:.1%} validation accuracy ({t['target_source']}); "
+                f"{len(t['seeds'])} seeds, at most {t['max_epochs']} epochs each, checked {t['evals_per_epoch']} "
+                f"times an epoch; {_fmt(t.get('wall_s'), '{:.0f}') or '?'} s in all; "
+                f"this process got {t['cpu_share']:.2f} of the CPU it wanted\n"
+                f"First to the target: {t['verdict']}" + ("" if t["fastest_per_sample_rung"] is None else
+                                                          f" (fastest per sample: rung {t['fastest_per_sample_rung']})"))
 
     def to_dict(self) -> dict:
         """Plain data (JSON-ready)."""
         return {"device": self.device, "mode": self.mode, "model": self.model, "dataset": self.dataset,
                 "budget_samples": self.budget_samples, "notes": self.notes,
                 "ceiling_samples_per_s": self.ceiling_samples_per_s, "ceiling_note": self.ceiling_note,
-                "batch_probe": {str(k): v for k, v in self.batch_probe.items()},
+                "batch_probe": {str(k): v for k, v in self.batch_probe.items()}, "to_target": self.to_target,
                 "rows": [asdict(r) for r in self.rows]}
 
     def to_json(self, indent: int = 2) -> str:
@@ -103,7 +123,7 @@ class LadderResult:
         """The table as Markdown, hardware and mode above it; notebook links prefixed by ``link_base``."""
         cols = ("rung", "what changed", "batch (global)", "samples/s", "step time (ms)", "peak mem (MB)",
                 "data wait", "math", "MFU", "of ceiling", "val acc", "start-up (s)", "speedup total", "speedup rung",
-                "status")
+                *(("to target (s)",) if self.to_target else ()), "status")
         lines = ["\n".join(f"{line}  " for line in self.header().splitlines()), "",
                  "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
         for r in self.rows:
@@ -115,9 +135,12 @@ class LadderResult:
                      _fmt(r.data_wait_fraction, "{:.0%}"), r.math_mode or "", _fmt(r.mfu, "{:.1%}"),
                      _fmt(r.fraction_of_ceiling, "{:.0%}"), _fmt(r.val_accuracy, "{:.1%}"),
                      _fmt(r.startup_s, "{:.1f}"), _fmt(r.speedup_cumulative, "{:.2f}x"),
-                     _fmt(r.speedup_rung, "{:.2f}x"), status)
+                     _fmt(r.speedup_rung, "{:.2f}x"),
+                     *((_target_cell(r),) if self.to_target else ()), status)
             lines.append("| " + " | ".join(c.replace("|", "/") for c in cells) + " |")
-        return "\n".join(lines + [""] + [f"- {n}" for n in self.notes])
+        missed = [f"rung {r.rung} to the target: {r.to_target_note}" for r in self.rows
+                  if r.to_target_status == "missed" or (r.to_target_status == "not timed" and r.measured)]
+        return "\n".join(lines + [""] + [f"- {n}" for n in [*missed, *self.notes]])
 
     def to_dataframe(self) -> pd.DataFrame:
         """The rows as a pandas DataFrame (needs pandas)."""
@@ -130,7 +153,7 @@ class LadderResult:
         probe = {int(k): v for k, v in doc.get("batch_probe", {}).items()}
         return cls(rows, doc["device"], doc["mode"], doc["model"], doc["dataset"], doc["budget_samples"], probe,
                    list(doc.get("notes", [])), doc.get("ceiling_samples_per_s"),
-                   doc.get("ceiling_note", "not measured"))
+                   doc.get("ceiling_note", "not measured"), doc.get("to_target"))
 
     def save(self, out_dir: str | Path) -> tuple[Path, Path]:
         """Write ``ladder.json`` and ``ladder.md`` into ``out_dir``; returns both paths."""
@@ -171,6 +194,14 @@ class LadderResult:
         ax_acc.set_xlabel("val accuracy (%) after the budget")
         fig.tight_layout()
         return fig
+
+
+def _target_cell(row: LadderRow) -> str:
+    if not row.measured:
+        return ""
+    if row.to_target_status == "reached":
+        return f"{row.time_to_target_s:.2f}"
+    return row.to_target_status or ""          # missed | not timed: never a number
 
 
 def _fmt(value, spec: str, scale: float = 1.0) -> str:

@@ -46,6 +46,13 @@ class RungTime:
 def run_rung_to_target(row: LadderRow, config: LadderConfig, data: ImageData, model_fn: Callable, device: str,
                        target: float, max_epochs: int, seed: int) -> bool:
     """Train rung ``row``'s recipe from a fresh model until ``target`` (or ``max_epochs``); True if reached."""
+    return rung_steps_to_target(row, config, data, model_fn, device, target, max_epochs, seed) is not None
+
+
+def rung_steps_to_target(row: LadderRow, config: LadderConfig, data: ImageData, model_fn: Callable, device: str,
+                         target: float, max_epochs: int, seed: int) -> int | None:
+    """Train rung ``row``'s recipe from a fresh model until ``target`` (or ``max_epochs``); the optimizer steps it
+    took, or None where it missed (steps are set by the seed; seconds are not)."""
     recipe = Recipe(**row.recipe)
     per_epoch = max(1, len(data.train) // recipe.global_batch)
     max_steps = max_epochs * per_epoch
@@ -58,7 +65,7 @@ def run_rung_to_target(row: LadderRow, config: LadderConfig, data: ImageData, mo
     with fp32_math(recipe.tf32):
         steps, _, _ = reach_target(model, loader, cfg, validation_batches(data, device), target,
                                    max(1, per_epoch // EVALS_PER_EPOCH), eval_model=model)
-    return steps is not None
+    return steps
 
 
 def rungs_to_target(result: LadderResult, config: LadderConfig, data: ImageData, *, target: float,

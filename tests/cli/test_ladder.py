@@ -77,7 +77,9 @@ def test_cli_writes_json_and_markdown(tmp_path, capsys):
     assert code == 0
     doc = json.loads((tmp_path / "ladder.json").read_text())
     assert doc["rows"][1]["status"] in MEASURED and doc["dataset"] == "digits"
-    assert (tmp_path / "ladder.md").read_text().startswith("Device:")
+    md = (tmp_path / "ladder.md").read_text()
+    assert md.startswith("Device:") and "| to target (s) |" in md and "\nTarget: " in md
+    assert "\nFirst to the target: " in md
     assert "wrote" in capsys.readouterr().out
 
 
@@ -94,6 +96,16 @@ def test_ladder_runs_headless_and_writes_its_table(tmp_path):
     assert json.loads((tmp_path / "ladder.json").read_text()) == data
     text = json.dumps(data)
     assert "naive" in text and "batch" in text and "skipped" in text
+    from labkit.ladder.first_to_target import TargetPlan
+
+    block, rows = data["to_target"], {r["rung"]: r for r in data["rows"]}     # stdout held the JSON and nothing else
+    assert block["target_accuracy"] == TargetPlan.for_mode().target and block["target_source"]
+    assert {r["to_target_status"] for r in rows.values()} <= {"reached", "missed", "not timed"}
+    assert rows[0]["to_target_status"] in ("reached", "missed") and len(rows[0]["to_target_seconds"]) == 3
+    for row in rows.values():                # a time only where the rung reached the target, never for a miss
+        assert (row["time_to_target_s"] is not None) == (row["to_target_status"] == "reached")
+    reached = {r: row["time_to_target_s"] for r, row in rows.items() if row["to_target_status"] == "reached"}
+    assert block["first_rung"] == (min(reached, key=reached.get) if reached else None)
 
 
 def test_ladder_usage_errors_exit_2(tmp_path, capsys):
@@ -190,3 +202,64 @@ def test_a_full_disk_at_save_is_one_line_and_leaves_no_half_file(tmp_path, monke
         with pytest.raises(results.WriteError, match=r"ladder.json: the disk is full \(ENOSPC\)"):
             result.save(out)
         assert not list(out.iterdir())
+
+
+def _plan_passed(argv, monkeypatch, tmp_path):
+    """The to_target plan `labkit ladder ARGV` hands run_ladder (the ladder itself replaced by a stub)."""
+    import labkit.ladder.climb
+    from labkit.ladder.report import LadderResult
+
+    seen = {}
+
+    def stub(config, on_rung=None, to_target=None, on_phase=None, **kwargs):
+        seen["plan"] = to_target
+        on_phase("the time to the target")
+        return LadderResult([], "cpu", "fast", "mlp", "digits", 32, {}, [])
+
+    monkeypatch.setattr(labkit.ladder.climb, "run_ladder", stub)
+    assert cli.main(["ladder", "--out", str(tmp_path), "--no-progress", "--json", *argv]) == 0
+    return seen["plan"]
+
+
+def test_to_target_is_on_by_default_and_target_and_no_to_target_are_honoured(tmp_path, capsys, monkeypatch):
+    from labkit.ladder.first_to_target import TargetPlan
+
+    assert _plan_passed([], monkeypatch, tmp_path) == TargetPlan.for_mode()
+    plan = _plan_passed(["--target", "0.9"], monkeypatch, tmp_path)
+    assert (plan.target, plan.source) == (0.9, "--target, as given")
+    assert _plan_passed(["--no-to-target"], monkeypatch, tmp_path) is None
+    capsys.readouterr()
+
+
+def test_a_bad_target_is_a_usage_error_before_the_run(tmp_path, capsys, monkeypatch):
+    code, err = cli_error(["ladder", "--target", "90", "--out", str(tmp_path)], capsys, monkeypatch)
+    assert code == 2 and err.endswith("argument --target: expected an accuracy between 0 and 1 (a fraction: 0.9 "
+                                      "for 90%), got '90'\n")
+    code, err = cli_error(["ladder", "--target", "x", "--out", str(tmp_path)], capsys, monkeypatch)
+    assert code == 2 and err.endswith("argument --target: expected an accuracy such as 0.9, got 'x'\n")
+    assert cli_error(["ladder", "--target", "0.9", "--no-to-target", "--out", str(tmp_path)], capsys, monkeypatch) == (
+        2, "error: --target needs the rungs timed to it: drop --no-to-target, or drop --target\n")
+
+
+def test_sigterm_while_the_rungs_are_timed_to_the_target_says_so(tmp_path, capsys, monkeypatch):
+    import os
+    import signal
+
+    import labkit.ladder.climb
+    from labkit.ladder.report import LadderRow
+    from labkit.ladder.rungs import RUNG_KEYS
+
+    def every_rung_then_sigterm_to_target(config, on_rung=None, on_phase=None, **kwargs):
+        for rung, key in enumerate(RUNG_KEYS):
+            on_rung(LadderRow(rung, key, f"rung {rung}", "", "", "", "faster", "", True, None, samples_per_s=1.0))
+        on_phase("the hardware ceiling")
+        on_phase("the time to the target")
+        os.kill(os.getpid(), signal.SIGTERM)
+        for _ in range(10_000_000):
+            pass
+        pytest.fail("SIGTERM did not stop the ladder")
+
+    monkeypatch.setattr(labkit.ladder.climb, "run_ladder", every_rung_then_sigterm_to_target)
+    assert cli.main(["ladder", "--out", str(tmp_path), "--no-progress"]) == 143
+    n = len(RUNG_KEYS)
+    assert f"terminated (SIGTERM) during the time to the target, after {n} of {n} rungs" in capsys.readouterr().err
