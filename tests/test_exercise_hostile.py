@@ -150,6 +150,8 @@ def test_wrong_types_and_nan_are_wrong(exercise, fake):
     sample = plain(exercise.reference(**exercise.cases()[0]))
     if fake == "nan" and repr(nan_like(sample)) == repr(sample):
         pytest.skip(f"{exercise.key} answers no number to replace by NaN")
+    if fake == "str" and isinstance(sample, str):
+        pytest.skip(f"{exercise.key} answers a word: its right answer already is a string")
     def answer(**kwargs):
         right = plain(exercise.reference(**kwargs))
         return str(right) if fake == "str" else nan_like(right)
