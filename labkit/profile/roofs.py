@@ -76,6 +76,15 @@ def matmul_rates(n: int, mode: str, device: torch.device, repeats: int) -> list[
     return [2 * n**3 / t for t in times if t > 0]
 
 
+def raise_by_round(roofs: Roofs, faster: str, device: torch.device, rounds: int, baseline: str = "fp32") -> list[float]:
+    """How many times the ``faster`` mode's matmul rate is the ``baseline``'s, round by round: each at its measured
+    best size, timed back to back in interleaved rounds, so a neighbour's burst hits both alike. Two roofs measured
+    one after the other compare two spells of the machine: a CI run read bf16 at 0.24x fp32 where it is 2.1x."""
+    calls = {mode: (lambda m=mode: matmul_rates(roofs.compute[m].size, m, device, 1)[0]) for mode in (faster, baseline)}
+    timed = interleaved(calls, rounds=rounds)
+    return [f / b for f, b in zip(timed[faster], timed[baseline]) if b > 0]
+
+
 def sweep_matmul(mode: str, device: torch.device, config: RoofConfig) -> tuple[int, list[tuple[int, float]]]:
     """Double n until two sizes in a row gain under 10% on the best so far (a plateau, not one noisy dip);
     returns (best n, [(n, median FLOP/s), ...])."""

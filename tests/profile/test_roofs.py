@@ -108,3 +108,16 @@ def test_stream_rounds_are_interleaved_one_copy_and_one_triad_per_round():
     assert len(roofs["copy"].rounds) == 3 == len(roofs["triad"].rounds)
     copy_fn, triad_fn = order[0], order[1]                               # the untimed warm-ups, then the rounds
     assert order[2:] == [copy_fn, triad_fn] * 3
+
+
+def test_a_raise_is_read_round_by_round_from_back_to_back_matmuls():
+    """The bf16 claim's paired rounds: one ratio per round, each mode at its own measured best size."""
+    from labkit.profile.roofline import RoofMeasurement, Roofs
+    from labkit.profile.roofs import raise_by_round
+
+    roofs = Roofs("cpu", {m: RoofMeasurement(f"matmul {m}", "FLOP/s", (1.0,), 64) for m in ("fp32", "bf16")},
+                  {"copy": RoofMeasurement("copy", "B/s", (1.0,), 1 << 20)})
+    ratios = raise_by_round(roofs, "bf16", torch.device("cpu"), rounds=3)
+    assert len(ratios) == 3 and all(r > 0 for r in ratios)
+    same = raise_by_round(roofs, "fp32", torch.device("cpu"), rounds=3, baseline="fp32")
+    assert all(0.2 < r < 5 for r in same)            # one mode against itself: near 1, whatever the machine
