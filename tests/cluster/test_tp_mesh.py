@@ -5,6 +5,7 @@ from __future__ import annotations
 import psutil
 import pytest
 
+from labkit.comm.stop import wait_vanished
 from labkit.cluster import tp_mesh
 from labkit.core.verdict import Load
 from labkit.parallel.tensor.megatron import LayerShape
@@ -45,7 +46,8 @@ def test_both_placements_run_and_eth0_counts_the_predicted_bytes(placed):
 
 
 def test_the_nodes_are_gone_after_the_run(placed):
-    assert psutil.Process().children(recursive=True) == []
+    # an exited child not reaped yet (a zombie) is gone: a CI run failed on one (issue 53's pattern)
+    assert wait_vanished(psutil.Process().children(recursive=True), 5) == []
 
 
 @pytest.mark.parametrize("timeout_s", [0, -1.0, float("nan")])
