@@ -154,10 +154,13 @@ class HangEvidence:
         return bool(self.launcher_said)
 
     def first_error(self) -> str:
-        """The first line of the error a waiting rank saw (what a learner reads by default)."""
-        for rank in sorted(self.errors):
-            if rank != self.culprit and self.errors[rank].get("error"):
-                return self.errors[rank]["error"].splitlines()[0][:240]
+        """The first line of the first error a waiting rank saw (what a learner reads by default). A timeout comes
+        first in time: with the culprit alive, a waiting rank sees "Connection closed by peer" only after another
+        waiting rank timed out and left (a CI run read rank 0's closure, after rank 1's timeout)."""
+        waiting = [r for r in sorted(self.errors) if r != self.culprit and self.errors[r].get("error")]
+        waiting.sort(key=lambda r: "timed out" not in self.errors[r]["error"].lower())
+        for rank in waiting:
+            return self.errors[rank]["error"].splitlines()[0][:240]
         return self.launcher_said.splitlines()[0][:240] if self.launcher_said else ""
 
     def recorder_missing_reason(self) -> str | None:
