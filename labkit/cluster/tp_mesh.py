@@ -25,8 +25,8 @@ from labkit.core.clock import now_s
 from labkit.core.step import TrainStep
 from labkit.core.validation import positive_number
 from labkit.core.verdict import Load, relative_spread
-from labkit.parallel.data.sync_sgd import sync_gradients
-from labkit.parallel.tensor.megatron import LayerShape, ParallelBlock, build_block
+from labkit.parallel.compose.steps import tensor_data_step
+from labkit.parallel.tensor.megatron import LayerShape, build_block
 from labkit.parallel.tensor.cost import tp_bytes_per_layer
 from labkit.parallel.tensor.runs import layer_inputs, probe_loss
 from labkit.sharding.comm_volume import ring_bytes_sent
@@ -47,19 +47,12 @@ def mesh_members(placement: str, nodes: int, per_node: int) -> tuple[list[list[i
 
 
 def placement_step(me: Place, placement: str, shape: LayerShape) -> TrainStep:
-    """This rank's step for ``placement``: its TP part of the layer, its DP share of the batch, SGD."""
+    """This rank's step for ``placement``: the kit's one tp x dp step (its TP part of the layer, its DP share of
+    the batch), SGD."""
     nodes = me.world_size // me.local_world_size
     tp_members, dp_members = mesh_members(placement, nodes, me.local_world_size)
-    tp, dp = my_group(tp_members), my_group(dp_members)
-    model = ParallelBlock(build_block(shape), tp.index, tp.size, group=tp.group)
-    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
-
-    def dp_sync(m: torch.nn.Module) -> None:
-        sync_gradients(m, lambda t: dist.all_reduce(t, group=dp.group), dp.size, bucket=True)
-
-    step = TrainStep(model, opt, loss_fn=probe_loss, grad_hook=dp_sync)
-    step.feed = tuple(v.chunk(dp.size, dim=0)[dp.index].contiguous() for v in layer_inputs(shape))  # type: ignore[attr-defined]
-    return step
+    return tensor_data_step([build_block(shape)], my_group(tp_members), my_group(dp_members), layer_inputs(shape),
+                            lambda params: torch.optim.SGD(params, lr=1e-3), probe_loss)
 
 
 def tp_mesh_job() -> dict:

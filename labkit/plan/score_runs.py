@@ -18,22 +18,21 @@ from dataclasses import asdict, dataclass
 import torch
 import torch.distributed as dist
 from torch import nn
-from torch.utils.checkpoint import checkpoint
 
 from labkit.cluster.link_jobs import join_node_group
 from labkit.cluster.nodes import EmulatedNodes, NodesConfig
 from labkit.cluster.rankside import job_params, report
 from labkit.cluster.run import run_job
 from labkit.comm.launch import launch
-from labkit.comm.mesh import Mesh, my_group
+from labkit.comm.mesh import AxisGroup, Mesh, my_group
 from labkit.core.clock import now_s
 from labkit.core.contention import ShareMeter
 from labkit.core.step import StepOptions, TrainStep
 from labkit.core.validation import positive_int
 from labkit.memory.model import saved_activation_bytes
 from labkit.parallel.data.costmodel import fit_alpha_beta
-from labkit.parallel.data.sync_sgd import sync_gradients
-from labkit.parallel.tensor.megatron import LayerShape, ParallelBlock, build_block
+from labkit.parallel.compose.steps import tensor_data_step, tp_layers
+from labkit.parallel.tensor.megatron import LayerShape, build_block
 from labkit.parallel.tensor.runs import layer_inputs, probe_loss
 from labkit.plan.planner import Space
 from labkit.plan.runnable import pick_runs, rank_runnable
@@ -72,18 +71,6 @@ class ScoreConfig:
         return LayerShape(self.d_model, self.heads, self.seq_len, batch or self.global_batch)
 
 
-class _Checkpointed(nn.Module):
-    """A layer whose activations are recomputed in backward (Chen et al. 2016): only its input is kept."""
-
-    def __init__(self, inner: nn.Module) -> None:
-        super().__init__()
-        self.inner = inner
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """checkpoint(inner, x), non-reentrant."""
-        return checkpoint(self.inner, x, use_reentrant=False)
-
-
 def mesh_groups(layout: Layout, world_size: int) -> tuple[list[list[int]], list[list[int]]]:
     """(TP groups, DP groups) as global ranks: tp fastest (consecutive ranks), dp across them."""
     if layout.ranks != world_size or layout.pp != 1 or layout.cp != 1:
@@ -92,34 +79,30 @@ def mesh_groups(layout: Layout, world_size: int) -> tuple[list[list[int]], list[
     return mesh.members("tp"), mesh.members("dp")
 
 
-def build_stack(cfg: ScoreConfig, layout: Layout, tp_rank: int = 0, tp_group: object = None) -> nn.Module:
-    """``layers`` of this rank's TP part of the kit's layer, each checkpointed if the layout says so."""
-    blocks = []
-    for i in range(cfg.layers):
-        block: nn.Module = ParallelBlock(build_block(cfg.shape(), seed=i), tp_rank, layout.tp, group=tp_group)
-        blocks.append(_Checkpointed(block) if layout.checkpointing else block)
-    return nn.Sequential(*blocks)
+def build_stack(cfg: ScoreConfig, layout: Layout, tp: AxisGroup | None = None) -> nn.Module:
+    """``layers`` of this rank's TP part of the kit's layer, each checkpointed if the layout says so (``tp``: this
+    rank's tp group; none builds the whole layer, for a model that never runs a collective)."""
+    return tp_layers([build_block(cfg.shape(), seed=i) for i in range(cfg.layers)], tp or AxisGroup(None, (0,), 0),
+                     layout.checkpointing)
 
 
-def _layout_step(cfg: ScoreConfig, layout: Layout, rank: int) -> TrainStep:
-    """This rank's step: its TP part, its DP share of the batch in micro-batches of ``layout.micro_batch``
-    (gradients accumulated), Adam, gradients averaged over its DP group once per step."""
+def _layout_step(cfg: ScoreConfig, layout: Layout) -> TrainStep:
+    """This rank's step: the kit's one tp x dp step over ``layers`` blocks, its DP share of the batch in
+    micro-batches of ``layout.micro_batch`` (gradients accumulated), Adam; the model state held is read at the first
+    backward, when parameters and gradients are both held."""
     tp_members, dp_members = mesh_groups(layout, dist.get_world_size())
-    tp, dp = my_group(tp_members), my_group(dp_members)
-    tp_group, dp_group, dp_ranks = tp.group, dp.group, list(dp.ranks)
-    model = build_stack(cfg, layout, tp.index, tp_group)
-    opt = torch.optim.Adam(model.parameters(), lr=1e-4)
+    held: dict = {}
 
-    def dp_sync(m: nn.Module) -> None:
-        if not hasattr(step, "held"):              # the first backward: parameters and gradients both held
-            step.held = count_rank_state_bytes(m.parameters())  # type: ignore[attr-defined]
-        if len(dp_ranks) > 1:
-            sync_gradients(m, lambda t: dist.all_reduce(t, group=dp_group), len(dp_ranks), bucket=True)
+    def read_held(m: nn.Module) -> None:
+        if not held:
+            held.update(count_rank_state_bytes(m.parameters()))
 
     accumulate = StepOptions(accumulation_steps=cfg.global_batch // (layout.dp * layout.micro_batch))
-    step = TrainStep(model, opt, loss_fn=probe_loss, grad_hook=dp_sync, options=accumulate)
-    step.feed = tuple(v.chunk(layout.dp)[dp_ranks.index(rank)].contiguous()  # type: ignore[attr-defined]
-                      for v in layer_inputs(cfg.shape()))
+    step = tensor_data_step([build_block(cfg.shape(), seed=i) for i in range(cfg.layers)], my_group(tp_members),
+                            my_group(dp_members), layer_inputs(cfg.shape()),
+                            lambda params: torch.optim.Adam(params, lr=1e-4), probe_loss, options=accumulate,
+                            checkpointing=layout.checkpointing, before_sync=read_held)
+    step.held = held                                                      # type: ignore[attr-defined]
     return step
 
 
@@ -145,9 +128,10 @@ def _fit_tiers(per_node: int) -> dict[str, dict[str, float]]:
     return {"intra": _fit_link(inside.group, inside.size), "inter": _fit_link(across.group, across.size)}
 
 
-def _compute_only_s(cfg: ScoreConfig, dp: int, repeats: int = 3) -> float:
-    """Median seconds of one unsplit step at the dp share, every rank computing at once (no communication)."""
-    model = build_stack(cfg, Layout(dp=1))
+def _compute_only_s(cfg: ScoreConfig, dp: int, alone: AxisGroup, repeats: int = 3) -> float:
+    """Median seconds of one unsplit step at the dp share, every rank computing at once (no communication: the
+    layer's f and g run on ``alone``, this rank's group of one)."""
+    model = build_stack(cfg, Layout(dp=1), alone)
     step = TrainStep(model, torch.optim.Adam(model.parameters(), lr=1e-4), loss_fn=probe_loss)
     feed = tuple(v.chunk(dp)[0].contiguous() for v in layer_inputs(cfg.shape()))
     step(*feed)
@@ -166,7 +150,8 @@ def _calibrate(cfg: ScoreConfig, per_node: int | None) -> dict:
     link = _fit_tiers(per_node) if per_node else dict.fromkeys(("intra", "inter"), _fit_link())
     peak, _ = measured_matmul_flops_per_s("cpu", size=256)
     world = dist.get_world_size()
-    compute = {str(d): _compute_only_s(cfg, d) for d in range(1, world + 1) if world % d == 0}
+    alone = my_group(Mesh(dp=world).members("tp"))           # every rank a tp group of one
+    compute = {str(d): _compute_only_s(cfg, d, alone) for d in range(1, world + 1) if world % d == 0}
     return {"link": link, "per_node": per_node or world, "matmul_flops_per_s": peak, "compute_only_s": compute}
 
 
@@ -191,7 +176,7 @@ def score_job(cfg_dict: dict, layout_dicts: list[dict], per_node: int | None = N
     else:
         layouts, ranking = _planner_choice(cfg, out, Space(**{k: v if v is None else tuple(v)
                                                                for k, v in (space or {}).items()}))
-    steps = {lay.label(): _layout_step(cfg, lay, rank) for lay in layouts}
+    steps = {lay.label(): _layout_step(cfg, lay) for lay in layouts}
     layouts_by, memory = {lay.label(): lay for lay in layouts}, {}
     for name, step in steps.items():
         step(*step.feed)                                        # warm-up, and Adam's state exists

@@ -8,6 +8,8 @@ is the kit's hand-written sync SGD (:func:`labkit.parallel.data.sync_sgd.sync_gr
 """
 from __future__ import annotations
 
+from typing import Callable, Iterable, Sequence
+
 import torch
 import torch.distributed as dist
 from torch.distributed.fsdp import fully_shard
@@ -21,6 +23,8 @@ from labkit.parallel.compose.model import (StackShape, gradients_of, probe_mean_
 from labkit.parallel.compose.ring import ring_block_forward
 from labkit.parallel.context.ring_attention import zigzag_shard
 from labkit.parallel.data.sync_sgd import sync_gradients
+from labkit.parallel.tensor.megatron import Block, ParallelBlock
+from labkit.sharding.checkpointing import Checkpointed
 
 MICRO_BATCHES = 2          # the hand-written GPipe's micro-batches per step
 
@@ -47,12 +51,39 @@ def average_gradients(model: torch.nn.Module, group: AxisGroup) -> None:
 
 def data_parallel_step(model: torch.nn.Module, mesh: Mesh, groups: dict[str, AxisGroup],
                        optimizer: torch.optim.Optimizer | None, loss_fn: LossFn,
-                       options: StepOptions = StepOptions()) -> TrainStep:
+                       options: StepOptions = StepOptions(),
+                       before_sync: Callable[[torch.nn.Module], None] | None = None) -> TrainStep:
     """The kit's one step for this rank's part of a model (tp-split or a pipeline stage): gradients averaged over
     the data x context group after backward, then the update. What a timed run (a placement, the planner's
-    runner) trains with; the compositions below check the same reduction against one process."""
-    return TrainStep(model, optimizer, loss_fn=loss_fn, options=options,
-                     grad_hook=lambda m: average_gradients(m, groups[grad_axis(mesh)]))
+    runner) trains with; the compositions below check the same reduction against one process. ``before_sync``
+    sees the model after backward, before the reduction (the planner's runner reads the state held there)."""
+    def sync(m: torch.nn.Module) -> None:
+        if before_sync is not None:
+            before_sync(m)
+        average_gradients(m, groups[grad_axis(mesh)])
+
+    return TrainStep(model, optimizer, loss_fn=loss_fn, options=options, grad_hook=sync)
+
+
+def tp_layers(blocks: Sequence[Block], tp: AxisGroup, checkpointing: bool = False) -> torch.nn.Sequential:
+    """This rank's tp part of each block (Megatron's split), each recomputed in backward when ``checkpointing``."""
+    parts = [ParallelBlock(b, tp.index, tp.size, group=tp.group) for b in blocks]
+    return torch.nn.Sequential(*(Checkpointed(p) if checkpointing else p for p in parts))
+
+
+def tensor_data_step(blocks: Sequence[Block], tp: AxisGroup, dp: AxisGroup, inputs: Sequence[torch.Tensor],
+                     make_optimizer: Callable[[Iterable[torch.nn.Parameter]], torch.optim.Optimizer],
+                     loss_fn: LossFn, *, options: StepOptions = StepOptions(), checkpointing: bool = False,
+                     before_sync: Callable[[torch.nn.Module], None] | None = None) -> TrainStep:
+    """The one tp x dp training step of a timed run: this rank's tp part of ``blocks``, its dp share of ``inputs``
+    (``step.feed``), gradients averaged over ``dp`` after backward. The groups come from one :class:`Mesh`, in
+    whichever placement the caller chose (the multi-node lab swaps which axis a node's ranks form)."""
+    model = tp_layers(blocks, tp, checkpointing)
+    groups = {"tp": tp, "dp": dp}
+    step = data_parallel_step(model, Mesh(dp=dp.size, tp=tp.size), groups, make_optimizer(model.parameters()),
+                              loss_fn, options, before_sync)
+    step.feed = tuple(v.chunk(dp.size, dim=0)[dp.index].contiguous() for v in inputs)  # type: ignore[attr-defined]
+    return step
 
 
 def mean_over(value: float, group: AxisGroup) -> float:

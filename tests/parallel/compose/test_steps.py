@@ -70,3 +70,29 @@ def test_the_training_step_for_timed_runs_updates_this_ranks_part(one_rank_world
     step = data_parallel_step(model, Mesh(), single, torch.optim.SGD(model.parameters(), lr=0.1), probe_mean_loss)
     step(*stack_inputs(SHAPE))
     assert not torch.equal(model.layers["0"].mlp.fc1.weight, before)
+
+
+def test_the_one_tp_x_dp_step_trains_this_ranks_share_and_sees_the_model_before_the_reduction(one_rank_world):
+    """The multi-node placements and the planner's runner both train through tensor_data_step: the feed is this
+    rank's dp share (here index 1 of 2: the second half), the layers are checkpointed when asked, and the hook
+    before the reduction runs once per backward (the runner reads the state held there)."""
+    from labkit.parallel.compose.model import build_layers
+    from labkit.parallel.compose.steps import tensor_data_step
+    from labkit.sharding.checkpointing import Checkpointed
+
+    solo = AxisGroup(None, (0,), 0)
+    dp = AxisGroup(None, (0,), 0)                  # a one-rank group: nothing to reduce, the share is everything
+    x, probe = stack_inputs(SHAPE)
+    seen = []
+    step = tensor_data_step(build_layers(SHAPE), solo, dp, (x, probe),
+                            lambda params: torch.optim.SGD(params, lr=0.1), probe_mean_loss, checkpointing=True,
+                            before_sync=lambda m: seen.append(sum(p.grad is not None for p in m.parameters())))
+    assert all(isinstance(layer, Checkpointed) for layer in step.model) and len(step.model) == SHAPE.layers
+    assert torch.equal(step.feed[0], x)
+    before = [p.detach().clone() for p in step.model.parameters()]
+    step(*step.feed)
+    assert seen == [len(before)]                                   # every parameter has its gradient by then
+    assert any(not torch.equal(p, b) for p, b in zip(step.model.parameters(), before))
+    half = tensor_data_step(build_layers(SHAPE), solo, AxisGroup(None, (0, 1), 1), (x, probe),
+                            lambda params: torch.optim.SGD(params, lr=0.1), probe_mean_loss)
+    assert torch.equal(half.feed[0], x.chunk(2)[1])                # rank 1 of 2 trains on the second half
