@@ -336,7 +336,7 @@ def test_one_training_step_every_other_sequence_is_a_named_lesson():
 # One home per mechanism (issue 35): source text that may appear in one module only (plus named exceptions).
 SINGLE_HOMES = {
     "def positive_int(": ("core.validation",),                      # the CLI's argparse types call checked_int
-    "amp_dtype must be": ("core.dtypes",),                          # the amp spelling table validates itself
+    "precision must be": ("core.dtypes",),                          # the amp spelling table validates itself
     ".fp32_precision": ("training.flops",),                         # the one TF32 switch and math-mode rule
     "set_float32_matmul_precision": ("training.flops",),
     "saved_tensors_hooks(": ("memory.saved",

@@ -61,29 +61,29 @@ def dtype_bytes(dtype: str | torch.dtype) -> int:
     return precision_of(dtype).bytes_per_element
 
 
-def amp_torch_dtype(amp_dtype: str | torch.dtype | None) -> torch.dtype | None:
-    """The dtype autocast runs in for ``amp_dtype`` ('bf16', 'fp16' or an alias); None for None or fp32."""
+def amp_torch_dtype(precision: str | torch.dtype | None) -> torch.dtype | None:
+    """The dtype autocast runs in for ``precision`` ('bf16', 'fp16' or an alias); None for None or fp32."""
     try:
-        p = precision_of(amp_dtype)
+        p = precision_of(precision)
     except ValueError:
-        raise ValueError(f"amp_dtype must be None or one of {AMP_DTYPES} (or a name of them: 'bfloat16', "
-                         f"'float16', 'half', torch.bfloat16, ...), got {amp_dtype!r}") from None
+        raise ValueError(f"precision must be None or one of {AMP_DTYPES} (or a name of them: 'bfloat16', "
+                         f"'float16', 'half', torch.bfloat16, ...), got {precision!r}") from None
     if p.math_mode == "fp32":
         return None
     if p.math_mode not in AMP_DTYPES:
-        raise ValueError(f"amp_dtype must be None or one of {AMP_DTYPES}, got {amp_dtype!r} ({p.name} is the "
+        raise ValueError(f"precision must be None or one of {AMP_DTYPES}, got {precision!r} ({p.name} is the "
                          "math mode of float32 tensors, not a dtype autocast runs in)")
     return p.torch_dtype
 
 
-def amp_mode(amp_dtype: str | torch.dtype | None) -> str | None:
+def amp_mode(precision: str | torch.dtype | None) -> str | None:
     """The one spelling of an autocast choice: None for fp32 (or None), else 'bf16' or 'fp16'; anything else raises."""
-    return None if amp_torch_dtype(amp_dtype) is None else precision_of(amp_dtype).math_mode
+    return None if amp_torch_dtype(precision) is None else precision_of(precision).math_mode
 
 
-def autocast(device_type: str, amp_dtype: str | torch.dtype | None) -> contextlib.AbstractContextManager[None]:
-    """``torch.autocast`` for ``amp_dtype`` on ``device_type`` ('cpu', 'cuda'), or a do-nothing context for fp32."""
-    dtype = amp_torch_dtype(amp_dtype)
+def autocast(device_type: str, precision: str | torch.dtype | None) -> contextlib.AbstractContextManager[None]:
+    """``torch.autocast`` for ``precision`` on ``device_type`` ('cpu', 'cuda'), or a do-nothing context for fp32."""
+    dtype = amp_torch_dtype(precision)
     if dtype is None:
         return contextlib.nullcontext()
     return torch.autocast(device_type, dtype=dtype)

@@ -34,7 +34,7 @@ PHASES = ("h2d", "forward", "backward", "grads", "optimizer")
 class StepOptions:
     """How a step runs: autocast dtype, input memory format, compilation, micro-batches per update, grad clearing."""
 
-    amp_dtype: str | None = None        # None (fp32) or an autocast dtype: 'bf16', 'fp16' (fp16 adds a GradScaler)
+    precision: str | None = None        # None (fp32) or an autocast dtype: 'bf16', 'fp16' (fp16 adds a GradScaler)
     channels_last: bool = False         # 4-D inputs (and the model, in prepare_model) in NHWC memory format
     compile: bool = False               # prepare_model wraps the model in torch.compile
     accumulation_steps: int = 1         # micro-batches per optimizer update (the batch is split into this many)
@@ -42,7 +42,7 @@ class StepOptions:
 
     def __post_init__(self) -> None:
         # every spelling of the one precision table ('bfloat16', torch.bfloat16, ...) is stored as 'bf16'/'fp16'
-        object.__setattr__(self, "amp_dtype", amp_mode(self.amp_dtype))
+        object.__setattr__(self, "precision", amp_mode(self.precision))
         positive_int(self.accumulation_steps, "accumulation_steps")
 
 
@@ -60,8 +60,8 @@ def prepare_model(model: nn.Module, options: StepOptions, device: torch.device) 
     model.to(device)
     if options.channels_last:
         model.to(memory_format=torch.channels_last)
-    if options.amp_dtype == "fp16" and device.type != "cuda":
-        raise ValueError("amp_dtype='fp16' needs a CUDA GPU (it uses a GradScaler); use amp_dtype='bf16' on CPU")
+    if options.precision == "fp16" and device.type != "cuda":
+        raise ValueError("precision='fp16' needs a CUDA GPU (it uses a GradScaler); use precision='bf16' on CPU")
     if options.compile:
         try:
             return torch.compile(model)
@@ -111,7 +111,7 @@ class TrainStep:
         self.model, self.optimizer, self.loss_fn, self.options = model, optimizer, loss_fn, options
         self.device = device if device is not None else _device_of(model)
         self.grad_hook = grad_hook
-        self.scaler = torch.amp.GradScaler(self.device.type) if options.amp_dtype == "fp16" else None
+        self.scaler = torch.amp.GradScaler(self.device.type) if options.precision == "fp16" else None
         self._checked = False
 
     def __call__(self, x: torch.Tensor, y: torch.Tensor, phase: Phase | None = None) -> StepResult:
@@ -156,7 +156,7 @@ class TrainStep:
         return loss.detach()
 
     def _loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        with autocast(self.device.type, self.options.amp_dtype):
+        with autocast(self.device.type, self.options.precision):
             if self._checked:
                 return self.loss_fn(self.model(x), y)
             try:

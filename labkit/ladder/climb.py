@@ -27,7 +27,7 @@ from labkit.ladder.report import LadderResult, LadderRow
 from labkit.ladder.rungs import RUNGS, Capabilities, Recipe, RungSpec, propose
 from labkit.training.ceiling import measure_ceiling
 from labkit.training.finder import find_max_batch
-from labkit.training.flops import fp32_math
+from labkit.training.flops import fp32_math_of
 
 HARDWARE_RUNGS = ("tf32", "mixed_precision", "channels_last", "compile", "ddp")   # may fail where unsupported
 MIN_TIMED_STEPS = 3
@@ -242,7 +242,7 @@ def with_ceiling(result: LadderResult, job: LadderJob, ceiling_fn: Callable | No
     steps = steps_for_budget(job.budget_samples, recipe.batch_size, cfg.warmup_steps + MIN_TIMED_STEPS)
     train_cfg = train_config(recipe, run_spec(recipe, lr=best.lr, seed=cfg.seed), steps=steps,
                              warmup_steps=cfg.warmup_steps, device=job.device)
-    with fp32_math(recipe.tf32):
+    with fp32_math_of(train_cfg.spec):
         run = ceiling_fn(job.model_fn(), recipe.batch_size, train_cfg, image_shape=tuple(job.data.image_shape),
                          num_classes=job.data.num_classes, sample_from=job.data.train)
     ceiling = float(run.samples_per_s_median)

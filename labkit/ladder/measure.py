@@ -22,7 +22,7 @@ from labkit.ladder.config import LadderConfig
 from labkit.ladder.rungs import Recipe
 from labkit.training.batch_rules import scaled_lr
 from labkit.training.config import TrainConfig
-from labkit.training.flops import checked_mfu, fp32_math, math_mode_of, peak_flops_per_s
+from labkit.training.flops import checked_mfu, fp32_math_of, math_mode_of, peak_flops_per_s
 from labkit.training.loop import RunResult, evaluate_accuracy, train
 from labkit.training.run_spec import RunSpec
 
@@ -95,8 +95,9 @@ def summarise_run(result: RunResult, warmup_steps: int, sync_every_step: bool) -
 
 def run_spec(recipe: Recipe, *, lr: float = 0.05, seed: int = 0, lr_warmup_steps: int = 0) -> RunSpec:
     """The run a recipe describes (SGD, momentum 0.9): its batch, precision, memory format and compilation."""
-    return RunSpec(batch_size=recipe.batch_size, lr=lr, precision=recipe.amp_dtype, channels_last=recipe.channels_last,
-                   compile=recipe.compile, lr_warmup_steps=lr_warmup_steps, seed=seed)
+    return RunSpec(batch_size=recipe.batch_size, lr=lr, precision=recipe.precision, tf32=recipe.tf32,
+                   channels_last=recipe.channels_last, compile=recipe.compile, lr_warmup_steps=lr_warmup_steps,
+                   seed=seed)
 
 
 def rung_run(recipe: Recipe, config: LadderConfig, steps: int, *, seed: int | None = None) -> RunSpec:
@@ -130,7 +131,7 @@ def measure_model(model: nn.Module, loader: BatchLoader, val_loader: Iterable[tu
     extra, seen = {}, {"cpu_share": None}
     if stop_below_sps is not None and steps > warmup_steps + SLOW_CHECK_STEPS:
         cfg, extra, seen = slow_rung_check(cfg, stop_below_sps, steps)
-    with fp32_math(recipe.tf32):
+    with fp32_math_of(run):                 # evaluation in the run's math too
         result = (trainer or train)(model, loader, cfg, **extra)
         stopped = bool(getattr(result, "stopped_early", False))
         acc = evaluate_accuracy(eval_model or model, val_loader, device) \
@@ -139,7 +140,7 @@ def measure_model(model: nn.Module, loader: BatchLoader, val_loader: Iterable[tu
     peak = result.peak_mem_bytes
     if peak is None and recipe.compile and torch.device(device).type == "cpu":
         peak = _memory_model_bytes(eval_model or model, loader, run)
-    mode = getattr(result, "math_mode", None) or math_mode_of(run.precision, recipe.tf32, torch.device(device).type)
+    mode = getattr(result, "math_mode", None) or math_mode_of(run.precision, bool(run.tf32), torch.device(device).type)
     return Measurement(sps, step_s, float(result.data_wait_fraction), peak, result.flops_per_sample, acc,
                        startup_s, len(result.steps), sum(r.samples for r in result.steps), mode, stopped,
                        seen["cpu_share"] if stopped else None)

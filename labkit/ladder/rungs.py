@@ -27,7 +27,7 @@ class Recipe:
     device_data: bool = False            # whole dataset pre-processed once and held on the device
     sync_every_step: bool = True
     tf32: bool = False                   # False = strict IEEE fp32 convolutions and matmuls
-    amp_dtype: str | None = None
+    precision: str | None = None
     channels_last: bool = False
     compile: bool = False
     world_size: int = 1
@@ -98,7 +98,7 @@ class Capabilities:
 
     device_type: str
     cpu_cores: int
-    amp_dtype: str
+    precision: str
     compile_ok: bool
     compile_reason: str
     ddp_world_size: int
@@ -129,8 +129,8 @@ def propose(key: str, recipe: Recipe, caps: Capabilities, batch_size: int) -> tu
         return (replace(recipe, tf32=True), "fp32 convolutions/matmuls in TF32") if caps.tf32_ok \
             else (None, caps.tf32_reason)
     if key == "mixed_precision":
-        return replace(recipe, amp_dtype=caps.amp_dtype), \
-            f"autocast {caps.amp_dtype}" + (" + GradScaler" if caps.amp_dtype == "fp16" else "")
+        return replace(recipe, precision=caps.precision), \
+            f"autocast {caps.precision}" + (" + GradScaler" if caps.precision == "fp16" else "")
     if key == "channels_last":
         return replace(recipe, channels_last=True), "NHWC memory format"
     if key == "compile":

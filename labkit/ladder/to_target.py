@@ -19,9 +19,10 @@ from labkit.core.data import ImageData
 from labkit.core.env import seed_everything
 from labkit.core.models import build_model
 from labkit.ladder.config import LadderConfig
-from labkit.ladder.measure import fp32_math, rung_run, steps_for_budget, train_config, train_loader
+from labkit.ladder.measure import rung_run, steps_for_budget, train_config, train_loader
 from labkit.ladder.report import LadderResult, LadderRow
 from labkit.ladder.rungs import Recipe
+from labkit.training.flops import fp32_math_of
 from labkit.training.time_to_target import TimeToTarget, time_runs
 from labkit.training.to_target import reach_target, validation_batches
 
@@ -62,7 +63,7 @@ def rung_steps_to_target(row: LadderRow, config: LadderConfig, data: ImageData, 
     model = model_fn()
     loader = train_loader(data.train, recipe, run.seed, device)                  # the data is touched from here
     cfg = train_config(recipe, run, steps=max_steps, warmup_steps=0, device=device)
-    with fp32_math(recipe.tf32):
+    with fp32_math_of(run):
         steps, _, _ = reach_target(model, loader, cfg, validation_batches(data, device), target,
                                    max(1, per_epoch // EVALS_PER_EPOCH), eval_model=model)
     return steps

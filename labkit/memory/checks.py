@@ -115,12 +115,12 @@ class StepMemory:
 
 
 def measure_step_memory(model: nn.Module, optimizer: torch.optim.Optimizer, inputs: torch.Tensor,
-                        targets: torch.Tensor, amp_dtype: str | None = None) -> StepMemory:
+                        targets: torch.Tensor, precision: str | None = None) -> StepMemory:
     """Second-step peak of a real training step on CUDA, with everything other code holds subtracted."""
     if inputs.device.type != "cuda":
         raise ValueError("measure_step_memory needs CUDA tensors; on a CPU use check_on_cpu")
     dev = inputs.device
-    train_step = TrainStep(model, optimizer, options=StepOptions(amp_dtype=amp_dtype))     # on the model's device
+    train_step = TrainStep(model, optimizer, options=StepOptions(precision=precision))     # on the model's device
 
     def step() -> None:
         train_step(inputs, targets)

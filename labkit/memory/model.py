@@ -36,12 +36,12 @@ def optimizer_kind(optimizer: str, momentum: float = 0.0) -> str:
     return name
 
 
-def saved_activation_bytes(model: nn.Module, inputs: torch.Tensor, amp_dtype: str | None = None) -> int:
+def saved_activation_bytes(model: nn.Module, inputs: torch.Tensor, precision: str | None = None) -> int:
     """Exact bytes of the distinct non-parameter storages autograd saves for backward in one forward pass."""
     saved = SavedStorages(exclude=model.parameters())
     with preserved_state(model):
         model.train()
-        with watch_saved(saved.on_save), autocast(inputs.device.type, amp_dtype):
+        with watch_saved(saved.on_save), autocast(inputs.device.type, precision):
             out = model(inputs)
         del out
     return saved.total_bytes
@@ -145,7 +145,7 @@ class MemoryModel:
 
 
 def build_memory_model(model: nn.Module, sample_shape: tuple[int, ...], optimizer: str = "sgd",
-                       momentum: float = 0.9, amp_dtype: str | None = None,
+                       momentum: float = 0.9, precision: str | None = None,
                        probe_batches: tuple[int, int] = (2, 4)) -> MemoryModel:
     """Measure saved-activation bytes layer by layer at two small batches and fit the memory model.
 
@@ -161,8 +161,8 @@ def build_memory_model(model: nn.Module, sample_shape: tuple[int, ...], optimize
     dev = param.device
     with preserved_state(model):
         model.train()
-        small = layer_memory(model, torch.randn(b1, *sample_shape, device=dev), autocast(dev.type, amp_dtype))
-        large = layer_memory(model, torch.randn(b2, *sample_shape, device=dev), autocast(dev.type, amp_dtype))
+        small = layer_memory(model, torch.randn(b1, *sample_shape, device=dev), autocast(dev.type, precision))
+        large = layer_memory(model, torch.randn(b2, *sample_shape, device=dev), autocast(dev.type, precision))
     a1, a2 = sum(x.saved_bytes for x in small), sum(x.saved_bytes for x in large)
     per_sample = (a2 - a1) / (b2 - b1)
     params = [p for p in model.parameters() if p.requires_grad]
@@ -170,7 +170,7 @@ def build_memory_model(model: nn.Module, sample_shape: tuple[int, ...], optimize
                        param_elements=sum(p.numel() for p in params),
                        optimizer=optimizer_kind(optimizer, momentum),
                        activation_bytes_per_sample=per_sample, activation_fixed_bytes=max(0.0, a1 - per_sample * b1),
-                       activation_dtype=normalise_dtype(amp_dtype),
+                       activation_dtype=normalise_dtype(precision),
                        backward_layers=fit_layer_lines(small, large, b1, b2))
 
 

@@ -62,11 +62,11 @@ def _spec(value: Any) -> Any:
     return value
 
 
-def _record_calls(model: nn.Module, inputs: torch.Tensor, amp_dtype: str | None) -> list[LayerCall]:
+def _record_calls(model: nn.Module, inputs: torch.Tensor, precision: str | None) -> list[LayerCall]:
     calls: list[LayerCall] = []
     hooks = [m.register_forward_pre_hook(lambda mod, args: calls.append(LayerCall(mod, tuple(map(_spec, args)))))
              for m in leaf_modules(model)]
-    probe_forward(model, inputs, hooks, autocast(inputs.device.type, amp_dtype))
+    probe_forward(model, inputs, hooks, autocast(inputs.device.type, precision))
     return calls
 
 
@@ -80,14 +80,14 @@ def _scaled(a: Any, b: Any, b1: int, b2: int, batch_size: int) -> Any:
     return TensorSpec(shape, a.dtype, a.requires_grad)
 
 
-def layer_calls(model: nn.Module, sample_shape: tuple[int, ...], batch_size: int, amp_dtype: str | None = None,
+def layer_calls(model: nn.Module, sample_shape: tuple[int, ...], batch_size: int, precision: str | None = None,
                 probe_batches: tuple[int, int] = (2, 3)) -> list[LayerCall]:
     """Every leaf call of one forward pass at ``batch_size``, found from two tiny passes (no big activations)."""
     batch_size = positive_int(batch_size, "batch_size")
     dev = next(model.parameters()).device
     b1, b2 = probe_batches
-    small = _record_calls(model, torch.randn(b1, *sample_shape, device=dev), amp_dtype)
-    large = _record_calls(model, torch.randn(b2, *sample_shape, device=dev), amp_dtype)
+    small = _record_calls(model, torch.randn(b1, *sample_shape, device=dev), precision)
+    large = _record_calls(model, torch.randn(b2, *sample_shape, device=dev), precision)
     if [c.module for c in small] != [c.module for c in large]:
         raise ValueError("the two probe passes called different layers; is the model's forward data-dependent?")
     return [LayerCall(s.module, tuple(_scaled(a, b, b1, b2, batch_size) for a, b in zip(s.args, big.args)))
@@ -130,7 +130,7 @@ class CudaMeter:
         return int(torch.cuda.max_memory_allocated(self.device)), int(torch.cuda.memory_allocated(self.device))
 
 
-def measure_call(call: LayerCall, device: torch.device, amp_dtype: str | None = None, repeats: int = 2,
+def measure_call(call: LayerCall, device: torch.device, precision: str | None = None, repeats: int = 2,
                  meter: CudaMeter | None = None) -> LayerWorkspace:
     """One layer call's workspace: forward, the peak minus what the call leaves allocated; backward, the peak
     minus what was there before and the gradients it returns.
@@ -144,7 +144,7 @@ def measure_call(call: LayerCall, device: torch.device, amp_dtype: str | None = 
         args, wrt = [a for a, _ in fresh], [leaf for _, leaf in fresh if leaf is not None]
         wrt += [p for p in call.module.parameters(recurse=False) if p.requires_grad]
         meter.start()
-        with autocast(device.type, amp_dtype):
+        with autocast(device.type, precision):
             out = call.module(*args)
         peak, after = meter.stop()
         forward, backward, outs = peak - after, 0, _outputs(out)
@@ -159,7 +159,7 @@ def measure_call(call: LayerCall, device: torch.device, amp_dtype: str | None = 
 
 
 def measure_workspaces(model: nn.Module, sample_shape: tuple[int, ...], batch_size: int,
-                       amp_dtype: str | None = None) -> StepWorkspaces:
+                       precision: str | None = None) -> StepWorkspaces:
     """Each leaf call's cuDNN workspace at ``batch_size``, measured layer by layer on the model's CUDA device.
 
     Costs about two small forward passes plus each layer run alone twice; it never holds a whole step's
@@ -169,8 +169,8 @@ def measure_workspaces(model: nn.Module, sample_shape: tuple[int, ...], batch_si
     if param is None or param.device.type != "cuda":
         raise ValueError("workspaces are measured on a CUDA device (move the model there first); on a CPU the "
                          "memory model has no workspace term: call predict() without workspaces=")
-    calls = layer_calls(model, sample_shape, batch_size, amp_dtype)
+    calls = layer_calls(model, sample_shape, batch_size, precision)
     with preserved_state(model):                 # BatchNorm running statistics are left as they were
         model.train()
-        layers = tuple(measure_call(c, param.device, amp_dtype) for c in calls)
+        layers = tuple(measure_call(c, param.device, precision) for c in calls)
     return StepWorkspaces(batch_size, layers)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import warnings
 from dataclasses import dataclass
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator
 
 import torch
 from torch import nn
@@ -20,6 +20,9 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from labkit.core.device import device_label, get_device
 from labkit.core.dtypes import math_mode_name
+
+if TYPE_CHECKING:
+    from labkit.training.run_spec import RunSpec
 from labkit.core.models import build_model
 from labkit.core.step import LossFn, TrainStep
 from labkit.core.timing import time_fn
@@ -136,15 +139,20 @@ def fp32_math(tf32: bool) -> Iterator[None]:
             f.fp32_precision = value
 
 
-def math_mode_of(amp_dtype: str | torch.dtype | None, tf32: bool, device_type: str) -> str:
+def fp32_math_of(run: "RunSpec") -> contextlib.AbstractContextManager[None]:
+    """:func:`fp32_math` for a run whose ``tf32`` is set; torch's current setting when it is None."""
+    return contextlib.nullcontext() if run.tf32 is None else fp32_math(run.tf32)
+
+
+def math_mode_of(precision: str | torch.dtype | None, tf32: bool, device_type: str) -> str:
     """The one math-mode rule: the autocast dtype ('bf16'/'fp16'), else 'tf32' where fp32 may use TF32 on a
     CUDA GPU, else strict 'fp32'."""
-    if amp_dtype is not None and math_mode_name(amp_dtype) != "fp32":
-        return math_mode_name(amp_dtype)
+    if precision is not None and math_mode_name(precision) != "fp32":
+        return math_mode_name(precision)
     return "tf32" if tf32 and device_type == "cuda" else "fp32"
 
 
-def active_math_mode(device: str | torch.device | None = None, amp_dtype: str | torch.dtype | None = None) -> str:
+def active_math_mode(device: str | torch.device | None = None, precision: str | torch.dtype | None = None) -> str:
     """The math the tensor work runs in now (:func:`math_mode_of` with torch's current TF32 settings): TF32
     counts on a CUDA GPU of compute capability >= 8.0 when matmuls or convolutions may use it.
 
@@ -152,9 +160,9 @@ def active_math_mode(device: str | torch.device | None = None, amp_dtype: str | 
     so MFU is never overstated.
     """
     dev = torch.device(device) if device is not None else torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    tf32 = (dev.type == "cuda" and amp_dtype is None and torch.cuda.get_device_capability(dev)[0] >= 8
+    tf32 = (dev.type == "cuda" and precision is None and torch.cuda.get_device_capability(dev)[0] >= 8
             and _tf32_enabled())
-    return math_mode_of(amp_dtype, tf32, dev.type)
+    return math_mode_of(precision, tf32, dev.type)
 
 
 def peak_flops_per_s(device: str | torch.device | None = None,

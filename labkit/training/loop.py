@@ -25,7 +25,7 @@ from labkit.core.step import prepare_model
 from labkit.core.timing import PhaseClock, Stopwatch
 from labkit.memory.device import baseline_bytes, peak_since
 from labkit.training.config import TrainConfig
-from labkit.training.flops import active_math_mode, checked_mfu, peak_flops_per_s
+from labkit.training.flops import active_math_mode, checked_mfu, fp32_math_of, peak_flops_per_s
 from labkit.training.sampling import UtilizationSampler
 from labkit.training.stepper import Stepper
 from labkit.training.window import PendingStep, TrainProgress, Window
@@ -158,7 +158,7 @@ def train(model: nn.Module, train_loader: BatchLoader, config: TrainConfig,
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     steps = _Run(stepper, clock, config, _total_steps(train_loader, config), callback)
-    with UtilizationSampler(device) as sampler, progress_bar(total=steps.total_steps, desc="training", unit="step",
+    with fp32_math_of(run), UtilizationSampler(device) as sampler, progress_bar(total=steps.total_steps, desc="training", unit="step",
                                                              enabled=config.progress) as bar, Stopwatch(device) as wall:
         steps.steps(_batches(train_loader, config), bar)
     if not steps.records:

@@ -86,7 +86,7 @@ def autocast_step(model: nn.Module, batch_size: int, dtype: str = "bf16", *,
     y = torch.randint(0, num_classes, (batch_size,), generator=g).to(device)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     # fp16 runs with a GradScaler (in the step): the loss is scaled so small fp16 gradients do not underflow
-    train_step = TrainStep(model, opt, options=StepOptions(amp_dtype=None if dtype == "fp32" else dtype), device=device)
+    train_step = TrainStep(model, opt, options=StepOptions(precision=None if dtype == "fp32" else dtype), device=device)
 
     def step():
         train_step(x, y)
@@ -97,7 +97,7 @@ def autocast_step(model: nn.Module, batch_size: int, dtype: str = "bf16", *,
     t = time_fn(step, warmup=warmup, repeats=repeats, device=device)
     peak = peak_since(device, baseline)[0] if device.type == "cuda" else None
     return AutocastResult(dtype, device_label(device), t.median_s, batch_size / t.median_s,
-                          saved_activation_bytes(model, x, amp_dtype=dtype), peak)
+                          saved_activation_bytes(model, x, precision=dtype), peak)
 
 
 def compare_autocast(model_fn: Callable[[], nn.Module], batch_size: int, dtypes: tuple[str, ...] = ("fp32", "bf16"),

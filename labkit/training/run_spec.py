@@ -36,6 +36,8 @@ class RunSpec:
     momentum: float = 0.9                 # SGD only (0 = plain SGD); Adam ignores it
     weight_decay: float = 0.0
     precision: str | None = None          # autocast dtype: None (fp32), 'bf16' or 'fp16' (any core.dtypes spelling)
+    tf32: bool | None = None              # fp32 matmuls/convolutions in TF32 (True) or strict IEEE (False) on an
+                                          # Ampere+ GPU; None leaves torch's current setting (a CPU has no TF32)
     channels_last: bool = False           # NHWC inputs and weights
     compile: bool = False                 # torch.compile the model
     lr_warmup_steps: int = 0              # linear warm-up from lr/10 (Goyal et al. 2017, section 2.2)
@@ -60,6 +62,8 @@ class RunSpec:
         for name in ("channels_last", "compile"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be True or False, got {getattr(self, name)!r}")
+        if self.tf32 is not None and not isinstance(self.tf32, bool):
+            raise ValueError(f"tf32 must be True, False or None (torch's current setting), got {self.tf32!r}")
         checked_int(self.lr_warmup_steps, "lr_warmup_steps", minimum=0)
         checked_int(self.seed, "seed", minimum=0)
 
@@ -80,11 +84,11 @@ class RunSpec:
 
     def step_options(self) -> StepOptions:
         """The one training step's options for this run."""
-        return StepOptions(amp_dtype=self.precision, channels_last=self.channels_last, compile=self.compile)
+        return StepOptions(precision=self.precision, channels_last=self.channels_last, compile=self.compile)
 
     def memory_model(self, model: nn.Module, sample_shape: tuple[int, ...]) -> MemoryModel:
         """The kit's memory model for ``model`` trained this way (optimizer state and precision included)."""
-        return build_memory_model(model, sample_shape, self.optimizer, self.momentum, amp_dtype=self.precision)
+        return build_memory_model(model, sample_shape, self.optimizer, self.momentum, precision=self.precision)
 
     def loader(self, dataset: Dataset, *, shuffle: bool = True) -> DataLoader:
         """Training batches of ``batch_size`` from ``dataset``, shuffled with this run's seed."""

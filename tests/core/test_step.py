@@ -29,7 +29,7 @@ def _sgd(model: nn.Module) -> torch.optim.Optimizer:
     return torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
 
 
-def _hand_written(model, opt, batches, amp_dtype=None, channels_last=False, micro=1, scaler=None):
+def _hand_written(model, opt, batches, precision=None, channels_last=False, micro=1, scaler=None):
     """The plain PyTorch step, written out: what every option must reduce to."""
     losses = []
     for x, y in batches:
@@ -37,7 +37,7 @@ def _hand_written(model, opt, batches, amp_dtype=None, channels_last=False, micr
             x = x.contiguous(memory_format=torch.channels_last)
         total = 0.0
         for xi, yi in zip(x.chunk(micro), y.chunk(micro)):
-            with torch.autocast("cpu", dtype=amp_dtype, enabled=amp_dtype is not None):
+            with torch.autocast("cpu", dtype=precision, enabled=precision is not None):
                 loss = nn.functional.cross_entropy(model(xi), yi) / micro
             (scaler.scale(loss) if scaler else loss).backward()
             total += float(loss.detach())
@@ -64,7 +64,7 @@ def _assert_same(model_a, model_b, losses_a, losses_b):
 
 @pytest.mark.parametrize("options, hand", [
     (StepOptions(), {}),
-    (StepOptions(amp_dtype="bf16"), {"amp_dtype": torch.bfloat16}),
+    (StepOptions(precision="bf16"), {"precision": torch.bfloat16}),
     (StepOptions(channels_last=True), {"channels_last": True}),
     (StepOptions(accumulation_steps=4), {"micro": 4}),
     (StepOptions(set_to_none=False), {}),
@@ -109,16 +109,16 @@ def test_fp16_loss_scaling_equals_the_hand_written_grad_scaler():
     """The fp16 recipe's GradScaler path, run with CPU autocast (prepare_model refuses fp16 off CUDA, as the loop)."""
     plain, ours = _cnn(), _cnn()
     batches = _batches()
-    expected = _hand_written(plain, _sgd(plain), batches, amp_dtype=torch.float16, scaler=torch.amp.GradScaler("cpu"))
-    _assert_same(plain, ours, expected, _with_the_step(ours, _sgd(ours), batches, StepOptions(amp_dtype="fp16")))
+    expected = _hand_written(plain, _sgd(plain), batches, precision=torch.float16, scaler=torch.amp.GradScaler("cpu"))
+    _assert_same(plain, ours, expected, _with_the_step(ours, _sgd(ours), batches, StepOptions(precision="fp16")))
     with pytest.raises(ValueError, match="needs a CUDA GPU"):
-        prepare_model(_cnn(), StepOptions(amp_dtype="fp16"), torch.device("cpu"))
+        prepare_model(_cnn(), StepOptions(precision="fp16"), torch.device("cpu"))
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="fp16 autocast with a CUDA GradScaler needs a CUDA GPU")
 def test_fp16_on_cuda_runs_and_scales():
-    model = prepare_model(_cnn(), StepOptions(amp_dtype="fp16"), torch.device("cuda"))
-    step = TrainStep(model, _sgd(model), options=StepOptions(amp_dtype="fp16"))
+    model = prepare_model(_cnn(), StepOptions(precision="fp16"), torch.device("cuda"))
+    step = TrainStep(model, _sgd(model), options=StepOptions(precision="fp16"))
     assert step.scaler is not None and torch.isfinite(step(*_batches(1)[0]).loss)
 
 
@@ -181,8 +181,8 @@ def test_without_an_optimizer_the_step_is_forward_and_backward_only():
 
 
 def test_bad_input_is_one_clear_line():
-    with pytest.raises(ValueError, match="amp_dtype must be None or one of"):
-        StepOptions(amp_dtype="fp8")
+    with pytest.raises(ValueError, match="precision must be None or one of"):
+        StepOptions(precision="fp8")
     with pytest.raises(ValueError, match="accumulation_steps must be an integer >= 1"):
         StepOptions(accumulation_steps=0)
     model = _cnn()
@@ -205,7 +205,7 @@ def test_out_of_memory_on_the_first_call_stays_out_of_memory():
 @pytest.mark.parametrize("spelling, stored", [("bfloat16", "bf16"), (torch.bfloat16, "bf16"), ("half", "fp16"),
                                               ("fp32", None), (None, None)])
 def test_step_options_take_every_spelling_of_the_one_precision_table(spelling, stored):
-    assert StepOptions(amp_dtype=spelling).amp_dtype == stored
+    assert StepOptions(precision=spelling).precision == stored
 
 
 # ---- only a shape mismatch gets the image-shape hint (issue 53: a dtype mismatch and a tp that does not divide

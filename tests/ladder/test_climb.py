@@ -87,7 +87,7 @@ def test_a_rungs_run_is_made_once_lr_scaled_and_warmed_up_only_when_scaled_up(da
     from labkit.ladder.measure import rung_run
 
     config = LadderConfig.full()
-    big, one = rung_run(Recipe(batch_size=512, amp_dtype="bfloat16"), config, 30), rung_run(Recipe(batch_size=1), config, 30)
+    big, one = rung_run(Recipe(batch_size=512, precision="bfloat16"), config, 30), rung_run(Recipe(batch_size=1), config, 30)
     assert (big.lr_warmup_steps, one.lr_warmup_steps) == (6, 0)
     assert big.lr == pytest.approx(scaled_lr(config.lr, 512, config.lr_ref_batch)) and big.precision == "bf16"
     assert (big.batch_size, big.seed, rung_run(Recipe(), config, 30, seed=4).seed) == (512, config.seed, 4)

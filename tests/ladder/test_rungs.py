@@ -18,7 +18,7 @@ def test_the_table_is_in_rung_order_with_one_key_each():
 def test_each_rung_changes_only_its_own_setting():
     base = Recipe(batch_size=8)
     changed = {"batch_size": {"batch_size"}, "input_pipeline": {"num_workers", "prefetch_factor", "persistent_workers"},
-               "device_data": {"device_data"}, "no_sync": {"sync_every_step"}, "mixed_precision": {"amp_dtype"},
+               "device_data": {"device_data"}, "no_sync": {"sync_every_step"}, "mixed_precision": {"precision"},
                "channels_last": {"channels_last"}}
     for key, fields in changed.items():
         recipe, what = propose(key, base, CPU, 16)

@@ -20,7 +20,7 @@ def test_parameters_are_not_counted_and_bf16_halves():
     model = nn.Sequential(nn.Linear(64, 64))
     x = torch.randn(5, 64)
     assert saved_activation_bytes(model, x) == 5 * 64 * 4     # only the input, not the weight
-    bf = saved_activation_bytes(nn.Sequential(nn.Linear(64, 64), nn.ReLU()), x, amp_dtype="bf16")
+    bf = saved_activation_bytes(nn.Sequential(nn.Linear(64, 64), nn.ReLU()), x, precision="bf16")
     assert bf > 0
 
 

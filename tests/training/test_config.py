@@ -18,7 +18,7 @@ def test_config_validation():
 
 def test_the_run_is_one_runspec_not_a_second_copy_of_its_fields():
     """The optimizer, lr, precision ... are the run's: a config neither repeats nor re-checks them."""
-    for field in ("lr", "momentum", "weight_decay", "optimizer", "amp_dtype", "channels_last", "compile",
+    for field in ("lr", "momentum", "weight_decay", "optimizer", "precision", "channels_last", "compile",
                   "lr_warmup_steps", "seed"):
         with pytest.raises(TypeError, match="unexpected keyword"):
             TrainConfig(steps=3, **{field: 0})

@@ -24,7 +24,7 @@ def test_bf16_saves_fewer_activation_bytes():
     """At a real batch size activations dominate; at batch 8 the bf16 weight copies autocast saves would."""
     torch.manual_seed(0)
     model, x = MLP(10, in_features=48, hidden=64), torch.randn(512, 48)
-    assert saved_activation_bytes(model, x, amp_dtype="bf16") < saved_activation_bytes(model, x)
+    assert saved_activation_bytes(model, x, precision="bf16") < saved_activation_bytes(model, x)
 
 
 def test_autocast_step_reports_and_rejects_cpu_fp16():

@@ -25,7 +25,7 @@ SHAPE = (1, 8, 8)
     ("lr", -1, "lr must be a number > 0"),
     ("momentum", 1.0, "momentum must be a number in [0, 1)"),
     ("weight_decay", -0.1, "weight_decay must be a number >= 0"),
-    ("precision", "fp8", "amp_dtype must be None or one of"),
+    ("precision", "fp8", "precision must be None or one of"),
     ("channels_last", "yes", "channels_last must be True or False"),
     ("lr_warmup_steps", -1, "lr_warmup_steps must be an integer >= 0"),
     ("seed", -1, "seed must be an integer >= 0"),
@@ -45,7 +45,7 @@ def test_a_batch_larger_than_the_dataset_names_the_dataset():
 def test_precision_has_one_spelling_and_reaches_the_step_and_the_loop():
     spec = RunSpec(precision="bfloat16", channels_last=True)
     assert spec.precision == "bf16" and RunSpec(precision="fp32").precision is None
-    assert spec.step_options().amp_dtype == "bf16" and spec.step_options().channels_last
+    assert spec.step_options().precision == "bf16" and spec.step_options().channels_last
     cfg = TrainConfig(run=spec, steps=3)
     assert cfg.spec.step_options() == spec.step_options()
     assert RunSpec(precision=torch.bfloat16).precision == "bf16"
@@ -89,3 +89,23 @@ def test_the_old_entry_point_and_the_spec_give_identical_losses():
                      TrainConfig(run=RunSpec(lr=0.05, momentum=0.9, lr_warmup_steps=2, seed=3, batch_size=8), **measure))
     derived = losses(spec.loader(data.train), TrainConfig(run=spec, **measure))
     assert by_hand == derived and len(by_hand) == 6
+
+
+def test_tf32_is_part_of_the_run_and_the_loop_applies_it():
+    """Issue 50: TF32 lives in the run's description; the loop runs fp32 math as the run says and restores
+    torch's setting after (None leaves it alone)."""
+    import torch
+
+    from labkit.training.flops import fp32_math_of
+
+    with pytest.raises(ValueError, match="tf32 must be True, False or None"):
+        RunSpec(tf32="yes")
+    flag = torch.backends.cuda.matmul
+    before = flag.fp32_precision
+    with fp32_math_of(RunSpec(tf32=True)):
+        assert flag.fp32_precision == "tf32"
+    with fp32_math_of(RunSpec(tf32=False)):
+        assert flag.fp32_precision == "ieee"
+    with fp32_math_of(RunSpec()):
+        assert flag.fp32_precision == before
+    assert flag.fp32_precision == before
