@@ -167,7 +167,7 @@ def _run(run_dir: Path, target: str, world_size: int, timeout_s: float, env: dic
          preload: str | None, on_result: Callable[[int, Any], None] | None = None) -> list:
     """Start the ranks (forked from a server that imported ``preload``, or fresh when it is None) and collect them."""
     procs: list[subprocess.Popen | ForkedRank] = []
-    server, codes, watch, why_running = None, [], RankWatch(), ""
+    server, codes, watch, why_running, frozen = None, [], RankWatch(), "", {}
     try:
         if preload is not None:
             with signals_deferred():    # a signal inside Popen would lose the started server: it would fork on
@@ -180,6 +180,7 @@ def _run(run_dir: Path, target: str, world_size: int, timeout_s: float, env: dic
         still_running = _wait(procs, timeout_s, run_dir, on_result, watch)
         codes = [p.poll() for p in procs]       # before _stop kills the rest: who ended, and how
         why_running = watch.describe(still_running) if still_running else ""   # before the kill: who was frozen
+        frozen = watch.frozen([r for r, c in enumerate(codes) if c is None])   # ... also when another rank failed
     finally:
         _stop(procs, server)
         if show_output and procs:
@@ -190,7 +191,7 @@ def _run(run_dir: Path, target: str, world_size: int, timeout_s: float, env: dic
     if server is not None and server.failed_to_fork:
         raise LaunchError(f"{target}: the rank forkserver stopped before starting all {world_size} ranks "
                           f"(start_method='fresh' starts them without it):\n{server.error_text()}")
-    return _collect(run_dir, codes, target)   # every rank reported: a timeout during teardown is no failure
+    return _collect(run_dir, codes, target, frozen)   # every rank reported: a timeout at teardown is no failure
 
 
 def _start_fresh(run_dir: Path, rank: int, env: dict) -> subprocess.Popen:
@@ -277,8 +278,9 @@ def _death(rank: int, code: int | None, run_dir: Path) -> tuple[str, str] | None
     return f"process exited with code {code}\n{err}", f"the process died (exit code {code})"
 
 
-def _collect(run_dir: Path, codes: list[int | None], target: str) -> list:
-    """Every rank's result in rank order, or the first failure (a raise, or a death with its signal)."""
+def _collect(run_dir: Path, codes: list[int | None], target: str, frozen: Mapping[int, float] | None = None) -> list:
+    """Every rank's result in rank order, or the first failure (a raise, or a death with its signal). A rank that
+    was frozen (state T) while another failed is the cause: the failure was a peer's timeout waiting for it."""
     results, failures = [], []
     for rank, code in enumerate(codes):
         path = run_dir / f"{rank}.result"
@@ -291,6 +293,12 @@ def _collect(run_dir: Path, codes: list[int | None], target: str) -> list:
             failures.append((float("-inf") if code is not None and code < 0 else float("inf"), rank, *death))
     if failures:
         _, rank, tb, summary = min(failures)  # the first rank to fail is the cause; the rest are knock-on
+        if frozen:
+            names = ", ".join(f"rank {r} (for {s:.1f} s)" for r, s in sorted(frozen.items()))
+            first = summary.splitlines()[0] if summary else "it failed"
+            raise RankFailedError(rank, len(codes), target, tb,
+                                  f"{names} stopped answering: the process was frozen (state T: stopped by SIGSTOP, "
+                                  f"Ctrl-Z or a debugger); rank {rank} failed waiting for it ({first})")
         raise RankFailedError(rank, len(codes), target, tb, summary)
     if len(results) != len(codes):
         raise LaunchError(f"{target}: only {len(results)} of {len(codes)} ranks returned a result")

@@ -303,3 +303,17 @@ def test_a_frozen_rank_is_named_as_the_one_that_stopped_answering(tmp_path, monk
     assert "rank 1 (for " in message and "stopped answering" in message and "state T" in message, message
     assert "rank(s) [0] were waiting for it" in message and "[0, 1]" not in message
     _assert_no_orphans()                         # the stopped rank was killed too
+
+
+@pytest.mark.parametrize("start_method", ["forkserver", "fresh"])
+def test_a_peer_that_times_out_waiting_for_a_frozen_rank_names_the_frozen_one(tmp_path, monkeypatch, start_method):
+    """Issue 53: with a collective timeout shorter than the launch's, the waiting rank 0 raises first; the failure
+    must name rank 1, frozen, as the cause (the rival: 'rank 0 failed' with rank 0's timeout as the story)."""
+    monkeypatch.setenv(MARKER_ENV, str(tmp_path))
+    with pytest.raises(RankFailedError) as info:
+        launch(stop_rank_one, 2, timeout_s=60, pg_timeout_s=2, show_output=False, start_method=start_method)
+    summary = info.value.summary
+    assert (tmp_path / "1").exists(), summary
+    assert summary.startswith("rank 1 (for ") and "stopped answering" in summary and "state T" in summary, summary
+    assert "rank 0 failed waiting for it" in summary and info.value.rank == 0, summary
+    _assert_no_orphans()                         # the stopped rank was killed too

@@ -2,6 +2,8 @@
 test's side; the library has no test-only branch for it)."""
 from __future__ import annotations
 
+import os
+import signal
 import time
 
 import torch.distributed as dist
@@ -16,4 +18,15 @@ def rank_zero_stops_after_warm_up(runs: list[dict], cfg: PipeConfig, repeats: in
     schedules_worker(runs, cfg, 0, probe)
     dist.barrier()
     time.sleep(3600)
+    return {}
+
+
+def rank_zero_freezes_after_warm_up(runs: list[dict], cfg: PipeConfig, repeats: int, probe: bool = True) -> dict:
+    """Rank 0 runs the warm-up step, meets the others at the timed step's barrier, then freezes itself (SIGSTOP:
+    state T, as Ctrl-Z or a debugger would leave it)."""
+    if dist.get_rank() != 0:
+        return schedules_worker(runs, cfg, repeats, probe)
+    schedules_worker(runs, cfg, 0, probe)
+    dist.barrier()
+    os.kill(os.getpid(), signal.SIGSTOP)
     return {}

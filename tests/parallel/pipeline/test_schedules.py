@@ -11,7 +11,7 @@ from torch import nn
 
 from labkit.comm.launch import RUN_DIR_PREFIX
 from labkit.parallel.pipeline import schedules as ps
-from tests.parallel.pipeline.stall_support import rank_zero_stops_after_warm_up
+from tests.parallel.pipeline.stall_support import rank_zero_freezes_after_warm_up, rank_zero_stops_after_warm_up
 from labkit.parallel.pipeline import schedule_report as report
 from labkit.parallel.pipeline import schedule_sim as sim
 
@@ -102,6 +102,17 @@ def test_a_rank_that_stops_sending_is_named_with_the_action_it_waited_on():
     assert "\n" not in line and "rank 1 of 2" in line and "waiting on the activation for stage 1" in line
     assert {p.pid for p in psutil.Process().children(recursive=True)} <= before
     assert not list(Path(tempfile.gettempdir()).glob(f"{RUN_DIR_PREFIX}{os.getpid()}-*"))   # its run folder too
+
+
+def test_a_frozen_rank_is_named_not_the_rank_that_timed_out_waiting_for_it():
+    """Issue 53: rank 0 frozen (SIGSTOP) after the warm-up; rank 1 times out waiting for its activation. The one
+    line names rank 0 as frozen (the rival: rank 1, whose timeout was only the symptom, named as the stuck one)."""
+    with pytest.raises(ps.PipelineHang) as err:
+        ps.run_schedules([{"schedule": "Schedule1F1B", "micro_batches": 2}], SMALL, repeats=1, timeout_s=60,
+                         pg_timeout_s=3, probe=False, worker=rank_zero_freezes_after_warm_up)
+    line = str(err.value)
+    assert "\n" not in line and line.startswith("rank 0 (for ") and "frozen" in line, line
+    assert "rank 1 failed waiting for it" in line and "waiting on the activation" in line, line
 
 
 @pytest.mark.parametrize("kwargs, runs, message", [
