@@ -9,10 +9,15 @@ PSS less the pages of those libraries, each process's share read from /proc/PID/
 when the process grew by 16 MiB). It is an upper bound: the CUDA build's heap is larger too.
 
     .venv/bin/python scripts/notebook_budget.py notebooks/02_batch_size.ipynb [...]  [--markdown]
+
+``--cgroup-mib 2048`` runs each notebook inside a memory cgroup of that size (root; ``memory_cgroup.py``), as Binder
+does, and adds the group's peak charge (page cache and shared memory included) and how many processes the kernel
+killed for the limit; ``--repeat N`` runs each notebook N times (a limit crossed once in N runs is crossed).
 """
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import threading
 import time
@@ -23,6 +28,7 @@ import psutil
 from nbclient import NotebookClient
 
 from labkit.core.clock import now_s
+from memory_cgroup import MemoryCgroup
 
 
 # mappings that exist only in PyTorch's CUDA build (the CPU wheel has none of these files)
@@ -120,14 +126,29 @@ def run_notebook(path: Path, timeout_s: int = 900) -> dict:
             "slowest_cells": sorted(cell_s.items(), key=lambda kv: -kv[1])[:3]}
 
 
+def run_in_cgroup(path: Path, limit_mib: int | None, index: int) -> dict:
+    """:func:`run_notebook`, inside a fresh memory cgroup of ``limit_mib`` when one is given."""
+    if limit_mib is None:
+        return run_notebook(path)
+    with MemoryCgroup(limit_mib * 1024 ** 2, name=f"labkit-budget-{os.getpid()}-{index}") as group:
+        r = run_notebook(path)
+        return {**r, "cgroup_peak_bytes": group.peak_bytes(), "oom_kills": group.oom_kills()}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("notebooks", nargs="+", type=Path)
     parser.add_argument("--markdown", action="store_true", help="print README table rows")
+    parser.add_argument("--cgroup-mib", type=int, default=None, help="run each notebook under this memory limit")
+    parser.add_argument("--repeat", type=int, default=1, help="runs per notebook")
     args = parser.parse_args()
-    for path in args.notebooks:
-        r = run_notebook(path)
+    if args.repeat < 1 or (args.cgroup_mib is not None and args.cgroup_mib < 64):
+        parser.error("--repeat must be >= 1 and --cgroup-mib >= 64")
+    for index, path in enumerate(p for p in args.notebooks for _ in range(args.repeat)):
+        r = run_in_cgroup(path, args.cgroup_mib, index)
         mib = 1024 ** 2
+        group = (f"; cgroup {args.cgroup_mib} MiB: peak {r['cgroup_peak_bytes'] / mib:,.0f} MiB, "
+                 f"{r['oom_kills']} OOM kill(s)") if args.cgroup_mib else ""
         if args.markdown:
             print(f"| `{r['notebook']}` | {r['seconds']:.0f} s | {r['peak_cpu_wheel_pss_bytes'] / mib:,.0f} MiB "
                   f"({r['peak_pss_bytes'] / mib:,.0f} MiB, {r['peak_anon_bytes'] / mib:,.0f} MiB) | "
@@ -136,7 +157,8 @@ def main() -> None:
             print(f"{r['notebook']}: {r['seconds']:.1f} s, peak PSS {r['peak_pss_bytes'] / mib:,.0f} MiB, "
                   f"CPU-wheel PSS {r['peak_cpu_wheel_pss_bytes'] / mib:,.0f} MiB, anonymous "
                   f"{r['peak_anon_bytes'] / mib:,.0f} MiB (peak in cell {r['peak_cell']}); slowest cells "
-                  f"{', '.join(f'{i}: {t:.0f} s' for i, t in r['slowest_cells'])}; {r['error'] or 'ok'}", flush=True)
+                  f"{', '.join(f'{i}: {t:.0f} s' for i, t in r['slowest_cells'])}{group}; {r['error'] or 'ok'}",
+                  flush=True)
 
 
 if __name__ == "__main__":

@@ -41,13 +41,19 @@ def test_a_real_ctrl_c_during_the_operators_prints_and_keeps_the_roofs(tmp_path)
     results = tmp_path / "roofline.jsonl"
     proc = subprocess.Popen([sys.executable, "-m", "labkit", "roofline", "--batch-size", "2", "--image-size", "8",
                              "--results", str(results), *TINY[:-3], "--steps", "100000", "--no-progress"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**ENV, "PYTHONFAULTHANDLER": "1"})
     try:
         deadline = time.monotonic() + 180
         while not (results.exists() and results.read_text()) and time.monotonic() < deadline:
             time.sleep(0.2)
         proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=60)
+        try:
+            out, err = proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:       # once in CI: say where it was stuck (faulthandler dumps on SIGABRT)
+            proc.send_signal(signal.SIGABRT)
+            out, err = proc.communicate(timeout=30)
+            pytest.fail(f"no exit within 60 s of Ctrl-C; every thread's stack:\n{err[-6000:]}")
     finally:
         proc.kill()
     assert proc.returncode == 130 and "ridge point:" in out and "matmul fp32" in out, err
