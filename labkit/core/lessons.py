@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Iterable, Iterator
 
 from labkit.core.results import WriteError, describe_os_error
-from labkit.core.verdict import CHECKED, INCONCLUSIVE, Verdict
+from labkit.core.verdict import CHECKED, INCONCLUSIVE, INCONCLUSIVE_KINDS, Verdict
 
 LESSON_LOG_ENV_VAR = "LABKIT_LESSON_LOG"
 
@@ -32,12 +32,15 @@ class LessonLog:
     checked: list[str] = field(default_factory=list)
     not_checked_reasons: dict[str, str] = field(default_factory=dict)
     inconclusive_reasons: dict[str, str] = field(default_factory=dict)
+    inconclusive_kinds: dict[str, str] = field(default_factory=dict)    # claim -> load / spread / statistics
+    rivals: dict[str, str] = field(default_factory=dict)                # checked claim -> the rival it ruled out
 
-    def check(self, claim: str, holds: bool, detail: str = "") -> None:
-        """Assert one lesson claim on live numbers; ``detail`` says what was measured when it fails."""
+    def check(self, claim: str, holds: bool, detail: str = "", *, rival: str = "") -> None:
+        """Assert one lesson claim on live numbers; ``detail`` says what was measured (printed when it passes, in
+        the error when it fails); ``rival``: the wrong answer the check rejected on this run (issue 51)."""
         if not holds:
             raise AssertionError(f"lesson not shown on this run: {claim}" + (f" ({detail})" if detail else ""))
-        self._record(claim)
+        self._record(claim, detail, rival)
 
     @contextmanager
     def lesson(self, claim: str) -> Iterator[None]:
@@ -67,48 +70,70 @@ class LessonLog:
             self.not_checked(claim, f"a GPU lesson and this ran on {ran_on}; {measured}")
         return on_gpu
 
-    def inconclusive(self, claim: str, reason: str) -> None:
-        """Say, visibly, that this run was too busy to settle a timing claim, with the measured reason."""
+    def inconclusive(self, claim: str, reason: str, kind: str = "") -> None:
+        """Say, visibly, that this run could not settle a claim, with the measured reason and its ``kind``: the
+        machine's load, the rounds' or seeds' spread, or statistics too weak to reject the rival."""
         if not reason.strip():
             raise ValueError("inconclusive needs the measured reason, e.g. 'rank 0 got 0.46 of a core'")
+        if kind and kind not in INCONCLUSIVE_KINDS:
+            raise ValueError(f"an INCONCLUSIVE kind is one of {INCONCLUSIVE_KINDS}, got {kind!r}")
         if claim in self.checked:
             self.checked.remove(claim)
         self.not_checked_reasons.pop(claim, None)
+        self.rivals.pop(claim, None)
         self.inconclusive_reasons[claim] = reason
-        print(f"INCONCLUSIVE: {claim} ({reason})")
+        self.inconclusive_kinds[claim] = kind
+        print(f"INCONCLUSIVE ({kind or 'kind not said'}): {claim} ({reason})")
 
     def decide(self, verdict: Verdict) -> Verdict:
-        """Record a timing verdict: checked counts, INCONCLUSIVE prints its reason, failed raises."""
+        """Record a verdict: checked counts (and prints its figures and rival), INCONCLUSIVE prints its reason,
+        failed raises."""
         if verdict.state == INCONCLUSIVE:
-            self.inconclusive(verdict.claim, verdict.detail)
+            self.inconclusive(verdict.claim, verdict.detail, verdict.kind)
         else:
-            self.check(verdict.claim, verdict.state == CHECKED, verdict.detail)
+            self.check(verdict.claim, verdict.state == CHECKED, verdict.detail, rival=verdict.rival)
         return verdict
 
-    def _record(self, claim: str) -> None:
+    def _record(self, claim: str, detail: str = "", rival: str = "") -> None:
         if claim not in self.checked:
             self.checked.append(claim)
+            print(f"\u2713 {claim}" + (f" ({detail})" if detail else ""))     # a passing check says what it showed
+        if rival:
+            self.rivals[claim] = rival
         self.not_checked_reasons.pop(claim, None)
         self.inconclusive_reasons.pop(claim, None)
+        self.inconclusive_kinds.pop(claim, None)
 
     @property
     def total(self) -> int:
         return len(self.checked) + len(self.not_checked_reasons) + len(self.inconclusive_reasons)
 
     def tally(self) -> str:
-        """Print and return 'N of M lessons checked'; append it to ``$LABKIT_LESSON_LOG`` when that is set."""
-        line = f"{self.notebook}: {len(self.checked)} of {self.total} lessons checked"
+        """Print and return 'N of M lessons checked (R rejected a named rival)', INCONCLUSIVE by kind; append it to
+        ``$LABKIT_LESSON_LOG`` when that is set."""
+        rivals = sum(c in self.rivals for c in self.checked)
+        line = (f"{self.notebook}: {len(self.checked)} of {self.total} lessons checked "
+                f"({rivals} rejected a named rival)")
         if self.not_checked_reasons:
             line += "; not checked: " + "; ".join(f"{c} ({r})" for c, r in self.not_checked_reasons.items())
         if self.inconclusive_reasons:
             line += (f"\n{self.notebook}: {len(self.inconclusive_reasons)} INCONCLUSIVE "
-                     "(load or spread too large to decide): "
+                     f"({by_kind(self.inconclusive_kinds.values())}): "
                      + "; ".join(f"{c} ({r})" for c, r in self.inconclusive_reasons.items()))
         print(line)
         append_to_lesson_log({"notebook": self.notebook, "checked": self.checked,
                               "not_checked": self.not_checked_reasons,
-                              "inconclusive": self.inconclusive_reasons})
+                              "inconclusive": self.inconclusive_reasons,
+                              "inconclusive_kinds": self.inconclusive_kinds, "rivals": self.rivals})
         return line
+
+
+def by_kind(kinds: Iterable[str]) -> str:
+    """'load 2, spread 1, statistics 0, kind not said 1': INCONCLUSIVE counted by kind, each on its own."""
+    kinds = list(kinds)
+    counts = [f"{k} {kinds.count(k)}" for k in INCONCLUSIVE_KINDS]
+    unsaid = sum(1 for k in kinds if not k)
+    return ", ".join(counts + ([f"kind not said {unsaid}"] if unsaid else []))
 
 
 def append_to_lesson_log(record: dict) -> None:
@@ -177,7 +202,9 @@ def last_record_per_notebook(path: str | Path, kind: str | None) -> dict[str, di
             try:
                 record = {"notebook": str(record["notebook"]), "checked": list(record["checked"]),
                           "not_checked": dict(record["not_checked"]),
-                          "inconclusive": dict(record.get("inconclusive") or {})}
+                          "inconclusive": dict(record.get("inconclusive") or {}),
+                          "inconclusive_kinds": dict(record.get("inconclusive_kinds") or {}),
+                          "rivals": dict(record.get("rivals") or {})}
             except (KeyError, TypeError, ValueError) as err:
                 raise LessonLogError(f"{log} line {number} is not a lesson tally ({type(err).__name__}: {err}); "
                                      "it may be cut short: rerun the notebooks to write it again") from None
@@ -194,8 +221,11 @@ def summarize_lesson_log(path: str | Path) -> str:
     checked = sum(len(r["checked"]) for r in by_notebook.values())
     inconclusive = sum(len(r.get("inconclusive", {})) for r in by_notebook.values())
     total = checked + inconclusive + sum(len(r["not_checked"]) for r in by_notebook.values())
-    lines = [f"lessons: {checked} of {total} checked in {len(by_notebook)} notebooks",
-             f"INCONCLUSIVE (load or spread too large to decide): {inconclusive}"]
+    rivals = sum(sum(c in r["rivals"] for c in r["checked"]) for r in by_notebook.values())
+    kinds = [r["inconclusive_kinds"].get(c, "") for r in by_notebook.values() for c in r["inconclusive"]]
+    lines = [f"lessons: {checked} of {total} checked in {len(by_notebook)} notebooks; {rivals} of the {checked} "
+             "rejected a named rival",
+             f"INCONCLUSIVE: {inconclusive} ({by_kind(kinds)})"]
     for name, record in sorted(by_notebook.items()):
         for claim, reason in record["not_checked"].items():
             lines.append(f"  NOT CHECKED in {name}: {claim} ({reason})")

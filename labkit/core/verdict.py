@@ -1,4 +1,4 @@
-"""Three verdicts for a timing claim: checked, failed, or INCONCLUSIVE with the measured reason.
+"""Three verdicts for a timing claim: checked, failed, or INCONCLUSIVE with the measured reason and its kind.
 
 A timing claim compares a number from the clock with what a model predicts (agreement within a band) or with a
 threshold the lesson states ("at least 1.3x faster"). On a shared machine, a process that got half a core runs
@@ -12,6 +12,9 @@ and the spread of its paired rounds) and decides:
   computed on the GPU meanwhile: another process's kernels time-slice with ours) and what to do;
 * **failed** otherwise: on a quiet machine always, and under load whenever the gap is larger than the load
   can explain. A wrong model is never hidden behind a busy machine.
+
+A claim names its **rival** (:class:`Rival`, issue 51): the plausible wrong answer, predicted on the same run. A
+band that also admits the rival fails, busy or quiet: the check could not tell the lesson from its wrong answer.
 Torch-free.
 """
 from __future__ import annotations
@@ -109,17 +112,59 @@ class Load:
 QUIET = Load()
 
 
+# Why a claim is INCONCLUSIVE, by kind (issue 51): the machine's load, the rounds' or seeds' spread, or statistics
+# too weak to reject the rival. A precondition that did not occur on this run is NOT CHECKED, not one of these.
+LOAD, SPREAD, STATISTICS = "load", "spread", "statistics"
+INCONCLUSIVE_KINDS = (LOAD, SPREAD, STATISTICS)
+
+
+@dataclass(frozen=True)
+class Rival:
+    """The plausible wrong answer a claim rules out, and what it predicts on this run's numbers: '(p-1)/m' for the
+    bubble (p-1)/(m+p-1), 'no overlap' for an overlap claim, 'W' for 2W-1. Not a value nobody would believe."""
+
+    name: str
+    value: float
+
+    def __post_init__(self) -> None:
+        if not (isinstance(self.name, str) and self.name.strip()):
+            raise ValueError("a rival needs a name: the wrong answer it stands for, e.g. '(p-1)/m'")
+        if isinstance(self.value, bool) or not isinstance(self.value, (int, float)) or not math.isfinite(self.value):
+            raise ValueError(f"rival {self.name!r} needs a finite number it predicts, got {self.value!r}")
+
+
 @dataclass(frozen=True)
 class Verdict:
-    """One timing claim's outcome: state (checked / failed / INCONCLUSIVE) and the line that says why."""
+    """One claim's outcome: state (checked / failed / INCONCLUSIVE), the line that says why, for INCONCLUSIVE its
+    kind (:data:`INCONCLUSIVE_KINDS`), and the rival it ruled out ('' when none was named)."""
 
     claim: str
     state: str
     detail: str
+    kind: str = ""
+    rival: str = ""
+
+    def __post_init__(self) -> None:
+        if self.kind and self.kind not in INCONCLUSIVE_KINDS:
+            raise ValueError(f"an INCONCLUSIVE kind is one of {INCONCLUSIVE_KINDS}, got {self.kind!r}")
 
     @property
     def holds(self) -> bool:
         return self.state == CHECKED
+
+
+def rival_check(claim: str, rival: Rival | None, admits: bool, band: str, unit: str = "") -> Verdict | None:
+    """The failed verdict when the claim's band also ``admits`` its rival ('cannot tell X from RIVAL on this run'),
+    busy or quiet; None when the band rejects it (or no rival was named)."""
+    if rival is None or not admits:
+        return None
+    return Verdict(claim, FAILED, f"cannot tell the claim from its rival {rival.name} on this run: {rival.name} "
+                                  f"predicts {rival.value:.3g}{unit}, inside the band {band}", rival=rival.name)
+
+
+def ruled_out(rival: Rival | None, unit: str = "") -> str:
+    """The line a passing claim prints about its rival: 'rules out (p-1)/m = 0.375'."""
+    return "" if rival is None else f"rules out {rival.name} = {rival.value:.3g}{unit}"
 
 
 def median_bounds(values: Sequence[float], confidence: float = 0.95) -> tuple[float, float]:
@@ -148,19 +193,23 @@ def _unsettled(gap_by_round: Sequence[float], allowed: float) -> str:
 
 
 def _decide(claim: str, gap: float, allowed: float, load: Load, detail: str,
-            gap_by_round: Sequence[float] = ()) -> Verdict:
+            gap_by_round: Sequence[float] = (), rival: Rival | None = None, unit: str = "") -> Verdict:
     """gap, allowed: factors >= 1 (how far off the claim is, how far it may be); load decides the rest. With the
     gap of each paired round, a miss whose rounds straddle the band is INCONCLUSIVE, whatever the CPU shares said."""
+    name = "" if rival is None else rival.name
     if gap <= allowed:
-        return Verdict(claim, CHECKED, detail)
+        line = ruled_out(rival, unit)
+        return Verdict(claim, CHECKED, f"{detail}; {line}" if line else detail, rival=name)
     unsettled = _unsettled(gap_by_round, allowed)
     if unsettled:
-        return Verdict(claim, INCONCLUSIVE, f"{detail}; {unsettled}")
+        return Verdict(claim, INCONCLUSIVE, f"{detail}; {unsettled}", kind=SPREAD, rival=name)
     if load.busy and gap <= allowed * load.explainable_factor:
-        return Verdict(claim, INCONCLUSIVE, f"{detail}; {load.reason()}")
+        kind = LOAD if load.worst_share < BUSY_SHARE or load.gpu_neighbours else SPREAD
+        return Verdict(claim, INCONCLUSIVE, f"{detail}; {load.reason()}", kind=kind, rival=name)
     why = "larger than this run's load can explain" if load.busy else "on a quiet machine"
     return Verdict(claim, FAILED, f"{detail}; off by {gap / allowed:.2f}x beyond the band, {why}"
-                                  f" (worst CPU share {load.worst_share:.2f}, rounds spread {load.spread:.0%})")
+                                  f" (worst CPU share {load.worst_share:.2f}, rounds spread {load.spread:.0%})",
+                   rival=name)
 
 
 def _round_ratios(name: str, by_round: Sequence[tuple[float, float]]) -> list[float]:
@@ -172,36 +221,55 @@ def _round_ratios(name: str, by_round: Sequence[tuple[float, float]]) -> list[fl
 
 
 def judge_agreement(claim: str, predicted: float, measured: float, *, tolerance: float,
-                    load: Load = QUIET, unit: str = "x", by_round: Sequence[tuple[float, float]] = ()) -> Verdict:
+                    load: Load = QUIET, unit: str = "x", by_round: Sequence[tuple[float, float]] = (),
+                    rival: Rival | None = None) -> Verdict:
     """Does ``measured`` agree with ``predicted`` within a factor of ``1 + tolerance`` (either way)? ``by_round``:
-    each paired round's (predicted, measured), read on the side the median missed (see :func:`median_bounds`)."""
+    each paired round's (predicted, measured), read on the side the median missed (see :func:`median_bounds`).
+    ``rival``: the wrong model's prediction on this run; a band that also holds it fails ('cannot tell')."""
     if not (predicted > 0 and measured > 0 and tolerance >= 0):
         raise ValueError(f"judge_agreement needs predicted > 0, measured > 0, tolerance >= 0; "
                          f"got {predicted!r}, {measured!r}, {tolerance!r}")
+    low, high = measured / (1.0 + tolerance), measured * (1.0 + tolerance)
+    cannot_tell = rival_check(claim, rival, rival is not None and low <= rival.value <= high,
+                              f"{low:.3g}-{high:.3g}{unit} around the measured {measured:.3g}{unit}", unit)
+    if cannot_tell:
+        return cannot_tell
     gap = max(measured / predicted, predicted / measured)
     detail = f"predicted {predicted:.3g}{unit}, measured {measured:.3g}{unit} (band ±{tolerance:.0%})"
     ratios = [1.0 / r for r in _round_ratios("judge_agreement", by_round)]          # measured / predicted
     gaps = [r if measured >= predicted else 1.0 / r for r in ratios]                # > 1: off on the median's side
-    return _decide(claim, gap, 1.0 + tolerance, load, detail, gaps)
+    return _decide(claim, gap, 1.0 + tolerance, load, detail, gaps, rival, unit)
 
 
 def judge_at_least(claim: str, measured: float, threshold: float, *, load: Load = QUIET,
-                   unit: str = "x", by_round: Sequence[tuple[float, float]] = ()) -> Verdict:
+                   unit: str = "x", by_round: Sequence[tuple[float, float]] = (),
+                   rival: Rival | None = None) -> Verdict:
     """Is ``measured`` at least ``threshold`` (e.g. a speed-up the lesson promises)? ``by_round``: each paired
-    round's (measured, threshold), when both sides were measured round by round (see :func:`median_bounds`)."""
+    round's (measured, threshold), when both sides were measured round by round (see :func:`median_bounds`).
+    ``rival`` (e.g. 'no speed-up' = 1.0) must fall below the threshold, or the claim cannot tell them apart."""
     if not (measured > 0 and threshold > 0):
         raise ValueError(f"judge_at_least needs measured > 0 and threshold > 0, got {measured!r}, {threshold!r}")
+    cannot_tell = rival_check(claim, rival, rival is not None and rival.value >= threshold,
+                              f">= {threshold:.3g}{unit}", unit)
+    if cannot_tell:
+        return cannot_tell
     detail = f"measured {measured:.3g}{unit}, needs >= {threshold:.3g}{unit}"
     gaps = [1.0 / ratio for ratio in _round_ratios("judge_at_least", by_round)]
-    return _decide(claim, max(1.0, threshold / measured), 1.0, load, detail, gaps)
+    return _decide(claim, max(1.0, threshold / measured), 1.0, load, detail, gaps, rival, unit)
 
 
 def judge_at_most(claim: str, measured: float, threshold: float, *, load: Load = QUIET,
-                  unit: str = "x", by_round: Sequence[tuple[float, float]] = ()) -> Verdict:
+                  unit: str = "x", by_round: Sequence[tuple[float, float]] = (),
+                  rival: Rival | None = None) -> Verdict:
     """Is ``measured`` at most ``threshold`` (e.g. an overhead the lesson bounds)? ``by_round``: each paired round's
-    (measured, threshold), when both sides were measured round by round (see :func:`median_bounds`)."""
+    (measured, threshold), when both sides were measured round by round (see :func:`median_bounds`). ``rival``
+    must lie above the threshold, or the claim cannot tell them apart."""
     if not (measured > 0 and threshold > 0):
         raise ValueError(f"judge_at_most needs measured > 0 and threshold > 0, got {measured!r}, {threshold!r}")
+    cannot_tell = rival_check(claim, rival, rival is not None and rival.value <= threshold,
+                              f"<= {threshold:.3g}{unit}", unit)
+    if cannot_tell:
+        return cannot_tell
     detail = f"measured {measured:.3g}{unit}, needs <= {threshold:.3g}{unit}"
     gaps = _round_ratios("judge_at_most", by_round)
-    return _decide(claim, max(1.0, measured / threshold), 1.0, load, detail, gaps)
+    return _decide(claim, max(1.0, measured / threshold), 1.0, load, detail, gaps, rival, unit)

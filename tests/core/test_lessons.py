@@ -13,8 +13,9 @@ def test_check_passes_and_counts(capsys):
     log.check("bigger batches are faster", 2.0 > 1.0)
     with log.lesson("ring sends 2(R-1)/R"):
         assert 1 + 1 == 2
-    assert log.tally() == "demo: 2 of 2 lessons checked"
-    assert "2 of 2" in capsys.readouterr().out
+    assert log.tally() == "demo: 2 of 2 lessons checked (0 rejected a named rival)"
+    out = capsys.readouterr().out
+    assert "2 of 2" in out and "\u2713 bigger batches are faster\n" in out     # a passing check says so
 
 
 def test_failed_check_names_the_claim():
@@ -33,7 +34,7 @@ def test_not_checked_is_printed_and_tallied(capsys):
     log.not_checked("MPI beats gloo", "mpiexec not found: pip install -e '.[mpi]'")
     out = capsys.readouterr().out
     assert "NOT CHECKED: MPI beats gloo (mpiexec not found" in out
-    assert log.tally().startswith("06b: 1 of 2 lessons checked; not checked: MPI beats gloo")
+    assert log.tally().startswith("06b: 1 of 2 lessons checked (0 rejected a named rival); not checked: MPI beats gloo")
     with pytest.raises(ValueError, match="reason"):
         log.not_checked("b", "  ")
 
@@ -50,7 +51,7 @@ def test_tally_appends_to_log_file_and_summary_totals(tmp_path, monkeypatch):
     second.tally()
     assert [json.loads(line)["notebook"] for line in path.read_text().splitlines()] == ["01", "02"]
     summary = summarize_lesson_log(path)
-    assert summary.splitlines()[0] == "lessons: 2 of 3 checked in 2 notebooks"
+    assert summary.splitlines()[0] == "lessons: 2 of 3 checked in 2 notebooks; 0 of the 2 rejected a named rival"
     assert "NOT CHECKED in 02: z (needs 2 GPUs)" in summary
     with pytest.raises(LessonLogError, match="missing.jsonl does not exist"):
         summarize_lesson_log(tmp_path / "missing.jsonl")
@@ -96,13 +97,13 @@ def test_inconclusive_is_printed_tallied_on_its_own_line_and_never_counted_as_ch
     busy = Load({"rank 0": 0.46}, spread=0.1)
     verdict = log.decide(judge_agreement("it pays", predicted=1.65, measured=0.84, tolerance=0.25, load=busy))
     assert verdict.state == "INCONCLUSIVE"
-    assert "INCONCLUSIVE: it pays (predicted 1.65x" in capsys.readouterr().out
+    assert "INCONCLUSIVE (load): it pays (predicted 1.65x" in capsys.readouterr().out
     first, second = log.tally().splitlines()
-    assert first == "07: 1 of 2 lessons checked"
-    assert second.startswith("07: 1 INCONCLUSIVE") and "rank 0 got 0.46 of a core" in second
+    assert first == "07: 1 of 2 lessons checked (0 rejected a named rival)"
+    assert second.startswith("07: 1 INCONCLUSIVE (load 1, spread 0, statistics 0)") and "rank 0 got 0.46 of a core" in second
     summary = summarize_lesson_log(path).splitlines()
-    assert summary[0] == "lessons: 1 of 2 checked in 1 notebooks"
-    assert summary[1] == "INCONCLUSIVE (load or spread too large to decide): 1"
+    assert summary[0] == "lessons: 1 of 2 checked in 1 notebooks; 0 of the 1 rejected a named rival"
+    assert summary[1] == "INCONCLUSIVE: 1 (load 1, spread 0, statistics 0)"
     assert summary[2].startswith("  INCONCLUSIVE in 07: it pays (")
     log.decide(judge_agreement("it pays", predicted=1.65, measured=1.6, tolerance=0.25, load=busy))
     assert log.inconclusive_reasons == {} and log.checked == ["a", "it pays"]
@@ -115,8 +116,9 @@ def test_inconclusive_is_printed_tallied_on_its_own_line_and_never_counted_as_ch
 def test_summary_reads_tallies_written_before_inconclusive_existed(tmp_path):
     path = tmp_path / "old.jsonl"
     path.write_text(json.dumps({"notebook": "01", "checked": ["x"], "not_checked": {}}) + "\n")
-    assert summarize_lesson_log(path).splitlines()[:2] == ["lessons: 1 of 1 checked in 1 notebooks",
-                                                          "INCONCLUSIVE (load or spread too large to decide): 0"]
+    assert summarize_lesson_log(path).splitlines()[:2] == [
+        "lessons: 1 of 1 checked in 1 notebooks; 0 of the 1 rejected a named rival",
+        "INCONCLUSIVE: 0 (load 0, spread 0, statistics 0)"]
 
 
 def test_exercise_tallies_in_the_same_log_are_left_to_their_own_command(tmp_path):
@@ -165,3 +167,59 @@ def test_a_gpu_lesson_is_judged_on_a_gpu_and_not_checked_elsewhere_with_what_it_
     assert not log.judged_on_gpu("on a GPU batch 1 is launch-bound", False, "cpu", "c/t(1) = 0.04")
     reason = log.not_checked_reasons["on a GPU batch 1 is launch-bound"]
     assert "ran on cpu" in reason and "c/t(1) = 0.04" in reason
+
+
+# ---- issue 51: each claim names its rival, and a band that admits it fails
+def test_a_rival_inside_the_band_fails_every_verdict_kind_busy_or_quiet():
+    """Each verdict kind fed a run where the rival is true: the check cannot tell them apart and fails."""
+    from labkit.core.claims import judge_band
+    from labkit.core.verdict import Load, Rival, judge_agreement, judge_at_least, judge_at_most
+
+    busy = Load({"rank 0": 0.4}, spread=0.5)
+    gpipe_m8 = 3 / 11                                      # (p-1)/(m+p-1) at p=4, m=8; the rival (p-1)/m = 3/8
+    wide = [judge_agreement("bubble", gpipe_m8, 0.30, tolerance=0.4, rival=Rival("(p-1)/m", 3 / 8)),
+            judge_agreement("bubble", gpipe_m8, 0.30, tolerance=0.4, rival=Rival("(p-1)/m", 3 / 8), load=busy),
+            judge_at_least("faster", 1.5, 0.9, rival=Rival("no speed-up", 1.0)),
+            judge_at_most("overhead", 0.5, 1.2, rival=Rival("no saving", 1.0)),
+            judge_band("ring peak", 0.9, 0.455, 1.40, rival=Rival("no K/V buffers", 0.7), source="CI reading")]
+    for verdict in wide:
+        assert verdict.state == "failed" and "cannot tell the claim from its rival" in verdict.detail, verdict
+    narrow = [judge_agreement("bubble", gpipe_m8, 0.28, tolerance=0.15, rival=Rival("(p-1)/m", 3 / 8)),
+              judge_at_least("faster", 1.5, 1.2, rival=Rival("no speed-up", 1.0)),
+              judge_band("ring peak", 0.9, 0.8, 1.2, rival=Rival("no K/V buffers", 0.7), source="fp32 rounding")]
+    for verdict in narrow:
+        assert verdict.state == "checked" and "rules out" in verdict.detail and verdict.rival, verdict
+
+
+def test_a_statistical_agreement_too_wide_to_reject_its_rival_is_inconclusive_for_statistics(capsys):
+    """02b's case: two noise-scale estimates 'agree within 3 standard errors' with standard errors of 84-337 %:
+    the rival 'a factor of 2 apart' is inside 3 standard errors, so it is INCONCLUSIVE (statistics) with the samples
+    it would take; tight errors check it; far apart fails."""
+    from labkit.core.claims import judge_within_errors, samples_to_reject
+    from labkit.core.verdict import Rival
+
+    loose = judge_within_errors("B agrees", 100.0, 130.0, 90.0, rival=Rival("a factor of 2", 200.0), samples=30)
+    assert loose.state == "INCONCLUSIVE" and loose.kind == "statistics" and "samples would settle it" in loose.detail
+    assert samples_to_reject(30, 90.0, 3.0, 100.0) == 219 and "about 219 samples" in loose.detail  # 30 x 2.7^2
+    tight = judge_within_errors("B agrees", 100.0, 110.0, 10.0, rival=Rival("a factor of 2", 200.0), samples=300)
+    assert tight.state == "checked" and "rules out a factor of 2 = 200" in tight.detail
+    apart = judge_within_errors("B agrees", 100.0, 160.0, 10.0, rival=Rival("a factor of 2", 200.0), samples=300)
+    assert apart.state == "failed"
+    log = LessonLog("02b")
+    log.decide(loose)
+    log.decide(tight.__class__("other", "checked", tight.detail, rival=tight.rival))
+    assert "INCONCLUSIVE (statistics): B agrees" in capsys.readouterr().out
+    tally = log.tally()
+    assert tally.startswith("02b: 1 of 2 lessons checked (1 rejected a named rival)")
+    assert "02b: 1 INCONCLUSIVE (load 0, spread 0, statistics 1)" in tally          # each kind counted on its own
+
+
+def test_paired_rounds_that_straddle_the_band_are_inconclusive_for_spread_and_bad_kinds_are_refused():
+    from labkit.core.verdict import Verdict, judge_agreement
+
+    verdict = judge_agreement("agrees", 1.0, 1.5, tolerance=0.2, by_round=[(1.0, 0.9), (1.0, 1.6), (1.0, 1.1)])
+    assert verdict.state == "INCONCLUSIVE" and verdict.kind == "spread"
+    with pytest.raises(ValueError, match="INCONCLUSIVE kind"):
+        Verdict("x", "INCONCLUSIVE", "why", kind="bad luck")
+    with pytest.raises(ValueError, match="INCONCLUSIVE kind"):
+        LessonLog("nb").inconclusive("x", "why", kind="bad luck")
