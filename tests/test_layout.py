@@ -20,7 +20,7 @@ LAYERS = {"core": 0, "memory": 1, "comm": 1, "training": 2, "profile": 3, "input
 # Modules that run in TensorFlow-only children or set up a kernel before a framework loads.
 TORCH_FREE = ("core.clock", "core.validation", "core.machine", "core.procs", "core.rundirs", "core.progress",
               "core.results", "core.envcheck", "core.manifest",
-              "core.lessons", "core.contention", "core.verdict", "training.batch_rules", "cluster.nodes",
+              "core.lessons", "core.contention", "core.verdict", "core.claims", "training.batch_rules", "cluster.nodes",
               "cluster.rankside", "cluster.slurm", "comm.launch_nodes", "comm.stop")
 MAX_MODULE_LINES = 320          # STYLE.md: "under ~300 lines"; a little slack for docstrings
 CLOCK_CALLS = {("time", "perf_counter"), ("time", "time"), ("time", "monotonic"), ("time", "perf_counter_ns"),
@@ -45,10 +45,13 @@ def modules() -> list[tuple[str, Path]]:
 
 def top_level_ids(tree: ast.Module) -> set[int]:
     """ids of the module's top-level statements, counting those in a top-level ``if TYPE_CHECKING:`` block
-    (imports for type hints only: never run, so they load nothing)."""
+    (imports for type hints only: never run, so they load nothing) and in a top-level ``try:`` (a guarded import,
+    as ``core.torch_compat`` makes of a private torch name: it runs at import time like any other)."""
     top = {id(n) for n in tree.body}
     for node in tree.body:
         if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING":
+            top |= {id(n) for n in node.body}
+        if isinstance(node, ast.Try):
             top |= {id(n) for n in node.body}
     return top
 
@@ -339,8 +342,12 @@ SINGLE_HOMES = {
     "precision must be": ("core.dtypes",),                          # the amp spelling table validates itself
     ".fp32_precision": ("training.flops",),                         # the one TF32 switch and math-mode rule
     "set_float32_matmul_precision": ("training.flops",),
-    "saved_tensors_hooks(": ("memory.saved",
-                             "parallel.pipeline.schedule_trace"),            # the meter wraps saved tensors to see them freed
+    "saved_tensors_hooks(": ("memory.saved",),                     # issue 50: the one saved-tensor hook (its
+                                                                    # on_free lets the pipeline meter see frees)
+    "from torch.utils.checkpoint import": ("sharding.checkpointing",),  # issue 50: one checkpoint wrapper
+    "use_reentrant=": ("sharding.checkpointing",),                  # (Checkpointed), the non-reentrant form
+    "def predicted_bubble(": ("parallel.pipeline.schedule_sim",),   # issue 50: the bubble formula once (and see
+                                                                    # test_the_bubble_formula_is_written_once)
     ".untyped_storage()": ("memory.saved",),                        # storage keys and bytes counted one way
     "os.killpg(": ("comm.stop",),                                   # one way to stop a launched process group
     "children(recursive=True)": ("comm.stop",                       # ... and all it started
@@ -403,3 +410,103 @@ def test_no_private_name_is_imported_from_another_module():
                 found += [f"{name} line {node.lineno}: {node.module}.{a.name}" for a in node.names
                           if a.name.startswith("_") and not a.name.startswith("__")]
     assert not found, f"private names imported across modules: {found}"
+
+
+# Issue 50: private torch APIs (a '_' in the path) only behind labkit.core.torch_compat, which names the versions each
+# was checked on and what the kit does without it.
+TORCH_COMPAT = "core.torch_compat"
+PRIVATE_TORCH_ATTRS = ("_cdata",)        # private attributes of torch objects themselves (a storage's identity)
+
+
+def _private(part: str) -> bool:
+    return part.startswith("_") and not part.startswith("__")
+
+
+def _torch_roots(tree: ast.Module) -> set[str]:
+    """Local names bound to torch or to something imported from it (``dist``, ``nn``, ``F``, ``TorchDispatchMode``)."""
+    roots = {"torch"}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            roots |= {a.asname or a.name.split(".")[0] for a in node.names if a.name.split(".")[0] == "torch"}
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "torch":
+            roots |= {a.asname or a.name for a in node.names}
+    return roots
+
+
+def _chain(node: ast.AST) -> tuple[str | None, list[str]]:
+    """(root name, attribute names) of ``a.b._c``: ('a', ['b', '_c']); root None when not a plain dotted name."""
+    attrs = []
+    while isinstance(node, ast.Attribute):
+        attrs.insert(0, node.attr)
+        node = node.value
+    return (node.id if isinstance(node, ast.Name) else None), attrs
+
+
+def private_torch_uses(tree: ast.Module) -> list[str]:
+    """'line N: what' for every private torch name a module touches: ``from torch.x._y import z``, ``from torch.x
+    import _z``, ``import torch._y``, ``torch.x._y`` or ``alias._y`` (an alias of torch or of a torch import),
+    ``getattr(torch..., "_y")``, and the private attributes of torch objects in PRIVATE_TORCH_ATTRS."""
+    roots, found = _torch_roots(tree), set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "torch":
+            if any(map(_private, node.module.split("."))) or any(_private(a.name) for a in node.names):
+                found.add(f"line {node.lineno}: from {node.module} import {', '.join(a.name for a in node.names)}")
+        elif isinstance(node, ast.Import):
+            found |= {f"line {node.lineno}: import {a.name}" for a in node.names
+                      if a.name.split(".")[0] == "torch" and any(map(_private, a.name.split(".")))}
+        elif isinstance(node, ast.Attribute):
+            root, attrs = _chain(node)
+            if node.attr in PRIVATE_TORCH_ATTRS or (root in roots and any(map(_private, attrs))):
+                found.add(f"line {node.lineno}: {ast.unparse(node)}")
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("getattr", "hasattr")
+              and len(node.args) >= 2 and isinstance(node.args[1], ast.Constant) and isinstance(node.args[1].value, str)
+              and _private(node.args[1].value)
+              and (node.args[1].value in PRIVATE_TORCH_ATTRS or _chain(node.args[0])[0] in roots)):
+            found.add(f"line {node.lineno}: {ast.unparse(node)}")
+    return sorted(found)
+
+
+def test_the_private_torch_finder_sees_imports_aliases_attributes_and_getattr():
+    code = ("import torch\nimport torch.distributed as dist\nimport torch._dynamo\n"
+            "from torch.utils._pytree import tree_flatten\nfrom torch._C._distributed_c10d import _dump_fr_trace\n"
+            "from torch.distributed import distributed_c10d as c10d\n"
+            "a = torch.cuda.memory._dump_snapshot\nb = dist.distributed_c10d._get_default_group()\n"
+            "c = c10d._world\nd = storage._cdata\ne = getattr(torch.ops.mkldnn, '_is_mkldnn_bf16_supported')\n"
+            "ok = (torch.cuda.is_available(), dist.get_rank(), self._x, os._exit, parser._actions, t.__class__)\n")
+    hits = [h.split(":")[0] for h in private_torch_uses(ast.parse(code))]
+    assert hits == [f"line {n}" for n in (10, 11, 3, 4, 5, 7, 8, 9)]      # sorted as text; line 12 is clean
+
+
+def test_private_torch_apis_live_only_in_the_compat_module():
+    """A private torch name may move or vanish in any release: the kit calls each through labkit.core.torch_compat."""
+    outside = [f"{name} {hit}" for name, path in modules() if name != TORCH_COMPAT
+               for hit in private_torch_uses(ast.parse(path.read_text()))]
+    assert not outside, f"private torch APIs outside {TORCH_COMPAT} (wrap them there): {outside}"
+    compat = ast.parse((PACKAGE / "core" / "torch_compat.py").read_text())
+    assert private_torch_uses(compat), "the compat module wraps nothing: update TORCH_COMPAT"
+
+
+def bubble_formulas(tree: ast.Module) -> list[int]:
+    """Lines that compute GPipe's bubble (p-1)/(m+p-1) in code, whatever the names: a ``(x - 1) / (...)`` whose
+    denominator holds x and a ``- 1`` (docstrings and comments may still quote it)."""
+    lines = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div) and isinstance(node.left, ast.BinOp) \
+                and isinstance(node.left.op, ast.Sub) and isinstance(node.left.right, ast.Constant) \
+                and node.left.right.value == 1:
+            x, below = ast.unparse(node.left.left), ast.unparse(node.right)
+            if x in below and "- 1" in below:
+                lines.append(node.lineno)
+    return lines
+
+
+def test_the_bubble_finder_sees_any_spelling_of_the_formula_but_not_its_rivals():
+    code = ("a = (p - 1) / (m + p - 1)\nb = (stages - 1) / (micro_batches + stages - 1)\n"
+            "c = (p - 1) / m\nd = (stages - 1) / (micro_batches + stages)\n")
+    assert bubble_formulas(ast.parse(code)) == [1, 2]
+
+
+def test_the_bubble_formula_is_written_once():
+    """Issue 50: the GPipe bubble was written four ways; now schedule_sim.predicted_bubble, and callers call it."""
+    homes = {name for name, path in modules() if bubble_formulas(ast.parse(path.read_text()))}
+    assert homes == {"parallel.pipeline.schedule_sim"}, f"the bubble formula is computed in {sorted(homes)}"

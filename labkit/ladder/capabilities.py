@@ -9,21 +9,16 @@ import torch
 
 from labkit.comm.backend import choose_backend
 from labkit.core.machine import cpu_count
+from labkit.core.torch_compat import dynamo_unsupported_reason, has_triton
 from labkit.ladder.rungs import Capabilities
 
 
 def compiler_status(device_type: str) -> tuple[bool, str]:
     """Whether torch.compile's default backend can generate code here, and why not."""
-    try:
-        import torch._dynamo as dynamo
-
-        if not dynamo.is_dynamo_supported():
-            return False, "TorchDynamo does not support this Python/platform"
-    except Exception as err:  # noqa: BLE001 - any import failure means "no compiler"
-        return False, f"torch._dynamo unavailable ({type(err).__name__})"
+    reason = dynamo_unsupported_reason()
+    if reason is not None:
+        return False, reason
     if device_type == "cuda":
-        from torch.utils._triton import has_triton
-
         return (True, "Triton found") if has_triton() else (False, "Triton is not installed (Inductor needs it on GPU)")
     cxx = next((c for c in ("c++", "g++", "clang++") if shutil.which(c)), None)
     return (True, f"C++ compiler {cxx}") if cxx else (False, "no C++ compiler found (Inductor needs one on CPU)")

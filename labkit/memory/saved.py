@@ -11,12 +11,14 @@ from typing import Callable, Iterable, Iterator
 
 import torch
 
+from labkit.core.torch_compat import storage_identity
+
 
 def storage_key(t: torch.Tensor) -> int:
     """Which allocation ``t`` lives in: its storage's address (on the meta device, which has none, the storage's
     own identity)."""
     storage = t.untyped_storage()
-    return storage._cdata if t.device.type == "meta" else storage.data_ptr()
+    return storage_identity(storage) if t.device.type == "meta" else storage.data_ptr()
 
 
 def storage_bytes(t: object) -> int:
@@ -29,19 +31,37 @@ def storage_keys(tensors: Iterable[torch.Tensor]) -> set[int]:
     return {storage_key(t) for t in tensors}
 
 
+class _Held:
+    """What autograd keeps for one saved tensor when someone asks to hear of its release: the tensor, and a call
+    made when autograd drops it (its graph freed by the backward, or by ``del`` of the output)."""
+
+    __slots__ = ("tensor", "on_free")
+
+    def __init__(self, tensor: torch.Tensor, on_free: Callable[[torch.Tensor], None]) -> None:
+        self.tensor, self.on_free = tensor, on_free
+
+    def __del__(self) -> None:
+        self.on_free(self.tensor)
+
+
 @contextlib.contextmanager
-def watch_saved(on_save: Callable[[torch.Tensor], None]) -> Iterator[None]:
-    """Call ``on_save(t)`` for every tensor autograd saves for backward inside the block.
+def watch_saved(on_save: Callable[[torch.Tensor], object],
+                on_free: Callable[[torch.Tensor], None] | None = None) -> Iterator[None]:
+    """Call ``on_save(t)`` for every tensor autograd saves for backward inside the block, and ``on_free(t)`` (if
+    given) once autograd lets that saved tensor go: what lets a meter follow the live bytes over a whole step.
 
     The hook keeps a new handle on the same storage: it keeps the bytes alive (so a freed pointer cannot be
     reused and missed) without a grad_fn. Returning ``t`` itself would let a saved output hold its own grad_fn,
     a cycle through C++ that only a full gc pass frees (~52 MB per ResNet-18 probe).
     """
-    def pack(t: torch.Tensor) -> torch.Tensor:
+    def pack(t: torch.Tensor) -> torch.Tensor | _Held:
         on_save(t)
-        return t.detach()
+        return t.detach() if on_free is None else _Held(t.detach(), on_free)
 
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+    def unpack(kept: torch.Tensor | _Held) -> torch.Tensor:
+        return kept.tensor if isinstance(kept, _Held) else kept
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, unpack):
         yield
 
 

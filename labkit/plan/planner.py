@@ -8,7 +8,7 @@ Step time = compute + exposed communication, stretched by the pipeline bubble:
 - context parallelism: ring attention passes cp-1 K/V blocks per layer forward and K/V plus their gradients
   backward (Liu et al. 2023); overlapped with the layer's compute, only the excess counts;
 - pipeline: one activation send per stage boundary per micro-batch each way, and the 1F1B bubble
-  (p-1)/(m+p-1) (:func:`labkit.parallel.data.costmodel.predicted_bubble`, Huang et al. 2019; Narayanan et al. 2021);
+  (p-1)/(m+p-1) (:func:`labkit.parallel.pipeline.schedule_sim.predicted_bubble`, Huang et al. 2019; Narayanan et al. 2021);
 - data parallelism: the gradient all-reduce (ZeRO-1/2: reduce-scatter + all-gather, the same volume; ZeRO-3 adds
   a parameter all-gather, 1.5x: Rajbhandari et al. 2020, Section 7), not overlapped.
 Each collective is alpha-beta (:func:`labkit.comm.collectives.allreduce_cost`) on the link its group crosses:
@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from labkit.comm.collectives import allreduce_cost
 from labkit.comm.two_tier import Link
-from labkit.parallel.data.costmodel import predicted_bubble
+from labkit.parallel.pipeline.schedule_sim import predicted_bubble
 from labkit.parallel.tensor.cost import ALL_REDUCES_PER_LAYER
 from labkit.plan.specs import ClusterSpec, DeviceSpec, Layout, ModelSpec, layout_problem, memory_terms
 

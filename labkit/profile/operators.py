@@ -15,13 +15,12 @@ from typing import Any, Callable, Sequence
 
 import torch
 from torch import nn
-from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_flatten
 from torch.utils.flop_counter import flop_registry
 
 from labkit.core.clock import now_s
 from labkit.core.step import TrainStep
 from labkit.core.timing import synchronize
+from labkit.core.torch_compat import TorchDispatchMode, tensor_leaves
 from labkit.profile.roofline import Roofs
 
 NORM_WORDS = ("norm",)
@@ -50,19 +49,15 @@ def kind_of(name: str, flops_counted: bool) -> str:
     return "elementwise/other"
 
 
-def _tensors(tree: Any) -> list[torch.Tensor]:
-    return [t for t in tree_flatten(tree)[0] if isinstance(t, torch.Tensor)]
-
-
 def bytes_moved(args: Any, kwargs: Any, out: Any) -> int:
     """Bytes read (each distinct input tensor once) plus bytes written (each output tensor once)."""
     seen, read = set(), 0
-    for t in _tensors((args, kwargs)):
+    for t in tensor_leaves((args, kwargs)):
         key = (t.data_ptr(), t.shape, t.dtype)
         if key not in seen:
             seen.add(key)
             read += t.numel() * t.element_size()
-    return read + sum(t.numel() * t.element_size() for t in _tensors(out))
+    return read + sum(t.numel() * t.element_size() for t in tensor_leaves(out))
 
 
 def _flops(func: Any, args: Any, kwargs: Any, out: Any) -> tuple[float, bool]:
@@ -70,11 +65,11 @@ def _flops(func: Any, args: Any, kwargs: Any, out: Any) -> tuple[float, bool]:
     packet = func.overloadpacket
     if packet in flop_registry:
         return float(flop_registry[packet](*args, **kwargs, out_val=out)), True
-    return float(sum(t.numel() for t in _tensors(out))), False
+    return float(sum(t.numel() for t in tensor_leaves(out))), False
 
 
 def _shapes(args: Any) -> str:
-    return " ".join("x".join(map(str, t.shape)) or "scalar" for t in _tensors(args)[:3])
+    return " ".join("x".join(map(str, t.shape)) or "scalar" for t in tensor_leaves(args)[:3])
 
 
 class OperatorRecorder(TorchDispatchMode):

@@ -23,6 +23,7 @@ from labkit.core.device import device_label, get_device
 from labkit.core.results import WriteError, atomic_path
 from labkit.core.rundirs import check_writable_dir
 from labkit.core.step import TrainStep
+from labkit.core.torch_compat import dump_memory_snapshot, record_memory_history
 from labkit.core.validation import checked_int
 from labkit.profile.schedule import ProfileSchedule
 from labkit.profile.summary import ProfileSummary
@@ -138,7 +139,7 @@ def _gpu_extras(dev: torch.device, run_dir: Path, snapshot: bool, hta: bool) -> 
     extras: dict = {}
     if snapshot and dev.type == "cuda":
         path = run_dir / "memory_snapshot.pickle"
-        torch.cuda.memory._dump_snapshot(str(path))
+        dump_memory_snapshot(path)
         extras["memory_snapshot"] = path   # drag onto https://pytorch.org/memory_viz
     if hta:
         if dev.type != "cuda":
@@ -208,12 +209,12 @@ def _cuda_memory_recording(dev: torch.device, snapshot: bool) -> Iterator[None]:
     if dev.type == "cuda":
         torch.cuda.reset_peak_memory_stats(dev)
     if snapshot:
-        torch.cuda.memory._record_memory_history(max_entries=100_000)
+        record_memory_history(True, max_entries=100_000)
     try:
         yield
     finally:
         if snapshot:
-            torch.cuda.memory._record_memory_history(enabled=None)
+            record_memory_history(False)
 
 
 def _profiled_steps(step: Callable[[object], int], loader: Iterable, steps: int, recorder: CycleRecorder,

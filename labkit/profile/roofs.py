@@ -18,6 +18,7 @@ from labkit.core.clock import interleaved
 from labkit.core.contention import ShareMeter
 from labkit.core.device import device_label, get_device
 from labkit.core.timing import time_fn
+from labkit.core.torch_compat import cpu_has_native_bf16
 from labkit.core.validation import positive_int
 from labkit.core.verdict import Load, Verdict, judge_agreement, relative_spread
 from labkit.profile.roofline import CACHE_TAG, RoofMeasurement, Roofs
@@ -60,11 +61,7 @@ def supported_matmul_dtypes(device: str | torch.device | None = None) -> list[st
     if dev.type == "cuda":
         major, _ = torch.cuda.get_device_capability(dev)
         return ["fp32", "tf32", "bf16", "fp16"] if major >= 8 else ["fp32", "fp16"]
-    try:
-        native_bf16 = bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
-    except (AttributeError, RuntimeError):
-        native_bf16 = False
-    return ["fp32", "bf16"] if native_bf16 else ["fp32"]
+    return ["fp32", "bf16"] if cpu_has_native_bf16() else ["fp32"]
 
 
 def matmul_rates(n: int, mode: str, device: torch.device, repeats: int) -> list[float]:

@@ -25,3 +25,14 @@ def test_views_are_one_storage_and_meta_tensors_have_a_key():
     with torch.device("meta"):
         a, b = torch.empty(3), torch.empty(3)
     assert storage_key(a) and storage_key(a) != storage_key(b)
+
+
+def test_on_free_hears_of_each_saved_tensor_once_autograd_lets_it_go():
+    layer, x = nn.Linear(8, 16), torch.randn(4, 8)
+    saved, freed = [], []
+    with watch_saved(saved.append, freed.append):
+        y = torch.tanh(layer(x))
+    assert len(saved) >= 2 and freed == []                   # the graph holds them: nothing released yet
+    y.sum().backward()                                       # backward frees the graph's saved tensors
+    assert len(freed) == len(saved)
+    assert {storage_key(t) for t in freed} == {storage_key(t) for t in saved}

@@ -22,6 +22,7 @@ import torch.nn.functional as F
 
 from labkit.comm.launch import launch
 from labkit.comm.worker import rank_device
+from labkit.core.torch_compat import context_parallel_unshard
 from labkit.core.validation import positive_int
 from labkit.parallel.context.ring_attention import ring_attention_simulated
 from labkit.parallel.context.ring_runs import RingConfig, reference_inputs
@@ -50,10 +51,10 @@ def _torch_cp_api() -> tuple | None:
     try:
         from torch.distributed.device_mesh import init_device_mesh  # lazy: a prototype API, guarded
         from torch.distributed.tensor.experimental import context_parallel  # lazy: a prototype API, guarded
-        from torch.distributed.tensor.experimental._attention import context_parallel_unshard  # lazy: same
     except ImportError:
         return None
-    return context_parallel, context_parallel_unshard, init_device_mesh
+    unshard = context_parallel_unshard()
+    return None if unshard is None else (context_parallel, unshard, init_device_mesh)
 
 
 def torch_cp_unavailable(world_size: int = 2) -> str | None:

@@ -1,4 +1,4 @@
-"""The performance model: when do R data-parallel replicas beat one, and how idle is a pipeline?
+"""The performance model: when do R data-parallel replicas beat one?
 
 One epoch of N samples at per-replica batch B takes ``(N/B) * T_comp`` on one worker and
 ``(N/(R*B)) * (T_comp + T_sync)`` on R replicas, so replicas pay when ``T_sync < (R-1) * T_comp``;
@@ -8,9 +8,8 @@ gradient bytes (``labkit.comm.collectives.allreduce_cost``; Patarasuk & Yuan 200
 On a CPU box with fewer cores than replicas the replicas share cores, so ``T_comp`` grows by
 ``R * threads / cores``: the model says so rather than hiding it.
 
-Model parallelism has its own cost: GPipe's fill-drain schedule over p equal stages and m micro-batches
-leaves (p-1)/(m+p-1) of the time idle (Huang et al. 2019, "GPipe"); ``labkit.parallel.pipeline.gpipe`` simulates
-and measures that bubble.
+Model parallelism has its own cost, the pipeline bubble: its formula lives with the pipeline
+(:func:`labkit.parallel.pipeline.schedule_sim.predicted_bubble`).
 """
 from __future__ import annotations
 
@@ -76,22 +75,6 @@ def fit_alpha_beta(sizes_bytes: Sequence[int], times_s: Sequence[float], world_s
     b_coef = np.array([allreduce_cost(algorithm, world_size, int(n), 0.0, 1.0) for n in sizes])
     (alpha, beta), *_ = np.linalg.lstsq(np.stack([a_coef, b_coef], 1), times, rcond=None)
     return max(float(alpha), 0.0), max(float(beta), 0.0)
-
-
-def predicted_bubble(stages: int, micro_batches: int) -> float:
-    """GPipe's idle fraction (p-1)/(m+p-1) for equal stages (Huang et al. 2019)."""
-    stages, micro_batches = positive_int(stages, "stages"), positive_int(micro_batches, "micro_batches")
-    return (stages - 1) / (micro_batches + stages - 1)
-
-
-def micro_batches_for_bubble(stages: int, max_bubble: float) -> int:
-    """Smallest m with (p-1)/(m+p-1) <= max_bubble: m >= (p-1)(1-b)/b."""
-    if not 0 < max_bubble < 1:
-        raise ValueError(f"max_bubble must be between 0 and 1 (exclusive), got {max_bubble}")
-    m = 1
-    while predicted_bubble(stages, m) > max_bubble:
-        m += 1
-    return m
 
 
 def _check_sync_time(t_sync_s: float) -> None:

@@ -1,5 +1,5 @@
-"""Charts and tables of the parallel lessons' measurements: speedup predicted vs measured, a pipeline's timeline,
-a live pipeline schedule's picture.
+"""Charts and tables of the parallel lessons' measurements: speedup predicted vs measured, and a pipeline's
+schedule picture (notebook 05's GPipe and notebook 05b's live schedules, drawn from one timeline type).
 
 Kept apart from ``scaling`` and ``pipeline`` because every rank of a measured run imports those modules:
 a rank never draws, so it need not load matplotlib and pandas (about 50 MB and a second per process).
@@ -13,7 +13,6 @@ import numpy as np
 import pandas as pd
 from matplotlib.axes import Axes
 
-from labkit.parallel.pipeline.gpipe import Event
 from labkit.parallel.pipeline.schedule_sim import Span
 from labkit.parallel.data.scaling import ScalingPoint
 
@@ -36,26 +35,14 @@ def plot_predicted_vs_measured(points: list[ScalingPoint], ax: Axes | None = Non
     return ax
 
 
-def plot_timeline(events: list[Event], ax: Axes | None = None, title: str = "") -> Axes:
-    """Gantt chart of one pipeline step: a row per stage, forward blue, backward orange."""
-    ax = ax or plt.subplots(figsize=(8, 1.8))[1]
-    t0 = min(e.start_s for e in events)
-    for e in events:
-        start_ms, width_ms = 1e3 * (e.start_s - t0), 1e3 * (e.end_s - e.start_s)
-        ax.barh(e.stage, width_ms, left=start_ms, color="C0" if e.phase == "F" else "C1", edgecolor="k", lw=0.3)
-        ax.text(start_ms + width_ms / 2, e.stage, str(e.micro_batch), ha="center", va="center", fontsize=6)
-    ax.set(yticks=sorted({e.stage for e in events}), xlabel="time (ms)", ylabel="stage", title=title)
-    ax.invert_yaxis()
-    return ax
-
-
 KIND_COLOURS = {"F": "C0", "B": "C1", "I": "C2", "W": "C4"}
 
 
 def plot_schedule(spans: list[Span], ax: Axes | None = None, title: str = "", posts: list | None = None) -> Axes:
-    """The familiar schedule picture from a live run: a row per rank, F blue, B orange, I green, W purple; a
-    rank's second stage hatched; the micro-batch number on each box; white is the bubble. ``posts`` (sends and
-    receives a rank posted) are ticks: a send a black triangle above its row, a receive a grey one below."""
+    """The familiar schedule picture of a run, live or simulated: a row per rank, F blue, B orange, I green,
+    W purple; a rank's second stage hatched; the micro-batch number on each box; white is the bubble. ``posts``
+    (sends and receives a rank posted) are ticks: a send a black triangle above its row, a receive a grey one
+    below."""
     ax = ax or plt.subplots(figsize=(9, 1.6))[1]
     t0 = min(s.start_s for s in spans)
     for p in posts or []:

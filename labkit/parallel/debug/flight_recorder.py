@@ -2,7 +2,8 @@
 
 With ``TORCH_FR_BUFFER_SIZE=N`` every process group keeps its last N collectives: the op
 (``profiling_name``, e.g. ``gloo:all_reduce``), the per-group ``collective_seq_id``, the tensor sizes and the
-Python stack that called it. ``torch._C._distributed_c10d._dump_fr_trace()`` returns it as a pickle; torch's
+Python stack that called it. torch's private ``_dump_fr_trace()`` returns it as a pickle (through
+:func:`labkit.core.torch_compat.flight_record_pickle`); torch's
 ``torch.distributed.flight_recorder`` tool (``fr_trace``) reads a folder of them; PyTorch documents it for NCCL
 only ("Flight Recorder for Debugging Stuck Jobs", pytorch.org tutorials), but gloo records the same entries.
 
@@ -27,10 +28,11 @@ from pathlib import Path
 import torch.distributed as dist
 
 from labkit.core.clock import now_s
+from labkit.core.torch_compat import flight_record_pickle
 
 FR_ENV = "TORCH_FR_BUFFER_SIZE"
 DEFAULT_BUFFER_ENTRIES = 2000
-TORCH_DIRS = (f"{os.sep}torch{os.sep}", f"{os.sep}labkit{os.sep}parallel{os.sep}flight_recorder.py")
+TORCH_DIRS = (f"{os.sep}torch{os.sep}", f"{os.sep}labkit{os.sep}parallel{os.sep}debug{os.sep}flight_recorder.py")
 
 
 def recorder_env(entries: int = DEFAULT_BUFFER_ENTRIES) -> dict[str, str]:
@@ -43,14 +45,8 @@ def fr_trace_pickle(stack_traces: bool = True) -> bytes | None:
 
     Only the main thread may ask for the stack traces: torch 2.14 symbolizes them under the GIL, and a second
     thread asking for them while the main thread waits in a gloo collective blocks (measured here)."""
-    try:  # NCCL keeps its own recorder; gloo's is the generic one (private APIs: absent in older builds)
-        if dist.is_initialized() and dist.get_backend() == "nccl":
-            from torch._C._distributed_c10d import _dump_nccl_trace as dump  # lazy: private, build-dependent
-        else:
-            from torch._C._distributed_c10d import _dump_fr_trace as dump  # lazy: private, build-dependent
-    except ImportError:
-        return None
-    return dump(True, stack_traces, False)
+    nccl = dist.is_initialized() and dist.get_backend() == "nccl"     # NCCL keeps its own recorder; gloo's is generic
+    return flight_record_pickle(nccl, stack_traces)
 
 
 def dump_rank(folder: str | Path, note: dict | None = None, stacks: bool = False, blob: bytes | None = None) -> None:

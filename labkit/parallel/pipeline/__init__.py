@@ -1,9 +1,10 @@
 """Model and pipeline parallelism: a model split by layers across devices, GPipe simulated and measured, and
 torch's pipeline schedules on real ranks (notebooks 05 and 05b).
 
-model_parallel (split by layers, memory per stage) < gpipe (the bubble simulated and measured); schedule_sim (bubbles,
-formulas, the replay) < schedule_trace (actions timed on a rank) < schedules (torch's schedules on real ranks) <
-schedule_report (05b's tables); exercises (05 and 05b's checked exercises).
+schedule_sim (the one timeline type ``Span``, the bubble measured and its formulas, the replay) < model_parallel
+(split by layers, memory per stage) < gpipe (the bubble simulated and measured); schedule_sim < schedule_trace
+(actions timed on a rank) < schedules (torch's schedules on real ranks) < schedule_report (05b's tables);
+exercises (05 and 05b's checked exercises).
 """
 
 # the modules a learner uses (docs/api.md lists their names, one line each)

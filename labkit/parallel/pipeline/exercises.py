@@ -1,9 +1,9 @@
 """Checked exercises for notebooks 05 and 05b: the pipeline bubble, the micro-batches a bubble target needs, the
 activations a stage holds and a stage's 1F1B action order.
 
-References: the GPipe schedule simulator (:mod:`labkit.parallel.pipeline.gpipe`), the schedules' action orders
-(:mod:`labkit.parallel.pipeline.schedule_sim`, checked against torch's live ``Schedule1F1B`` in notebook 05b) and the
-cost model (:mod:`labkit.parallel.data.costmodel`).
+References: the GPipe schedule simulator (:mod:`labkit.parallel.pipeline.gpipe`), and the schedules' action
+orders and bubble formula (:mod:`labkit.parallel.pipeline.schedule_sim`, the orders checked against torch's live
+``Schedule1F1B`` in notebook 05b).
 """
 from __future__ import annotations
 
@@ -11,15 +11,17 @@ import math
 import random
 
 from labkit.core.exercises import Exercise, Mistake
-from labkit.parallel.data.costmodel import micro_batches_for_bubble
-from labkit.parallel.pipeline.gpipe import bubble_fraction, simulate_gpipe
-from labkit.parallel.pipeline.schedule_sim import gpipe_order, one_f_one_b_order, peak_in_flight
+from labkit.parallel.pipeline.gpipe import simulate_gpipe
+from labkit.parallel.pipeline.schedule_sim import (bubble_of_total, gpipe_order, micro_batches_for_bubble,
+                                                   one_f_one_b_order, peak_in_flight)
 
 # ------------------------------------------------------------------------------------ 05: the bubble
 def bubble_reference(stages: int, micro_batches: int) -> float:
     """Idle share of a GPipe schedule with equal stages, measured on the kit's schedule simulator
     (equals (p-1)/(m+p-1), Huang et al. 2019)."""
-    return bubble_fraction(simulate_gpipe([1.0] * stages, [2.0] * stages, micro_batches), stages)
+    # Independent of schedule_sim.predicted_bubble on purpose: the learner writes that formula, so the reference
+    # measures the simulated schedule itself (a formula checked against a copy of itself would prove nothing).
+    return bubble_of_total(simulate_gpipe([1.0] * stages, [2.0] * stages, micro_batches), stages)
 
 
 def _bubble_cases(seed: int = 10) -> list[dict]:
@@ -39,7 +41,7 @@ BUBBLE = Exercise(
 
 
 def micro_batches_reference(stages: int, max_bubble: float) -> int:
-    """Smallest m whose bubble (p-1)/(m+p-1) is at most ``max_bubble`` (``costmodel.micro_batches_for_bubble``)."""
+    """Smallest m whose bubble (p-1)/(m+p-1) is at most ``max_bubble`` (``schedule_sim.micro_batches_for_bubble``)."""
     return micro_batches_for_bubble(stages, max_bubble)
 
 

@@ -14,7 +14,8 @@ from torch import nn
 
 from labkit.core.models import mlp_layers
 from labkit.core.validation import positive_int
-from labkit.parallel.data.costmodel import micro_batches_for_bubble, pays_off, predicted_speedup
+from labkit.parallel.data.costmodel import pays_off, predicted_speedup
+from labkit.parallel.pipeline.schedule_sim import micro_batches_for_bubble
 
 
 # ---------------------------------------------------------------------------- the model and its split

@@ -72,6 +72,23 @@ def ideal_to_total(bubble_ideal: float) -> float:
 
 
 # ---------------------------------------------------------------------------------------- the formulas
+def predicted_bubble(stages: int, micro_batches: int) -> float:
+    """GPipe's idle fraction (p-1)/(m+p-1) of the total time for p equal stages and m micro-batches (Huang et al.
+    2019, sec. 2.3): the kit's one copy of the formula (the planner, notebook 05 and the GPipe lab call it)."""
+    stages, micro_batches = positive_int(stages, "stages"), positive_int(micro_batches, "micro_batches")
+    return (stages - 1) / (micro_batches + stages - 1)
+
+
+def micro_batches_for_bubble(stages: int, max_bubble: float) -> int:
+    """Smallest m with (p-1)/(m+p-1) <= max_bubble: m >= (p-1)(1-b)/b."""
+    if not 0 < max_bubble < 1:
+        raise ValueError(f"max_bubble must be between 0 and 1 (exclusive), got {max_bubble}")
+    m = 1
+    while predicted_bubble(stages, m) > max_bubble:
+        m += 1
+    return m
+
+
 def formula_bubble_of_ideal(schedule: str, stages_per_rank: int, ranks: int, micro_batches: int) -> float | None:
     """Published idle/busy for equal stages, or None where no formula is traced to its paper here.
 

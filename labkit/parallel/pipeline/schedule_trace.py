@@ -4,66 +4,66 @@
 ``backward_one_chunk``, ``backward_weight_one_chunk`` and the ops builders ``get_*_send_ops`` /
 ``get_*_recv_ops``), so GPipe, 1F1B, interleaved, looped-BFS, zero-bubble, ZBV and DualPipeV are all timed by
 the same few lines, without touching torch's schedules. :class:`ActivationMeter` counts the bytes autograd saves
-for backward (``torch.autograd.graph.saved_tensors_hooks``) until the graph that holds them is freed: the
-activation memory a schedule keeps alive, the same on CPU and GPU: what ``labkit.memory.model.
+for backward (through the kit's one saved-tensor hook, ``labkit.memory.saved``) until the graph that holds them is
+freed: the activation memory a schedule keeps alive, the same on CPU and GPU: what ``labkit.memory.model.
 saved_activation_bytes`` counts for one forward, followed over a whole step. Runs on each rank (the workers import it).
 """
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Iterable, Iterator
 
 import torch
 from torch import nn
 
 from labkit.core.clock import now_s, thread_time_s
 from labkit.core.timing import synchronize
-from labkit.memory.saved import storage_key, storage_keys
+from labkit.core.torch_compat import tensor_leaves
+from labkit.memory.saved import storage_bytes, storage_key, storage_keys, watch_saved
 from labkit.parallel.pipeline.schedule_sim import Span
 
 
-class _Saved:
-    """One tensor autograd saved; releases its bytes from the meter when autograd drops it."""
-
-    __slots__ = ("tensor", "key", "meter")
-
-    def __init__(self, tensor: torch.Tensor, key: tuple[int, int], meter: "ActivationMeter") -> None:
-        self.tensor, self.key, self.meter = tensor, key, meter
-
-    def __del__(self) -> None:
-        self.meter._release(self.key)
-
-
 class ActivationMeter:
-    """Live and peak bytes of the activations autograd saves for backward (parameters excluded)."""
+    """Live and peak bytes of the activations autograd saves for backward, followed over a whole step through the
+    kit's one saved-tensor hook (:func:`labkit.memory.saved.watch_saved`): each storage counted once, whole (views
+    of one allocation are one allocation), parameters and the tensors handed to a forward left out (they existed
+    before it: on the first stage, the micro-batches are views of the input batch)."""
 
     def __init__(self, params: list[nn.Parameter]) -> None:
-        self._param_storages = storage_keys(params)
-        self._live: dict[tuple[int, int], list[int]] = {}     # (data pointer, bytes) -> [references, bytes]
+        self._excluded = storage_keys(params)
+        self._live: dict[int, list[int]] = {}      # storage key -> [saved tensors holding it, its bytes]
         self.live_bytes = self.peak_bytes = 0
 
-    def _pack(self, tensor: torch.Tensor) -> Any:
-        if storage_key(tensor) in self._param_storages:
-            return tensor
-        nbytes = tensor.numel() * tensor.element_size()       # the view's bytes: a micro-batch of a batch counts
-        key = (tensor.data_ptr(), nbytes)                      # as itself, and two views of it count once
-        entry = self._live.setdefault(key, [0, nbytes])
+    def _on_save(self, tensor: torch.Tensor) -> None:
+        key = storage_key(tensor)
+        if not key or key in self._excluded:
+            return
+        entry = self._live.setdefault(key, [0, storage_bytes(tensor)])
         if entry[0] == 0:
             self.live_bytes += entry[1]
             self.peak_bytes = max(self.peak_bytes, self.live_bytes)
         entry[0] += 1
-        return _Saved(tensor.detach(), key, self)   # same storage, no grad_fn: no cycle through C++ (memory.model)
 
-    def _release(self, key: tuple[int, int]) -> None:
-        entry = self._live[key]
+    def _on_free(self, tensor: torch.Tensor) -> None:
+        entry = self._live.get(storage_key(tensor))
+        if entry is None:                          # excluded when saved (a parameter, an input), or empty
+            return
         entry[0] -= 1
         if entry[0] == 0:
             self.live_bytes -= entry[1]
-            del self._live[key]
+            del self._live[storage_key(tensor)]
 
-    def hooks(self) -> torch.autograd.graph.saved_tensors_hooks:
-        """The context manager to run forwards under."""
-        return torch.autograd.graph.saved_tensors_hooks(self._pack, lambda s: s.tensor if isinstance(s, _Saved) else s)
+    @contextlib.contextmanager
+    def hooks(self, inputs: Iterable[torch.Tensor] = ()) -> Iterator[None]:
+        """The context manager to run a forward under; ``inputs`` (what the forward was handed) are not counted."""
+        added = storage_keys(inputs) - self._excluded
+        self._excluded |= added
+        try:
+            with watch_saved(self._on_save, self._on_free):
+                yield
+        finally:
+            self._excluded -= added
 
 
 @dataclass(frozen=True)
@@ -99,7 +99,7 @@ class StageTracer:
         fwd, bwd, wgt = stage.forward_one_chunk, stage.backward_one_chunk, stage.backward_weight_one_chunk
 
         def forward_one_chunk(chunk: int, *args: Any, **kwargs: Any) -> Any:
-            with self.meter.hooks():
+            with self.meter.hooks(inputs=tensor_leaves((args, kwargs))):
                 return self._timed(s, "F", chunk, lambda: fwd(chunk, *args, **kwargs))
 
         def backward_one_chunk(chunk: int, *args: Any, **kwargs: Any) -> Any:

@@ -50,13 +50,6 @@ def test_fit_alpha_beta_recovers_the_model(world_size):
     assert alpha == pytest.approx(3e-5, rel=1e-6) and beta == pytest.approx(2e-9, rel=1e-6)
 
 
-def test_micro_batches_for_bubble():
-    assert cm.micro_batches_for_bubble(2, 0.2) == 4            # 1/(4+1) = 0.2
-    assert cm.micro_batches_for_bubble(4, 0.1) == 27           # 3/(27+3) = 0.1
-    with pytest.raises(ValueError):
-        cm.micro_batches_for_bubble(2, 1.0)
-
-
 def test_counts_and_times_go_through_the_validator():
     with pytest.raises(ValueError, match=r"^batch must be an integer >= 1, got 0$"):
         cm.epoch_time_s(1000, 0, 0.5)
@@ -66,5 +59,3 @@ def test_counts_and_times_go_through_the_validator():
         cm.epoch_time_s(1000, 10, 0.5, -0.1, world_size=2)
     with pytest.raises(ValueError, match=r"^world_size must be an integer >= 1, got 2.0 \(float\)"):
         cm.predicted_speedup(1.0, 0.1, 2.0)
-    with pytest.raises(ValueError, match=r"^micro_batches must be an integer >= 1, got 0$"):
-        cm.predicted_bubble(2, 0)

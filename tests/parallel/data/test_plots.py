@@ -25,10 +25,11 @@ def test_predicted_vs_measured_bars():
     assert [t.get_text() for t in ax.get_xticklabels()] == ["R=1", "R=2"]
 
 
-def test_timeline_draws_one_bar_per_event():
-    events = simulate_gpipe([1.0, 1.0], [2.0, 2.0], 4)
-    ax = plots.plot_timeline(events, title="m=4")
-    assert len(ax.patches) == len(events) == 16 and ax.get_title() == "m=4"
+def test_a_simulated_gpipe_step_draws_one_unhatched_box_per_action():
+    spans = simulate_gpipe([1.0, 1.0], [2.0, 2.0], 4)
+    ax = plots.plot_schedule(spans, title="m=4")
+    assert len(ax.patches) == len(spans) == 16 and ax.get_title() == "m=4"
+    assert not any(p.get_hatch() for p in ax.patches)        # one stage per rank: no second stage to hatch
 
 
 def test_schedule_picture_draws_one_box_per_action_and_hatches_a_ranks_second_stage():

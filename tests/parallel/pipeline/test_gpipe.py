@@ -3,26 +3,35 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from labkit.parallel.data import costmodel as cm
-from labkit.parallel.pipeline import model_parallel as mp
 from labkit.parallel.pipeline import gpipe as pl
+from labkit.parallel.pipeline import model_parallel as mp
+from labkit.parallel.pipeline import schedule_sim as sim
+from labkit.parallel.pipeline.schedule_sim import Span, bubble_of_total
 
 
 @settings(max_examples=40, deadline=None)
 @given(p=st.integers(1, 6), m=st.integers(1, 16), f=st.floats(0.1, 5.0), ratio=st.floats(0.5, 3.0))
 def test_simulated_bubble_equals_gpipe_formula(p, m, f, ratio):
-    events = pl.simulate_gpipe([f] * p, [f * ratio] * p, m)
-    assert len(events) == 2 * p * m
-    assert pl.bubble_fraction(events, p) == pytest.approx(cm.predicted_bubble(p, m), abs=1e-9)
+    spans = pl.simulate_gpipe([f] * p, [f * ratio] * p, m)
+    assert len(spans) == 2 * p * m and all(isinstance(s, Span) and s.rank == s.stage for s in spans)
+    assert bubble_of_total(spans, p) == pytest.approx(sim.predicted_bubble(p, m), abs=1e-9)
+
+
+def test_simulated_gpipe_runs_backwards_in_reverse_after_every_forward_by_hand():
+    spans = pl.simulate_gpipe([1.0, 1.0], [2.0, 2.0], 2)
+    last = sorted((s for s in spans if s.rank == 1), key=lambda s: s.start_s)
+    assert [(s.label, s.start_s, s.end_s) for s in last] == [("F0", 1.0, 2.0), ("F1", 2.0, 3.0), ("B1", 3.0, 5.0),
+                                                             ("B0", 5.0, 7.0)]
+    assert max(s.end_s for s in spans) == 9.0       # (m + p - 1) x (T_F + T_B) = 3 x 3
 
 
 def test_unequal_stages_bubble_more_and_naive_split_idles():
-    assert cm.predicted_bubble(2, 1) == 0.5                        # naive split: one of two stages idle
-    balanced = pl.bubble_fraction(pl.simulate_gpipe([1, 1], [2, 2], 4), 2)
-    skewed = pl.bubble_fraction(pl.simulate_gpipe([1, 3], [2, 6], 4), 2)
+    assert sim.predicted_bubble(2, 1) == 0.5                       # naive split: one of two stages idle
+    balanced = bubble_of_total(pl.simulate_gpipe([1, 1], [2, 2], 4), 2)
+    skewed = bubble_of_total(pl.simulate_gpipe([1, 3], [2, 6], 4), 2)
     assert skewed > balanced
     with pytest.raises(ValueError):
-        cm.predicted_bubble(0, 1)
+        sim.predicted_bubble(0, 1)
     with pytest.raises(ValueError):
         pl.simulate_gpipe([1.0], [1.0, 2.0], 2)
 
@@ -33,18 +42,18 @@ def test_real_two_process_pipeline_structure():
     assert [p.micro_batches for p in points] == [1, 2]
     for p in points:
         assert 0.0 <= p.measured < 1.0 and 0.0 <= p.simulated < 1.0 and p.makespan_s > 0
-        assert p.predicted == cm.predicted_bubble(2, p.micro_batches)
+        assert p.predicted == sim.predicted_bubble(2, p.micro_batches)
 
 
 def test_pipeline_timing_noise():
     steady = pl.simulate_gpipe([1.0, 1.0], [2.0, 2.0], 4)
     assert pl.pipeline_timing_noise(steady) == pytest.approx(1.0)
-    jittery = steady + [pl.Event(0, 9, "F", 0.0, 5.0)]
+    jittery = steady + [Span(0, 0, "F", 9, 0.0, 5.0)]
     assert pl.pipeline_timing_noise(jittery) > 1.5
 
 
 def test_pipeline_cpu_share():
-    evs = [pl.Event(0, 0, "F", 0.0, 2.0, 1.0), pl.Event(1, 0, "F", 2.0, 4.0, 2.0)]
+    evs = [Span(0, 0, "F", 0, 0.0, 2.0, 1.0), Span(1, 1, "F", 0, 2.0, 4.0, 2.0)]
     assert pl.pipeline_cpu_share(evs) == pytest.approx(0.75)
 
 

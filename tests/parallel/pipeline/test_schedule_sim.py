@@ -6,8 +6,8 @@ from types import SimpleNamespace
 import pytest
 
 from labkit.parallel.pipeline import schedule_sim as sim
-from labkit.parallel.data.costmodel import predicted_bubble
 from labkit.parallel.pipeline.gpipe import simulate_gpipe
+from labkit.parallel.pipeline.schedule_sim import micro_batches_for_bubble, predicted_bubble
 
 
 def order_spans(orders: dict[int, list[str]], stage_of_rank=None, times=None) -> list[sim.Span]:
@@ -22,6 +22,16 @@ def order_spans(orders: dict[int, list[str]], stage_of_rank=None, times=None) ->
             spans.append(sim.Span(rank, stage, kind, mb, t, t + times[kind]))
             t += times[kind]
     return spans
+
+
+def test_the_bubble_formula_by_hand_and_the_micro_batches_a_target_needs():
+    assert predicted_bubble(2, 1) == 0.5 and predicted_bubble(4, 8) == 3 / 11 and predicted_bubble(1, 5) == 0.0
+    assert micro_batches_for_bubble(2, 0.2) == 4            # 1/(4+1) = 0.2
+    assert micro_batches_for_bubble(4, 0.1) == 27           # 3/(27+3) = 0.1
+    with pytest.raises(ValueError):
+        micro_batches_for_bubble(2, 1.0)
+    with pytest.raises(ValueError, match=r"^micro_batches must be an integer >= 1, got 0$"):
+        predicted_bubble(2, 0)
 
 
 def test_gpipe_replayed_ideally_has_the_published_bubble_in_both_normalisations():

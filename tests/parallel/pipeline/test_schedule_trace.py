@@ -25,18 +25,31 @@ def test_the_meter_counts_what_the_memory_model_counts_for_one_forward():
     assert meter.live_bytes == 0 and meter.peak_bytes > 0     # backward freed what the forward saved
 
 
-def test_two_micro_batches_held_at_once_count_twice_and_views_count_as_themselves():
+def test_two_micro_batches_held_at_once_count_twice_and_their_input_batch_not_at_all():
     model, x = mlp(), torch.randn(8, 16)
     meter = ActivationMeter(list(model.parameters()))
-    with meter.hooks():
-        a = model(x[:4])                                      # a view of the batch: counts its own 4 rows
+    with meter.hooks(inputs=[x[:4]]):                        # a view of the batch: the batch existed before
+        a = model(x[:4])
     one = meter.live_bytes
-    with meter.hooks():
+    with meter.hooks(inputs=[x[4:]]):
         b = model(x[4:])
+    assert one == 4 * 32 * 4                                  # Tanh's output (Linear(32, 8) saves the same storage)
     assert meter.peak_bytes == 2 * one
     (a.sum() + b.sum()).backward()
     del a, b
     assert meter.live_bytes == 0
+
+
+def test_a_saved_view_counts_its_whole_storage_once_the_rival_counting_views_would_not():
+    model, x = mlp(), torch.randn(8, 16)
+    meter = ActivationMeter(list(model.parameters()))
+    with meter.hooks():
+        a = model(x[:4])                                      # Linear(16, 32) saves a 4-row view of 8 rows
+        b = model(x)                                          # ... and the whole of them: one allocation
+    whole, tanh_out = 8 * 16 * 4, (4 + 8) * 32 * 4
+    assert meter.peak_bytes == whole + tanh_out               # the rival (a key per view) says 4 rows more
+    del a, b
+    assert meter.live_bytes == 0                              # dropping the outputs frees what they saved
 
 
 class FakeStage:
