@@ -8,15 +8,19 @@ Activations per layer are Korthikanti et al. 2022 (arXiv:2205.05198, Eq. 1-3) vi
 :func:`labkit.parallel.tensor.cost.korthikanti_bytes`, with sequence parallelism, on the rank's sequence share s/cp;
 ``selective`` (the default) drops the 5as^2b score term as their selective recomputation, or a fused/ring attention
 kernel, does. With 1F1B the first stage keeps p micro-batches of L/p layers, i.e. L layers' worth (their Section
-4.2.3). Full checkpointing keeps each layer's 2sbh input plus one layer recomputed (Chen et al. 2016).
+4.2.3). Full checkpointing keeps each layer's 2sbh input plus one layer recomputed (Chen et al. 2016). GQA, SwiGLU
+and experts adjust those terms (:mod:`labkit.plan.shapes`); routed experts divide by ep (borrowed from dp x cp).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 
+from labkit.comm.mesh import Mesh
 from labkit.comm.two_tier import Link
 from labkit.core.validation import positive_int, positive_number
-from labkit.parallel.tensor.cost import korthikanti_bytes
+from labkit.plan.shapes import (MoESpec, attention_matmul_params, attention_params, ffn_params, layer_activation_bytes,
+                                moe_ffn_params, norm_params, routed_expert_params)
 from labkit.sharding.memory import sharding_factors
 from labkit.training.flops import find_peak
 
@@ -35,7 +39,9 @@ def _magnitude(n: int) -> str:
 
 @dataclass(frozen=True)
 class ModelSpec:
-    """A GPT-style transformer: layers, hidden size, heads, sequence, vocabulary; the global batch in sequences."""
+    """A transformer: layers, hidden size, heads, sequence, vocabulary; the global batch in sequences. The defaults
+    are GPT's layer (multi-head attention, a 4h GELU MLP with biases, tied and learned embeddings); GQA, SwiGLU,
+    untied embeddings and a mixture of experts are fields (:mod:`labkit.plan.shapes`)."""
 
     layers: int
     hidden: int
@@ -45,12 +51,27 @@ class ModelSpec:
     global_batch: int = 8
     name: str = "transformer"
     embedding: bool = True         # False: a bare stack of layers (no embeddings, no output logits)
+    kv_heads: int | None = None    # grouped-query attention's K/V heads (None: heads, plain multi-head)
+    ffn_hidden: int | None = None  # the FFN's inner size (None: 4 x hidden, GPT's)
+    gated_ffn: bool = False        # SwiGLU: three matrices h x F instead of two
+    tied_embeddings: bool = True   # False: the output embedding is a matrix of its own (Llama, Mixtral)
+    learned_positions: bool = True  # False: rotary positions, no position table
+    biases: bool = True            # False: no biases and RMSNorm (2h a layer, a final h), as Llama/Mixtral
+    moe: MoESpec | None = None     # a mixture of experts (None: dense)
 
     def __post_init__(self) -> None:
         for key in ("layers", "hidden", "heads", "seq_len", "vocab", "global_batch"):
             positive_int(getattr(self, key), key)
         if self.hidden % self.heads:
             raise ValueError(f"hidden={self.hidden} must be divisible by heads={self.heads}")
+        if self.kv_heads is not None and (positive_int(self.kv_heads, "kv_heads") > self.heads
+                                          or self.heads % self.kv_heads):
+            raise ValueError(f"kv_heads={self.kv_heads} must divide heads={self.heads}: each K/V head serves a "
+                             "group of query heads (grouped-query attention)")
+        if self.ffn_hidden is not None:
+            positive_int(self.ffn_hidden, "ffn_hidden")
+        if self.moe is not None and not isinstance(self.moe, MoESpec):
+            raise ValueError(f"moe must be a labkit.plan.shapes.MoESpec or None, got {self.moe!r}")
         if self.num_params > MAX_PARAMS:
             raise ValueError(f"a model of about {_magnitude(self.num_params)} parameters is past what the planner takes "
                              f"(at most {MAX_PARAMS:.0e}; the largest published have about 1e12): check layers, "
@@ -59,23 +80,80 @@ class ModelSpec:
             raise ValueError(f"global_batch x seq_len = {_magnitude(self.global_batch * self.seq_len)} tokens per step is past "
                              f"what the planner takes (at most {MAX_TOKENS_PER_STEP:.0e})")
 
-    @property
-    def layer_params(self) -> int:
-        """One layer: QKV + output projection 4h^2 + MLP 8h^2, biases and norms 13h (Narayanan et al. 2021)."""
-        return 12 * self.hidden ** 2 + 13 * self.hidden
+    @cached_property
+    def kv(self) -> int:
+        """K/V heads (the query heads without GQA)."""
+        return self.kv_heads or self.heads
 
-    @property
+    @cached_property
+    def ffn(self) -> int:
+        """The dense FFN's inner size."""
+        return self.ffn_hidden or 4 * self.hidden
+
+    @cached_property
+    def moe_layers(self) -> int:
+        """How many layers are MoE layers (0 for a dense model)."""
+        return self.moe.moe_layers(self.layers) if self.moe else 0
+
+    def _attention_and_norms(self) -> int:
+        return attention_params(self.hidden, self.heads, self.kv, self.biases) + norm_params(self.hidden, self.biases)
+
+    @cached_property
+    def layer_params(self) -> int:
+        """One dense layer: attention + FFN + norms; GPT's 12h^2 + 13h by default (Narayanan et al. 2021)."""
+        return self._attention_and_norms() + ffn_params(self.hidden, self.ffn, self.gated_ffn, self.biases)
+
+    @cached_property
+    def moe_layer_params(self) -> int:
+        """One MoE layer: attention + every expert, shared expert and the router + norms."""
+        return self._attention_and_norms() + moe_ffn_params(self.hidden, self.moe, self.gated_ffn, self.biases) \
+            if self.moe else self.layer_params
+
+    @cached_property
+    def expert_params(self) -> int:
+        """The routed experts of every MoE layer: what expert parallelism divides."""
+        return self.moe_layers * routed_expert_params(self.hidden, self.moe, self.gated_ffn, self.biases) \
+            if self.moe else 0
+
+    @cached_property
     def num_params(self) -> int:
-        """All layers plus the (tied) token and learned position embeddings."""
-        embeddings = (self.vocab + self.seq_len) * self.hidden if self.embedding else 0
-        return self.layers * self.layer_params + embeddings
+        """All layers plus the token embedding (and its untied output copy), learned positions, a final RMSNorm."""
+        if not self.embedding:
+            outer = 0
+        else:
+            outer = self.vocab * self.hidden * (1 if self.tied_embeddings else 2) + \
+                (self.seq_len * self.hidden if self.learned_positions else 0) + (0 if self.biases else self.hidden)
+        return (self.layers - self.moe_layers) * self.layer_params + self.moe_layers * self.moe_layer_params + outer
+
+    @cached_property
+    def active_params(self) -> int:
+        """Parameters one token uses: the routed experts it is not sent to left out (shared experts stay)."""
+        if not self.moe:
+            return self.num_params
+        idle = (self.moe.experts - self.moe.top_k) * ffn_params(self.hidden, self.moe.expert_ffn, self.gated_ffn,
+                                                                 self.biases)
+        return self.num_params - self.moe_layers * idle
+
+    def matmul_params_per_token(self) -> int:
+        """The weight matrices one token multiplies (top-k + shared experts, router, output logits)."""
+        h, gate = self.hidden, 3 if self.gated_ffn else 2
+        attention = attention_matmul_params(h, self.heads, self.kv)
+        dense = (self.layers - self.moe_layers) * (attention + gate * h * self.ffn)
+        moe = self.moe_layers * (attention + moe_ffn_params(h, self.moe, self.gated_ffn, False, used_only=True)) \
+            if self.moe else 0
+        return dense + moe + (self.vocab * h if self.embedding else 0)
+
+    def attention_flops(self, recompute: bool = False) -> float:
+        """The score and weighted-value products: 4 B s^2 h L forward, x3 with backward (x4 recomputed)."""
+        return (4 if recompute else 3) * 4 * self.global_batch * self.seq_len ** 2 * self.hidden * self.layers
 
     def step_flops(self, recompute: bool = False) -> float:
-        """Model FLOPs of one training step: 72 B s L h^2 (1 + s/6h + V/12Lh), 96 with full recomputation
-        (Narayanan et al. 2021, arXiv:2104.04473, Eq. 3; its factor 4 forward passes instead of 3)."""
-        b, s, l, h, v = self.global_batch, self.seq_len, self.layers, self.hidden, self.vocab
-        head = v / (12 * l * h) if self.embedding else 0.0
-        return (96 if recompute else 72) * b * s * l * h ** 2 * (1 + s / (6 * h) + head)
+        """Model FLOPs of one training step: 6 per active matmul parameter per token plus attention, i.e. GPT's
+        72 B s L h^2 (1 + s/6h + V/12Lh), 96 with full recomputation (Narayanan et al. 2021, arXiv:2104.04473,
+        Eq. 3); an MoE counts the top-k and shared experts a token uses, not all of them."""
+        passes = 4 if recompute else 3
+        tokens = self.global_batch * self.seq_len
+        return passes * 2 * tokens * self.matmul_params_per_token() + self.attention_flops(recompute)
 
 
 @dataclass(frozen=True)
@@ -132,7 +210,8 @@ class ClusterSpec:
 @dataclass(frozen=True)
 class Layout:
     """One way to split the job: data, tensor, pipeline and context parallel sizes, ZeRO stage, micro-batch size,
-    full activation checkpointing or not."""
+    full activation checkpointing or not, and expert parallelism (ep ranks borrowed from dp x cp, as
+    :class:`labkit.comm.mesh.Mesh` defines it)."""
 
     dp: int = 1
     tp: int = 1
@@ -141,59 +220,95 @@ class Layout:
     zero: int = 0
     micro_batch: int = 1
     checkpointing: bool = False
+    ep: int = 1
 
     def __post_init__(self) -> None:
-        for key in ("dp", "tp", "pp", "cp", "micro_batch"):
+        for key in ("dp", "tp", "pp", "cp", "micro_batch", "ep"):
             positive_int(getattr(self, key), key)
         if self.zero not in ZERO_STAGES:
             raise ValueError(f"zero must be one of {ZERO_STAGES}, got {self.zero!r}")
 
     @property
     def ranks(self) -> int:
-        """dp x tp x pp x cp."""
+        """dp x tp x pp x cp (ep borrows ranks, it adds none)."""
         return self.dp * self.tp * self.pp * self.cp
+
+    @property
+    def expert_dp(self) -> int:
+        """How many ranks hold the same experts: dp x cp / ep (their gradients and ZeRO shards span these)."""
+        return max(1, self.dp * self.cp // self.ep)
 
     def micro_batches(self, model: ModelSpec) -> int:
         """Micro-batches per step on each pipeline: global batch / (dp x micro-batch)."""
         return model.global_batch // (self.dp * self.micro_batch)
 
+    def stage_layers(self, model: ModelSpec) -> int:
+        """Layers on the busiest pipeline stage: ceil(L / pp) (stages differ by at most one layer)."""
+        return -(-model.layers // self.pp)
+
     def label(self) -> str:
-        """e.g. 'dp2 tp4 pp1 cp1 zero1 mb1 ckpt'."""
+        """e.g. 'dp2 tp4 pp1 cp1 zero1 mb1 ckpt', ' ep8' added when experts are split."""
         return (f"dp{self.dp} tp{self.tp} pp{self.pp} cp{self.cp} zero{self.zero} mb{self.micro_batch}"
-                + (" ckpt" if self.checkpointing else ""))
+                + (" ckpt" if self.checkpointing else "") + (f" ep{self.ep}" if self.ep > 1 else ""))
+
+
+def mesh_problem(model: ModelSpec, cluster: ClusterSpec, layout: Layout) -> str | None:
+    """Why the mesh of ``layout`` (dp, tp, pp, cp, ep) cannot hold ``model`` on ``cluster``, or None. The
+    divisibility rules are the mesh's (:meth:`labkit.comm.mesh.Mesh.model_problems`: heads and kv_heads over tp, the
+    sequence over tp's sequence parallelism and cp's 2cp chunks only where those axes are > 1, experts over ep,
+    stages may differ by a layer); the planner adds the GPU count and ep's need for experts."""
+    if layout.ranks != cluster.world_size:
+        return f"dp x tp x pp x cp = {layout.ranks}, the cluster has {cluster.world_size} GPUs"
+    try:
+        mesh = Mesh(dp=layout.dp, pp=layout.pp, cp=layout.cp, tp=layout.tp, ep=layout.ep)
+    except ValueError as err:
+        return str(err)
+    if layout.ep > 1 and model.moe is None:
+        return f"ep={layout.ep} splits experts and {model.name} is dense (no mixture of experts)"
+    problems = mesh.model_problems(heads=model.heads, kv_heads=model.kv, layers=model.layers, seq_len=model.seq_len,
+                                   batch=model.global_batch, experts=model.moe.experts if model.moe else None,
+                                   uneven_layers=True)
+    return problems[0] if problems else None
+
+
+def schedule_problem(model: ModelSpec, layout: Layout) -> str | None:
+    """Why the batch schedule or ZeRO stage of ``layout`` cannot run, or None: micro-batches must divide each
+    replica's share, and ZeRO shards over data-parallel ranks."""
+    if model.global_batch % (layout.dp * layout.micro_batch):
+        return f"global batch {model.global_batch} is no multiple of dp x micro-batch"
+    if layout.zero and layout.dp == 1:
+        return "ZeRO shards over data-parallel ranks: needs dp > 1"
+    return None
 
 
 def layout_problem(model: ModelSpec, cluster: ClusterSpec, layout: Layout) -> str | None:
-    """Why ``layout`` cannot run ``model`` on ``cluster`` (one sentence), or None."""
-    checks = [(layout.ranks == cluster.world_size, f"dp x tp x pp x cp = {layout.ranks}, the cluster has "
-                                                   f"{cluster.world_size} GPUs"),
-              (model.heads % layout.tp == 0, f"{model.heads} heads do not split over tp={layout.tp}"),
-              (model.layers % layout.pp == 0, f"{model.layers} layers do not split over pp={layout.pp}"),
-              (layout.cp == 1 or model.seq_len % (2 * layout.cp) == 0,      # ring attention's 2 x cp chunks
-               f"seq {model.seq_len} is no multiple of 2 x cp={layout.cp}"),
-              (model.global_batch % (layout.dp * layout.micro_batch) == 0,
-               f"global batch {model.global_batch} is no multiple of dp x micro-batch"),
-              (layout.zero == 0 or layout.dp > 1, "ZeRO shards over data-parallel ranks: needs dp > 1")]
-    return next((why for ok, why in checks if not ok), None)
+    """Why ``layout`` cannot run ``model`` on ``cluster`` (one sentence), or None: its mesh, then its schedule."""
+    return mesh_problem(model, cluster, layout) or schedule_problem(model, layout)
 
 
 def memory_terms(model: ModelSpec, device: DeviceSpec, layout: Layout, selective: bool = True,
                  layer_bytes: float | None = None, layer_input_bytes: float | None = None) -> dict[str, float]:
     """Bytes on the busiest rank (the first pipeline stage, plus the output logits on the last), each term named.
-    ``layer_bytes`` / ``layer_input_bytes``: one layer's saved activations / its input on this rank where a model
-    other than the paper's layer is planned (the kit's fp32 layer without dropout, counted)."""
-    local = model.num_params / (layout.tp * layout.pp)
+    Routed experts and their gradients and optimizer state are divided by ep (and ZeRO-sharded over the dp x cp / ep
+    ranks holding the same experts); the rest by ZeRO over dp. ``layer_bytes`` / ``layer_input_bytes``: one layer's
+    saved activations / its input on this rank where a model other than the paper's layer is planned (the kit's fp32
+    layer without dropout, counted)."""
+    split = layout.tp * layout.pp
+    dense_local, expert_local = (model.num_params - model.expert_params) / split, model.expert_params / (split * layout.ep)
     f = sharding_factors(f"zero{layout.zero}" if layout.zero else "ddp", layout.dp, fsdp_keeps_shard=False)
-    s, b, h, a = model.seq_len // layout.cp, layout.micro_batch, model.hidden, model.heads
-    per_layer = korthikanti_bytes(s, b, h, a, layout.tp, sequence_parallel=True)
-    if selective:
-        per_layer -= 5 * a * s * s * b / layout.tp
-    per_layer = per_layer if layer_bytes is None else layer_bytes
+    fe = sharding_factors(f"zero{layout.zero}" if layout.zero else "ddp", layout.expert_dp, fsdp_keeps_shard=False)
+    s, b, h = model.seq_len // layout.cp, layout.micro_batch, model.hidden
+    dense, moe = (layer_activation_bytes(s, b, h, model.heads, model.kv, layout.tp, model.ffn, model.gated_ffn,
+                                         model.moe, selective) if layer_bytes is None else (layer_bytes,) * 2)
+    per_layer = (dense * (model.layers - model.moe_layers) + moe * model.moe_layers) / model.layers
     kept_input = device.param_bytes * s * b * h / layout.tp if layer_input_bytes is None else layer_input_bytes
-    layers_kept = model.layers // layout.pp * min(layout.pp, layout.micro_batches(model))
+    layers_kept = layout.stage_layers(model) * min(layout.pp, layout.micro_batches(model))
     kept = kept_input * layers_kept if layout.checkpointing else per_layer * layers_kept
-    recomputed = per_layer if layout.checkpointing else 0.0
-    return {"parameters": local * device.param_bytes * f.params, "gradients": local * device.param_bytes * f.grads,
-            "optimizer state": local * device.optimizer_bytes_per_param * f.optimizer,
+    recomputed = max(dense, moe) if layout.checkpointing else 0.0
+
+    def state(bytes_per_param: float, factor: str) -> float:
+        return bytes_per_param * (dense_local * getattr(f, factor) + expert_local * getattr(fe, factor))
+    return {"parameters": state(device.param_bytes, "params"), "gradients": state(device.param_bytes, "grads"),
+            "optimizer state": state(device.optimizer_bytes_per_param, "optimizer"),
             "activations kept": kept, "one layer recomputed (backward)": recomputed,
             "output logits (fp32)": 4 * s * b * model.vocab / layout.tp if model.embedding else 0.0}

@@ -1,6 +1,8 @@
 """`labkit plan`: a ranked table and the winner's reason, JSON that matches the library, clear usage errors."""
 import json
 
+import pytest
+
 from tests.cli.support import labkit, usage_error
 
 
@@ -63,3 +65,58 @@ def test_a_custom_shape_is_called_custom_and_a_plain_preset_keeps_its_name(capsy
     assert json.loads(out)["model"]["name"] == "7b"
     code, out = _plan_in_process(capsys, "--preset", "70b", "--top", "1")
     assert out.splitlines()[0].startswith("70b: ")
+
+
+# ---- issue 54's faults and issue 55's ep axis on the command line -------------------------------------------------
+def test_the_table_shows_every_time_term_so_its_columns_add_up_to_the_step(capsys):
+    """The CP-ring, PP-send and EP columns were missing: the printed terms did not sum to the step time."""
+    from labkit.cli.plan import TIME_COLUMNS, table_columns
+    from labkit.plan.planner import predict
+    from labkit.plan.specs import ClusterSpec, DeviceSpec, Layout, ModelSpec
+
+    p = predict(ModelSpec(4, 256, 4, 128, 1000), DeviceSpec("x", 1e9, 1e12), ClusterSpec(4, 1), Layout(dp=4))
+    assert [term for term, _ in TIME_COLUMNS] == list(p.time)
+    keys = {key for key, _, _ in table_columns()}
+    assert all(f"{term} s" in keys for term in p.time)
+    code, out = _plan_in_process(capsys, "--preset", "mixtral-8x7b", "--nodes", "2", "--json", "--top", "3")
+    for row in json.loads(out)["layouts"]:
+        assert sum(row[f"{term} s"] for term, _ in TIME_COLUMNS) == pytest.approx(row["step_s"], rel=1e-12)
+    code, out = _plan_in_process(capsys, "--top", "2")
+    assert all(header in out.splitlines()[1] for header in ("CP s", "PP s", "EP s"))
+
+
+def test_an_moe_preset_is_planned_with_its_ep_axis(capsys):
+    code, out = _plan_in_process(capsys, "--preset", "mixtral-8x7b", "--nodes", "2", "--top", "40")
+    assert out.splitlines()[0].startswith("mixtral-8x7b: 46.7 B parameters (12.9 B active)")
+    assert " ep" in out
+    code, out = _plan_in_process(capsys, "--experts", "8", "--top-k", "2", "--top", "1")
+    assert out.splitlines()[0].startswith("custom (") and "8 experts top-2" in out.splitlines()[0]
+
+
+def test_moe_flags_without_experts_and_bad_shapes_are_one_line_usage_errors(capsys):
+    assert "give --experts too" in usage_error(["plan", "--top-k", "2"], capsys)
+    assert "--kv-heads=5 must divide heads=32" in usage_error(["plan", "--kv-heads", "5"], capsys)
+    assert "--top-k=9 must be at most experts=8" in usage_error(["plan", "--experts", "8", "--top-k", "9"], capsys)
+
+
+def test_cp_is_capped_only_when_asked(capsys):
+    long = ("--seq-len", "131072", "--nodes", "16", "--layers", "8", "--global-batch", "16", "--json", "--top", "500")
+    code, out = _plan_in_process(capsys, *long)
+    cps = {int(r["layout"].split()[3][2:]) for r in json.loads(out)["layouts"]}
+    code, out = _plan_in_process(capsys, *long, "--max-cp", "8")
+    capped = {int(r["layout"].split()[3][2:]) for r in json.loads(out)["layouts"]}
+    assert max(cps) > 8 and max(capped) <= 8
+
+
+def test_plan_for_16384_gpus_takes_under_five_cpu_seconds():
+    """The whole command, start-up included, in CPU seconds of the child (wall time on the shared 2-core machine
+    measures the neighbours)."""
+    import resource
+
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    proc = labkit("plan", "--nodes", "2048", "--top", "3")
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu_s = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    print(f"labkit plan on 16,384 GPUs: {cpu_s:.2f} CPU s")
+    assert proc.returncode == 0, proc.stderr
+    assert cpu_s < 5.0

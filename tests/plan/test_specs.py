@@ -74,4 +74,68 @@ def test_an_odd_sequence_needs_no_context_parallelism_but_cp_does():
     """Ring attention splits the sequence into 2 x cp chunks: the rule binds only when cp > 1 (2047 was refused)."""
     odd = ModelSpec(layers=4, hidden=64, heads=4, seq_len=2047, vocab=100, global_batch=8)
     assert layout_problem(odd, ClusterSpec(4, 1), Layout(dp=4)) is None
-    assert "no multiple of 2 x cp=2" in layout_problem(odd, ClusterSpec(4, 1), Layout(dp=2, cp=2))
+    assert "must be divisible by 2*cp=4 (zig-zag causal split)" in layout_problem(odd, ClusterSpec(4, 1),
+                                                                                   Layout(dp=2, cp=2))
+    # the rules are the mesh's (labkit.comm.mesh): sequence parallelism under tp > 1 splits the sequence too
+    assert "tp=2 (sequence parallelism)" in layout_problem(odd, ClusterSpec(4, 1), Layout(dp=2, tp=2))
+
+
+# ---- today's shapes: GQA, SwiGLU, untied embeddings, a mixture of experts (issues 54 and 55) -------------------
+from labkit.plan.shapes import MoESpec  # noqa: E402
+
+LLAMA_LIKE = dict(layers=4, hidden=64, heads=8, seq_len=32, vocab=100, global_batch=8, gated_ffn=True,
+                  tied_embeddings=False, learned_positions=False, biases=False, ffn_hidden=172)
+MOE = ModelSpec(**LLAMA_LIKE, moe=MoESpec(experts=8, top_k=2, expert_ffn=96, shared_experts=1))
+
+
+def test_gqa_shrinks_k_v_parameters_and_activations_by_heads_over_kv_heads():
+    mha, gqa = ModelSpec(**LLAMA_LIKE), ModelSpec(**LLAMA_LIKE, kv_heads=2)
+    h = 64
+    assert mha.layer_params - gqa.layer_params == 2 * h * (h - h // 8 * 2)             # K and V: h x h -> h x h/4
+    lay = Layout(dp=1)
+    drop = memory_terms(mha, DEV, lay)["activations kept"] - memory_terms(gqa, DEV, lay)["activations kept"]
+    assert drop == pytest.approx(4 * 32 * 1 * h * (1 - 2 / 8) * 4)                    # K, V (2 bytes each) x 4 layers
+
+
+def test_swiglu_untied_embeddings_and_rmsnorm_count_by_hand():
+    m = ModelSpec(**LLAMA_LIKE)
+    assert m.layer_params == 4 * 64 * 64 + 3 * 64 * 172 + 2 * 64
+    assert m.num_params == 4 * m.layer_params + 2 * 100 * 64 + 64                      # two embeddings, final norm
+    tied = ModelSpec(**{**LLAMA_LIKE, "tied_embeddings": True})
+    assert m.num_params - tied.num_params == 100 * 64                                  # the output copy counted
+
+
+def test_the_gpt_defaults_keep_narayanans_flops_and_korthikantis_bytes():
+    assert GPT.step_flops() == pytest.approx(72 * 8 * 32 * 4 * 64 ** 2 * (1 + 32 / (6 * 64) + 100 / (12 * 4 * 64)))
+
+
+def test_step_flops_count_the_active_experts_not_all_of_them():
+    """Rival: FLOPs from the total parameters (every expert on every token)."""
+    m, tokens = MOE, 8 * 32
+    per_layer = 4 * 64 * 64 + (2 + 1) * 3 * 64 * 96 + 64 * 8                          # attention, 2+1 experts, router
+    want = 3 * 2 * tokens * (4 * per_layer + 100 * 64) + 3 * 4 * 8 * 32 ** 2 * 64 * 4
+    assert m.step_flops() == pytest.approx(want)
+    assert m.num_params > 2 * m.active_params                                          # the rival is far off
+    assert m.step_flops() < 0.6 * (6 * tokens * m.num_params)
+
+
+def test_expert_parameters_and_their_optimizer_state_divide_by_ep():
+    """Rival: expert memory does not shrink with ep (experts replicated like the dense weights)."""
+    one, four = memory_terms(MOE, DEV, Layout(dp=4, zero=1)), memory_terms(MOE, DEV, Layout(dp=4, zero=1, ep=4))
+    experts = MOE.expert_params
+    assert one["parameters"] - four["parameters"] == pytest.approx(2 * experts * (1 - 1 / 4))
+    # ZeRO-1: the dense optimizer state over dp=4; the experts' over the dp x cp / ep = 1 ranks holding them
+    dense = MOE.num_params - experts
+    assert one["optimizer state"] == pytest.approx(12 * (dense + experts) / 4)
+    assert four["optimizer state"] == pytest.approx(12 * (dense / 4 + experts / 4))
+
+
+def test_the_mesh_rules_bind_kv_heads_experts_and_ep():
+    gqa = ModelSpec(**LLAMA_LIKE, kv_heads=2)
+    assert "kv_heads=2 must be divisible by tp=4" in layout_problem(gqa, ClusterSpec(4, 1), Layout(tp=4))
+    assert "dense" in layout_problem(GPT, ClusterSpec(4, 1), Layout(dp=4, ep=2))
+    assert "must divide dp * cp" in layout_problem(MOE, ClusterSpec(4, 1), Layout(dp=4, ep=8))
+    odd = ModelSpec(**LLAMA_LIKE, moe=MoESpec(experts=6, top_k=2, expert_ffn=96))
+    assert "experts=6 must be divisible by ep=4" in layout_problem(odd, ClusterSpec(4, 1), Layout(dp=4, ep=4))
+    with pytest.raises(ValueError, match="kv_heads=3 must divide heads=8"):
+        ModelSpec(**LLAMA_LIKE, kv_heads=3)
