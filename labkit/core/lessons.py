@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Iterable, Iterator
 
 from labkit.core.results import WriteError, describe_os_error
-from labkit.core.verdict import CHECKED, INCONCLUSIVE, INCONCLUSIVE_KINDS, Verdict
+from labkit.core.verdict import CHECKED, INCONCLUSIVE, INCONCLUSIVE_KINDS, NOT_CHECKED, Verdict
 
 LESSON_LOG_ENV_VAR = "LABKIT_LESSON_LOG"
 
@@ -86,10 +86,12 @@ class LessonLog:
         print(f"INCONCLUSIVE ({kind or 'kind not said'}): {claim} ({reason})")
 
     def decide(self, verdict: Verdict) -> Verdict:
-        """Record a verdict: checked counts (and prints its figures and rival), INCONCLUSIVE prints its reason,
-        failed raises."""
+        """Record a verdict: checked counts (and prints its figures and rival), INCONCLUSIVE and NOT CHECKED print
+        their reasons, failed raises."""
         if verdict.state == INCONCLUSIVE:
             self.inconclusive(verdict.claim, verdict.detail, verdict.kind)
+        elif verdict.state == NOT_CHECKED:
+            self.not_checked(verdict.claim, verdict.detail)
         else:
             self.check(verdict.claim, verdict.state == CHECKED, verdict.detail, rival=verdict.rival)
         return verdict

@@ -28,6 +28,7 @@ from labkit.core.contention import ShareMeter, describe_shares
 from labkit.core.gpu_neighbours import describe_neighbours
 
 CHECKED, FAILED, INCONCLUSIVE = "checked", "failed", "INCONCLUSIVE"
+NOT_CHECKED = "NOT CHECKED"     # a precondition did not occur on this run (e.g. no clear winner to check)
 BUSY_SHARE = 0.85        # below this share of a core, some process of the run was measurably starved
 MIN_MEASURED_SHARE = 1e-3   # a measured share below this is a rank that only waited: kept positive for the verdict
 BUSY_SPREAD = 0.25       # paired rounds that disagree by more than this (p90-p10 over median) are noisy
@@ -135,8 +136,8 @@ class Rival:
 
 @dataclass(frozen=True)
 class Verdict:
-    """One claim's outcome: state (checked / failed / INCONCLUSIVE), the line that says why, for INCONCLUSIVE its
-    kind (:data:`INCONCLUSIVE_KINDS`), and the rival it ruled out ('' when none was named)."""
+    """One claim's outcome: state (checked / failed / INCONCLUSIVE / NOT CHECKED), the line that says why, for
+    INCONCLUSIVE its kind (:data:`INCONCLUSIVE_KINDS`), and the rival it ruled out ('' when none was named)."""
 
     claim: str
     state: str

@@ -5,15 +5,16 @@ The device and the link are this machine's, measured in the same run: the "peak"
 efficiency the unsplit stack's compute-only step at each data-parallel share, alpha and beta the all-reduce fit.
 One layer's activations are counted on the unsplit layer (:class:`labkit.parallel.tensor.cost.SavedBytes`: the norm
 region stays whole under tensor parallelism, the rest is split t ways). Claims: the measured fastest layout is among
-the planner's top three (INCONCLUSIVE when the measured margin is too thin or the ranks too starved to tell), and
-memory per rank within a stated band.
+the planner's top three (NOT CHECKED when the measured margin is too thin to name a winner, INCONCLUSIVE when the
+ranks were too starved), and memory per rank within a stated band.
 """
 from __future__ import annotations
 
 import statistics
 
 from labkit.core.clock import paired_median
-from labkit.core.verdict import CHECKED, FAILED, INCONCLUSIVE, Load, Verdict, relative_spread
+from labkit.core.verdict import (BUSY_SHARE, CHECKED, FAILED, INCONCLUSIVE, LOAD, NOT_CHECKED, SPREAD, Load,
+                                 Verdict, relative_spread)
 from labkit.parallel.tensor.megatron import build_block
 from labkit.parallel.tensor.cost import SavedBytes
 from labkit.parallel.tensor.runs import layer_inputs
@@ -99,7 +100,7 @@ def winner_verdict(results: list[dict], rows: list[dict]) -> Verdict:
     rest = sorted((r for r in rows if r["predicted rank"] > TOP), key=lambda r: r["measured ms"])
     claim = f"the measured fastest layout is among the planner's top {TOP}"
     if not top or not rest:
-        return Verdict(claim, INCONCLUSIVE, f"the runs need layouts inside and outside the top {TOP} to compare")
+        return Verdict(claim, NOT_CHECKED, f"the runs need layouts inside and outside the top {TOP} to compare")
     inside, outside = _slowest(results, top[0]["layout"]), _slowest(results, rest[0]["layout"])
     margin = paired_median(outside, inside)                     # > 1: the planner's top three won
     load = Load.of_ranks(results, spread=relative_spread([a / b for a, b in zip(outside, inside)]))
@@ -108,7 +109,10 @@ def winner_verdict(results: list[dict], rows: list[dict]) -> Verdict:
               f"{TOP}, {top[0]['layout']}, is {margin:.2f}x the speed of the best other, {rest[0]['layout']}")
     if margin >= CLEAR_MARGIN:
         return Verdict(claim, CHECKED, detail)
-    if margin > 1 / CLEAR_MARGIN or load.busy:
-        why = f"margin under {CLEAR_MARGIN}x either way" if margin > 1 / CLEAR_MARGIN else load.reason()
-        return Verdict(claim, INCONCLUSIVE, f"{detail}; {why}")
+    if load.busy:
+        return Verdict(claim, INCONCLUSIVE, f"{detail}; {load.reason()}",
+                       kind=LOAD if load.worst_share < BUSY_SHARE else SPREAD)
+    if margin > 1 / CLEAR_MARGIN:           # quiet, and no clear winner happened: nothing to check (not the load)
+        return Verdict(claim, NOT_CHECKED, f"{detail}; no clear winner on this run (margin under {CLEAR_MARGIN}x "
+                                           "either way)")
     return Verdict(claim, FAILED, f"{detail}, on a quiet machine, with a clear margin")

@@ -51,6 +51,8 @@ def test_growth_and_agreement_of_estimates():
     assert noise_grows(_ns(20, 10), _ns(30, 10)).state == INCONCLUSIVE
     assert estimates_agree(_ns(30, 5), _ns(35, 5)).state == CHECKED
     assert estimates_agree(_ns(30, 1), _ns(60, 1)).state == FAILED
+    wide = estimates_agree(_ns(30, 20), _ns(35, 20))        # issue 51: 3 standard errors admit 'a factor of 2'
+    assert wide.state == INCONCLUSIVE and wide.kind == "statistics" and "a factor of 2 apart" in wide.detail
 
 
 def test_throughput_peak_loses_uses_the_load_and_needs_a_peak_above_b_crit():
