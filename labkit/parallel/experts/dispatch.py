@@ -8,6 +8,12 @@ each token's gate-weighted outputs. The row all-to-alls are
 ``torch.distributed.nn.functional.all_to_all_single``, which carries autograd: its backward is the all-to-all
 the other way, so forward and backward each send two. The router's gradient is each rank's part of the whole;
 ``sync_router_grads`` sums it, as data parallelism would.
+
+For comparison, :class:`TensorParallelExperts` places the same experts the other way over a group: every rank holds
+every expert, split by columns (``fc1``) and rows (``fc2``) as Megatron splits an MLP (Shoeybi et al. 2019,
+arXiv:1909.08053). The group's tokens are all-gathered in (an all-to-all of copies), and the partial outputs are
+summed back to their rank (an all-to-all of equal blocks, then a sum: gloo has no reduce-scatter).
+:mod:`labkit.cluster.ep_mesh` places both.
 """
 from __future__ import annotations
 
@@ -21,29 +27,32 @@ from labkit.core.timing import synchronize
 from labkit.parallel.experts.moe import MoE, MoEConfig, Routing, pack, route, run_experts, unpack
 
 
-def exchange(rows: torch.Tensor, send_splits: list[int], recv_splits: list[int]) -> torch.Tensor:
-    """The all-to-all the lesson is about: rows[i-th block] go to rank i; block j of the result came from rank j."""
+def exchange(rows: torch.Tensor, send_splits: list[int], recv_splits: list[int], group: object = None) -> torch.Tensor:
+    """The all-to-all the lesson is about: rows[i-th block] go to rank i; block j of the result came from rank j
+    (ranks of ``group``, the whole world when None)."""
     out = rows.new_empty(sum(recv_splits), rows.shape[1])
-    return dist_fn.all_to_all_single(out, rows, output_split_sizes=recv_splits, input_split_sizes=send_splits)
+    return dist_fn.all_to_all_single(out, rows, output_split_sizes=recv_splits, input_split_sizes=send_splits,
+                                     group=group or dist.group.WORLD)
 
 
-def exchange_counts(per_expert: torch.Tensor, ep: int) -> torch.Tensor:
+def exchange_counts(per_expert: torch.Tensor, ep: int, group: object = None) -> torch.Tensor:
     """Copies per expert (E,) out; (ep, E/ep) in: row j = what rank j sends for each of this rank's experts."""
     out = torch.empty_like(per_expert)
-    dist.all_to_all_single(out, per_expert.contiguous())                   # equal splits of E/ep counts each
+    dist.all_to_all_single(out, per_expert.contiguous(), group=group)       # equal splits of E/ep counts each
     return out.view(ep, -1)
 
 
 class ExpertParallelMoE(nn.Module):
     """This rank's part of an MoE: the whole router, experts ``first .. first + E/ep - 1``; input its tokens (T, h).
 
-    Each forward records, in ``self.last``, the split sizes it sent and received, the routing, and the seconds spent
-    in its experts and waiting in the combine (the straggler shows up there)."""
+    ``rank`` is this rank's index in ``group`` (the EP group of ``ep`` ranks; the whole world when None). Each forward
+    records, in ``self.last``, the split sizes it sent and received, the routing, and the seconds spent in its
+    experts and waiting in the combine (the straggler shows up there)."""
 
-    def __init__(self, reference: MoE, rank: int, ep: int) -> None:
+    def __init__(self, reference: MoE, rank: int, ep: int, group: object = None) -> None:
         super().__init__()
         self.config: MoEConfig = reference.config
-        self.rank, self.ep = rank, ep
+        self.rank, self.ep, self.group = rank, ep, group
         per_rank = self.config.experts_per_rank(ep)
         self.first = rank * per_rank
         self.router = _copy_linear(reference.router)
@@ -57,9 +66,9 @@ class ExpertParallelMoE(nn.Module):
         routing = route(self.router(x), self.config.top_k, self.config.capacity(tokens))
         rows, order, per_expert = pack(x, routing)
         send = per_expert.view(self.ep, -1).sum(1).tolist()         # copies for each rank's experts
-        incoming = exchange_counts(per_expert, self.ep)             # (ep, E/ep)
+        incoming = exchange_counts(per_expert, self.ep, self.group)     # (ep, E/ep)
         recv = incoming.sum(1).tolist()
-        arrived = exchange(rows, send, recv)                        # dispatch: rows grouped by source rank
+        arrived = exchange(rows, send, recv, self.group)            # dispatch: rows grouped by source rank
         synchronize(x.device)                                       # a clock read means done, not launched (GPU)
         start = now_s()
         by_expert = _source_to_expert_order(incoming)
@@ -68,7 +77,7 @@ class ExpertParallelMoE(nn.Module):
         synchronize(x.device)
         expert_s = now_s() - start
         start = now_s()
-        returned = exchange(computed, recv, send)                   # combine: outputs back to their tokens' ranks
+        returned = exchange(computed, recv, send, self.group)       # combine: outputs back to their tokens' ranks
         synchronize(x.device)
         self.last = {"send": send, "recv": recv, "routing": routing, "received_per_expert": incoming.sum(0).tolist(),
                      "expert_s": expert_s, "combine_s": now_s() - start}
@@ -84,6 +93,39 @@ class ExpertParallelMoE(nn.Module):
         for p in self.router.parameters():
             if p.grad is not None:
                 dist.all_reduce(p.grad)
+
+
+class TensorParallelExperts(nn.Module):
+    """Every expert on every rank of ``group`` (``tp`` ranks; the world when None), split by columns and rows: this
+    rank holds ``fc1``'s output columns and ``fc2``'s input columns ``index * ffn/tp`` on, ``fc2``'s bias on index 0
+    only. Input: this rank's tokens (T, h); every rank of the group holds T tokens. Each rank's tokens are one routing
+    group, as under EP, so both placements compute the same layer."""
+
+    def __init__(self, reference: MoE, index: int, tp: int, group: object = None) -> None:
+        super().__init__()
+        self.config: MoEConfig = reference.config
+        if self.config.ffn % tp:
+            raise ValueError(f"the expert FFN width {self.config.ffn} does not split evenly over {tp} ranks")
+        self.index, self.tp, self.group = index, tp, group
+        self.router = _copy_linear(reference.router)
+        width = self.config.ffn // tp
+        self.experts = nn.ModuleList(_split_expert(e, slice(index * width, (index + 1) * width), index == 0)
+                                     for e in reference.experts)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """x: (T, h) this rank's tokens -> (T, h)."""
+        tokens = x.shape[0]
+        blocks = [tokens] * self.tp                                 # block j: rank j's tokens (in), its sums (out)
+        # all-gather as an all-to-all of x to every rank: torch's autograd all_gather on gloo scatters from a
+        # group-local rank as if global, and fails on a subgroup; this one's backward sums the copies' gradients
+        gathered = exchange(x.repeat(self.tp, 1), blocks, blocks, self.group)      # (tp*T, h), rank order
+        capacity, partial = self.config.capacity(tokens), []
+        for xg in gathered.split(tokens):                           # rank j's tokens: one routing group
+            routing = route(self.router(xg), self.config.top_k, capacity)
+            rows, order, per_expert = pack(xg, routing)
+            partial.append(unpack(run_experts(self.experts, rows, per_expert.tolist()), order, routing, tokens))
+        mine = exchange(torch.cat(partial), blocks, blocks, self.group)     # (tp*T, h): every rank's part of mine
+        return mine.view(self.tp, tokens, -1).sum(0)
 
 
 def _source_to_expert_order(incoming: torch.Tensor) -> torch.Tensor:
@@ -105,3 +147,17 @@ def _copy_expert(expert: nn.Module, config: MoEConfig) -> nn.Module:
     out.load_state_dict(expert.state_dict())
     return out
 
+
+
+def _split_expert(expert: nn.Module, columns: slice, with_bias: bool) -> nn.Module:
+    """An expert's column/row part: fc1's rows ``columns`` (its output features), fc2's input columns ``columns``."""
+    out = type(expert)(expert.fc1.in_features, columns.stop - columns.start)
+    with torch.no_grad():
+        out.fc1.weight.copy_(expert.fc1.weight[columns])
+        out.fc1.bias.copy_(expert.fc1.bias[columns])
+        out.fc2.weight.copy_(expert.fc2.weight[:, columns])
+        if with_bias:
+            out.fc2.bias.copy_(expert.fc2.bias)
+        else:
+            out.fc2.bias = None                                     # added once, on the group's first rank
+    return out

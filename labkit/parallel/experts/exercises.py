@@ -1,8 +1,10 @@
 """Checked exercises for notebook 15 (experts across ranks): the token-copies each expert computes under a capacity
-factor, and the all-to-all bytes one rank sends per layer.
+factor, the all-to-all bytes one rank sends per layer, and which placement crosses the slow link less.
 
-References: the capacity rule of :class:`labkit.parallel.experts.moe.MoEConfig` and the byte count of
-:func:`labkit.parallel.experts.traffic.counted_bytes`, the ones the notebook's runs are checked with.
+References: the capacity rule of :class:`labkit.parallel.experts.moe.MoEConfig`, the byte count of
+:func:`labkit.parallel.experts.traffic.counted_bytes` and the per-layer formulas of
+:func:`labkit.parallel.experts.traffic.ep_bytes_per_layer` (EP) and :mod:`labkit.cluster.ep_mesh` (TP on the experts),
+generalised to groups that span some of a cluster's nodes: the ones the notebook's runs are checked with.
 """
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ import random
 
 from labkit.core.exercises import Exercise, Mistake
 from labkit.parallel.experts.moe import MoEConfig
-from labkit.parallel.experts.traffic import counted_bytes
+from labkit.parallel.experts.traffic import ALL_TO_ALLS_PER_LAYER, counted_bytes
 
 
 # ------------------------------------------------------------------------------- tokens per expert under capacity
@@ -126,3 +128,72 @@ A2A_BYTES = Exercise(
     "forward: dispatch sends the rows for other ranks (send_splits, less your own), combine sends back what others "
     "sent you (recv_splits, less your own); backward repeats both; x hidden x bytes per element",
     rel_tol=0.0)
+
+
+# ------------------------------------------------------------------------ which placement crosses the slow link less
+def slow_link_bytes_reference(kind: str, degree: int, nodes_spanned: int, ranks_per_node: int, tokens: int,
+                              top_k: int, hidden: int, bytes_per_element: int) -> float:
+    """Bytes one node sends over its link per MoE layer (forward + backward) when the experts are placed over groups
+    of ``degree`` ranks, each group spread evenly over ``nodes_spanned`` nodes; every rank holds ``tokens`` tokens.
+
+    ``kind="ep"``: experts whole; a copy's expert is on another node with probability 1 - 1/nodes_spanned.
+    ``kind="tp"``: every expert split over the group; a rank's tokens go to every rank of the group, and as many
+    partial sums come back, so degree x (1 - 1/nodes_spanned) copies of each token cross. Two collectives forward,
+    two backward."""
+    away = 1 - 1 / nodes_spanned                                 # the group's ranks on other nodes, as a share
+    rows = tokens * top_k * away if kind == "ep" else tokens * degree * away
+    return ranks_per_node * ALL_TO_ALLS_PER_LAYER * rows * hidden * bytes_per_element
+
+
+def slow_link_cases_for(kind: str, degree: int, nodes_spanned: int, ranks_per_node: int, tokens: int, top_k: int,
+                        hidden: int, bytes_per_element: int = 4) -> list[dict]:
+    """This notebook's placement first (the check cell prints what its eth0 counted), then random ones."""
+    return [{"kind": kind, "degree": degree, "nodes_spanned": nodes_spanned, "ranks_per_node": ranks_per_node,
+             "tokens": tokens, "top_k": top_k, "hidden": hidden, "bytes_per_element": bytes_per_element}] + \
+        _slow_link_cases()
+
+
+def _slow_link_cases(seed: int = 57) -> list[dict]:
+    """Random clusters; the first two always tell every planted mistake apart (TP with k > 1 and a group with
+    several ranks per node; EP over 8 ranks on 2 or 4 nodes)."""
+    rng = random.Random(seed)
+    shapes = [("tp", 4, 2, 4, rng.choice([2, 4, 8])), ("ep", 8, rng.choice([2, 4]), 8, rng.choice([2, 4, 8]))]
+    for _ in range(4):
+        degree = rng.choice([2, 4, 8])
+        spanned = rng.choice([d for d in (1, 2, 4, 8) if degree % d == 0])
+        shapes.append((rng.choice(["ep", "tp"]), degree, spanned, degree // spanned * rng.choice([1, 2]),
+                       rng.choice([1, 2, 4, 8])))
+    return [{"kind": kind, "degree": degree, "nodes_spanned": spanned, "ranks_per_node": per_node,
+             "tokens": rng.choice([512, 1024, 4096]), "top_k": k, "hidden": rng.choice([1024, 4096, 7168]),
+             "bytes_per_element": rng.choice([2, 4])} for kind, degree, spanned, per_node, k in shapes]
+
+
+def _rank_share(kind: str, degree: int, nodes_spanned: int, ranks_per_node: int, tokens: int, top_k: int,
+                hidden: int, bytes_per_element: int) -> float:
+    away = (degree - 1) / degree
+    rows = tokens * top_k * away if kind == "ep" else tokens * (degree - 1)
+    return ranks_per_node * ALL_TO_ALLS_PER_LAYER * rows * hidden * bytes_per_element
+
+
+def _tp_per_copy(kind: str, degree: int, nodes_spanned: int, ranks_per_node: int, tokens: int, top_k: int,
+                 hidden: int, bytes_per_element: int) -> float:
+    away = 1 - 1 / nodes_spanned
+    rows = tokens * top_k * away * (1 if kind == "ep" else degree)
+    return ranks_per_node * ALL_TO_ALLS_PER_LAYER * rows * hidden * bytes_per_element
+
+
+SLOW_LINK = Exercise(
+    "moe_slow_link_bytes", "bytes one node sends over the slow link per MoE layer (forward + backward): experts "
+    "placed whole (EP) or split by columns and rows (TP) over groups spread over some of the nodes",
+    slow_link_bytes_reference, _slow_link_cases,
+    (Mistake("rank_share", _rank_share, "a copy sent to another rank of the same node never touches the link: the "
+             "share that crosses is the group's ranks on other nodes, 1 - 1/nodes_spanned, not (degree - 1)/degree"),
+     Mistake("tp_per_copy", _tp_per_copy, "TP moves each token, not each copy: every rank of the group needs the "
+             "token's rows once whatever k is, so TP's bytes do not grow with top_k (EP's do)"),
+     Mistake("forward_only", lambda **case: slow_link_bytes_reference(**case) / 2,
+             "backward sends too: each collective's backward is the same exchange the other way (four per layer)"),
+     Mistake("one_rank", lambda **case: slow_link_bytes_reference(**case) / case["ranks_per_node"],
+             "every rank of the node sends its own tokens' share: multiply by ranks_per_node")),
+    "EP: ranks_per_node x 4 x tokens x k x (1 - 1/nodes_spanned) x hidden x bytes; TP: the same with degree in "
+    "place of k. EP crosses less when k < degree",
+    rel_tol=1e-9)
