@@ -1,5 +1,6 @@
 """Checked exercises for notebook 17 (communication hidden behind compute): the exposed communication of a step
-from its buckets' ready times and all-reduce times, and DDP's bucket assignment.
+from its buckets' ready times and all-reduce times, and DDP's bucket assignment; the overlapping all-reduce hook, judged
+on live ranks, lives in :mod:`labkit.parallel.overlap.hook_exercise` (``OVERLAP_HOOK``, re-exported here).
 
 References: the bucket schedule (:func:`labkit.parallel.overlap.exposed.schedule_buckets`) and the hand-written
 sync's buckets (:func:`labkit.parallel.overlap.grad_sync.assign_buckets`). The first case of the exposed-time
@@ -13,6 +14,7 @@ from typing import Mapping, Sequence
 from labkit.core.exercises import Exercise, Mistake
 from labkit.parallel.overlap.exposed import schedule_buckets
 from labkit.parallel.overlap.grad_sync import assign_buckets
+from labkit.parallel.overlap.hook_exercise import OVERLAP_HOOK  # noqa: F401 - the notebook's ex.OVERLAP_HOOK
 
 
 def exposed_reference(ready_ms: list[float], comm_ms: list[float], backward_ms: float) -> float:
