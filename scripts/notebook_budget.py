@@ -63,6 +63,13 @@ def cuda_only_pss_bytes(smaps: str) -> int:
     return total
 
 
+def _short_cmdline(proc: psutil.Process) -> str:
+    try:
+        return " ".join(proc.cmdline())[-60:]
+    except psutil.Error:
+        return "?"
+
+
 class TreeMemory:
     """The kernel's process tree, sampled: PSS, anonymous PSS and PSS less the CUDA-only libraries (bytes)."""
 
@@ -81,25 +88,28 @@ class TreeMemory:
         return value
 
     def sample(self) -> tuple[int, int, int]:
-        """(PSS, anonymous PSS, CPU-wheel PSS) of every process below this one, now."""
+        """(PSS, anonymous PSS, CPU-wheel PSS) of every process below this one, now; ``self.last`` keeps who held
+        it (pid, short command line, PSS) for the report of the peak."""
         pss = anon = cuda = 0
+        self.last: list[tuple[int, str, int]] = []
         for child in psutil.Process().children(recursive=True):
             p, a = _pss_bytes(child.pid)
             pss, anon, cuda = pss + p, anon + a, cuda + (self._cuda_only(child.pid, p) if p else 0)
+            self.last.append((child.pid, _short_cmdline(child), p))
         return pss, anon, pss - cuda
 
 
 def run_notebook(path: Path, timeout_s: int = 900) -> dict:
     """Execute one notebook in a fresh kernel; return seconds, peak PSS and its anonymous part (bytes)."""
     nb = nbformat.read(path, as_version=4)
-    peak = {"pss": 0, "anon": 0, "cpu_wheel": 0, "cell": None}
+    peak = {"pss": 0, "anon": 0, "cpu_wheel": 0, "cell": None, "who": []}
     done, tree, running, cell_s = threading.Event(), TreeMemory(), {"cell": None, "since": 0.0}, {}
 
     def sample() -> None:
         while not done.is_set():
             pss, anon, cpu_wheel = tree.sample()
             if cpu_wheel > peak["cpu_wheel"]:
-                peak["cell"] = running["cell"]
+                peak["cell"], peak["who"] = running["cell"], sorted(tree.last, key=lambda t: -t[2])
             for key, value in (("pss", pss), ("anon", anon), ("cpu_wheel", cpu_wheel)):
                 peak[key] = max(peak[key], value)
             time.sleep(0.3)
@@ -123,6 +133,7 @@ def run_notebook(path: Path, timeout_s: int = 900) -> dict:
     return {"notebook": path.name, "seconds": now_s() - start,
             "peak_pss_bytes": peak["pss"], "peak_anon_bytes": peak["anon"],
             "peak_cpu_wheel_pss_bytes": peak["cpu_wheel"], "peak_cell": peak["cell"], "error": error,
+            "peak_processes": peak["who"],
             "slowest_cells": sorted(cell_s.items(), key=lambda kv: -kv[1])[:3]}
 
 
@@ -141,6 +152,7 @@ def main() -> None:
     parser.add_argument("--markdown", action="store_true", help="print README table rows")
     parser.add_argument("--cgroup-mib", type=int, default=None, help="run each notebook under this memory limit")
     parser.add_argument("--repeat", type=int, default=1, help="runs per notebook")
+    parser.add_argument("--who", action="store_true", help="list the processes that held the peak")
     args = parser.parse_args()
     if args.repeat < 1 or (args.cgroup_mib is not None and args.cgroup_mib < 64):
         parser.error("--repeat must be >= 1 and --cgroup-mib >= 64")
@@ -159,6 +171,9 @@ def main() -> None:
                   f"{r['peak_anon_bytes'] / mib:,.0f} MiB (peak in cell {r['peak_cell']}); slowest cells "
                   f"{', '.join(f'{i}: {t:.0f} s' for i, t in r['slowest_cells'])}{group}; {r['error'] or 'ok'}",
                   flush=True)
+        if args.who:
+            for pid, cmd, pss in r["peak_processes"]:
+                print(f"    {pss / mib:7,.0f} MiB  pid {pid}  {cmd}", flush=True)
 
 
 if __name__ == "__main__":
