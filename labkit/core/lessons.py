@@ -99,7 +99,9 @@ class LessonLog:
     def _record(self, claim: str, detail: str = "", rival: str = "") -> None:
         if claim not in self.checked:
             self.checked.append(claim)
-            print(f"\u2713 {claim}" + (f" ({detail})" if detail else ""))     # a passing check says what it showed
+            said = detail if not rival or rival in detail else f"{detail}; rules out {rival}" if detail else \
+                f"rules out {rival}"
+            print(f"\u2713 {claim}" + (f" ({said})" if said else ""))           # a passing check says what it showed
         if rival:
             self.rivals[claim] = rival
         self.not_checked_reasons.pop(claim, None)

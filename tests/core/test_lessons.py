@@ -223,3 +223,12 @@ def test_paired_rounds_that_straddle_the_band_are_inconclusive_for_spread_and_ba
         Verdict("x", "INCONCLUSIVE", "why", kind="bad luck")
     with pytest.raises(ValueError, match="INCONCLUSIVE kind"):
         LessonLog("nb").inconclusive("x", "why", kind="bad luck")
+
+
+def test_a_passing_check_prints_the_rival_it_ruled_out(capsys):
+    log = LessonLog("05")
+    log.check("the bubble follows (p-1)/(m+p-1)", True, "measured 0.38", rival="(p-1)/m = 0.5")
+    log.check("already said", True, "measured 1; rules out none = 2", rival="none = 2")
+    out = capsys.readouterr().out
+    assert "\u2713 the bubble follows (p-1)/(m+p-1) (measured 0.38; rules out (p-1)/m = 0.5)" in out
+    assert out.count("rules out none = 2") == 1

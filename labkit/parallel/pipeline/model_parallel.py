@@ -102,8 +102,8 @@ def recommend_parallelism(model_state_bytes: int, device_memory_bytes: int, t_co
         p = -(-model_state_bytes // device_memory_bytes)            # ceil: stages needed to fit
         m = micro_batches_for_bubble(p, max_bubble)
         return Recommendation("model parallel (pipeline)",
-                              f"training state {model_state_bytes / 1e6:.1f} MB > device "
-                              f"{device_memory_bytes / 1e6:.1f} MB: split into >= {p} stages and use >= {m} "
+                              f"training state {model_state_bytes / 2**20:.1f} MiB > device "
+                              f"{device_memory_bytes / 2**20:.1f} MiB: split into >= {p} stages and use >= {m} "
                               f"micro-batches to keep the bubble <= {100 * max_bubble:.0f}%")
     sync_ms, spare_ms = 1e3 * t_sync_s, 1e3 * (world_size - 1) * t_comp_s      # T_sync vs T_comp
     if world_size > 1 and pays_off(t_comp_s, t_sync_s, world_size):

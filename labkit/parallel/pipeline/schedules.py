@@ -216,11 +216,12 @@ class ScheduleRun:
     loss_over_m: bool = False
     posts: list[Post] = field(default_factory=list)
     makespans_s: tuple[float, ...] = ()     # every timed repeat's makespan, the kept one included
+    rounds: tuple[tuple[list[Span], list[Post]], ...] = ()   # every timed repeat's (spans, posts), all ranks
 
 
 def _merge(run: dict, per_rank: list[dict]) -> ScheduleRun:
     """Pick the repeat with the shortest makespan over all ranks (other work only ever stretches a run); keep every
-    repeat's makespan, whose spread says how disturbed the steps were."""
+    repeat's makespan, whose spread says how disturbed the steps were, and its actions, for paired replays."""
     n = len(per_rank[0]["repeats"])
     makespans = [makespan_s([s for r in per_rank for s in r["repeats"][i]["spans"]]) for i in range(n)]
     best = min(range(n), key=makespans.__getitem__)
@@ -232,7 +233,9 @@ def _merge(run: dict, per_rank: list[dict]) -> ScheduleRun:
                        {r["rank"]: rep["cpu_share"] for r, rep in zip(per_rank, reps)},
                        max(r.get("loss_error", 0.0) for r in per_rank), max(r["grad_error"] for r in per_rank),
                        max(r["grad_ratio"] for r in per_rank), run.get("scale_grads", True),
-                       bool(run.get("loss_over_m")), [p for rep in reps for p in rep["posts"]], tuple(makespans))
+                       bool(run.get("loss_over_m")), [p for rep in reps for p in rep["posts"]], tuple(makespans),
+                       tuple(([s for r in per_rank for s in r["repeats"][i]["spans"]],
+                              [p for r in per_rank for p in r["repeats"][i]["posts"]]) for i in range(n)))
 
 
 def run_schedules(runs: list[dict], cfg: PipeConfig | None = None, *, ranks: int = 2, repeats: int = 2,

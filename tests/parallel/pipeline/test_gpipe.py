@@ -65,3 +65,69 @@ def test_micro_batches_must_divide_the_batch_before_anything_launches():
         pl.launch_pipeline((0,), batch=8)
     with pytest.raises(ValueError, match=r"^micro_batches must be an integer >= 1, got 0$"):
         pl.simulate_gpipe([1.0], [1.0], 0)
+
+
+# ---------------------------------------------------------------------------- the lessons' verdicts (issue 51)
+def _repeats(m, jitter=(1.0, 1.06, 0.96, 1.03), delay=0.1, backward=2.0):
+    """Simulated repeats of a GPipe step, each as if measured (cpu_s = duration): every action slowed by ``jitter`` in
+    each repeat (noise), ``delay``: every message's hop, ``backward``: stage 1's backward time."""
+    out = []
+    for k in jitter:
+        spans = pl.simulate_gpipe([k, k], [2 * k, backward * k], m)
+        spans = [Span(s.rank, s.stage, s.kind, s.micro_batch, s.start_s, s.end_s, s.end_s - s.start_s) for s in spans]
+        if delay:
+            spans = sim.replay(spans, hop_s=delay)
+        out.append(spans)
+    return out
+
+
+def test_least_disturbed_is_the_shortest_makespan():
+    fast, slow = _repeats(2, jitter=(1.0, 1.5))
+    assert pl.least_disturbed([slow, fast]) is fast
+    with pytest.raises(ValueError, match="at least one repeat"):
+        pl.least_disturbed([])
+
+
+def test_bubble_formula_passes_when_true_and_rejects_its_rival():
+    verdict = pl.judge_bubble_formula(_repeats(2))
+    assert verdict.state == "checked" and verdict.rival == "(p-1)/m" and "rules out (p-1)/m = 0.5" in verdict.detail
+
+
+def test_bubble_formula_fails_when_the_bubble_is_its_rival():
+    """Two micro-batches that never overlap (stage 1 starts once stage 0 is done): the bubble is (p-1)/m = 0.5."""
+    order = [(0, "F", 0, 0, 1), (0, "F", 1, 1, 2), (1, "F", 0, 2, 3), (1, "F", 1, 3, 4), (1, "B", 1, 4, 6),
+             (1, "B", 0, 6, 8), (0, "B", 1, 8, 10), (0, "B", 0, 10, 12)]
+    rival_true = [[Span(r, r, k, i, a * f, b * f, (b - a) * f) for r, k, i, a, b in order] for f in (1.0, 1.01, 0.99)]
+    assert pl.repeat_bubbles(rival_true)[0] == pytest.approx(0.5)
+    assert pl.judge_bubble_formula(rival_true).state == "failed"
+
+
+def test_bubble_formula_fails_when_slow_messages_push_it_to_the_rival():
+    """Messages that wait as long as a forward: the band must widen to explain them, and then holds the rival."""
+    verdict = pl.judge_bubble_formula(_repeats(2, delay=1.0))
+    assert verdict.state == "failed" and "cannot tell" in verdict.detail
+
+
+def test_naive_split_idles_half_and_micro_batches_shrink_it():
+    naive, piped = _repeats(1), _repeats(4)
+    assert pl.judge_naive_idles(naive).state == "checked"
+    shrink = pl.judge_micro_batches_shrink(naive, piped)
+    assert shrink.state == "checked" and shrink.rival.startswith("micro-batches change nothing")
+
+
+def test_micro_batches_that_change_nothing_fail():
+    naive = _repeats(1)
+    assert pl.judge_micro_batches_shrink(naive, naive).state == "failed"
+
+
+def test_a_naive_split_whose_stages_overlap_fails():
+    """Rival true: both stages busy at once (bubble about 5%, as if they overlapped)."""
+    overlapped = [[Span(r, r, "F", 0, 0.0, 1.0, 1.0) for r in (0, 1)]
+                  + [Span(r, r, "B", 0, 1.1, 2.1, 1.0) for r in (0, 1)] for _ in range(4)]
+    assert pl.judge_naive_idles(overlapped).state == "failed"
+
+
+def test_message_share_is_what_the_hops_add():
+    bare = _repeats(2, delay=0.0)[0]
+    slow = _repeats(2, delay=0.5)[0]
+    assert abs(pl.message_share(bare)) < 1e-9 and pl.message_share(slow) > 0.05

@@ -62,3 +62,25 @@ def test_a_step_stretched_between_actions_shows_in_the_repeats_makespans():
     assert report.run_load(steady).spread < 0.05 and not report.run_load(steady).busy
     paused = ScheduleRun(**{**vars(steady), "makespans_s": (10.0, 14.0, 10.1, 13.0)})
     assert report.run_load(paused).spread > 0.25 and report.run_load(paused).busy
+
+
+def _with_gaps(run: ScheduleRun, hop_s: float, gap_s: float) -> ScheduleRun:
+    """The same step as if every message took hop_s and every action waited gap_s of host time: two repeats."""
+    spans = sim.replay(run.spans, hop_s, gap_s)
+    late = [sim.Span(s.rank, s.stage, s.kind, s.micro_batch, s.start_s + 100, s.end_s + 100, s.cpu_s) for s in spans]
+    return ScheduleRun(**{**vars(run), "spans": spans, "rounds": ((spans, []), (late, []))})
+
+
+def test_replay_of_each_repeat_reproduces_its_live_makespan_and_rejects_the_bare_replay():
+    run = _with_gaps(gpipe_run(m=4, p=2), hop_s=1.0, gap_s=0.5)
+    rounds = report.replay_rounds(run)
+    assert len(rounds) == 2 and all(live == pytest.approx(replayed) and replayed > bare for live, replayed, bare in rounds)
+    verdict = report.judge_replay(run)
+    assert verdict.state == "checked" and "rules out the replay of the action times alone" in verdict.detail
+
+
+def test_replay_claim_fails_when_the_bare_replay_explains_the_run_as_well():
+    """Rival true: no host gaps or hops at all, so the replay of the action times alone is the live makespan."""
+    verdict = report.judge_replay(gpipe_run(m=4, p=2))
+    assert verdict.state == "failed" and "cannot tell" in verdict.detail
+

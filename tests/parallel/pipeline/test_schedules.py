@@ -69,6 +69,7 @@ def test_real_schedules_equal_one_process_and_send_what_their_placement_needs(li
             run.messages, name
         assert len(run.spans) >= 2 * 4 * 2 * run.stages_per_rank            # F and B (or I and W) per mb per stage
         assert run.makespans_s == (sim.makespan_s(run.spans),)              # one timed repeat: the one kept
+        assert len(run.rounds) == 1 and run.rounds[0] == (run.spans, run.posts)   # every repeat kept, for replays
     assert main["Schedule1F1B"].messages == 2 * 4 * 1
     if "ScheduleZBVZeroBubble" in main:
         assert main["ScheduleZBVZeroBubble"].rank_stages == {0: [0, 3], 1: [1, 2]}
