@@ -80,13 +80,13 @@ def _title(model, cluster, device) -> str:  # noqa: ANN001 - specs imported lazi
 
 def table_columns() -> list[tuple]:
     """The table's columns: the layout, fit, memory, the step time and every term it sums (they add up)."""
-    return [("layout", "layout", str), ("fits", "fits", str), ("memory_GiB", "GiB/rank", fmt(".1f")),
-            ("step_s", "step s", fmt(".3g"))] + [(f"{term} s", header, fmt(".3g")) for term, header in TIME_COLUMNS]
+    return [("layout", "layout", str), ("group", "group", str), ("fits", "fits", str),
+            ("memory_GiB", "GiB/rank", fmt(".1f")), ("step_s", "step s", fmt(".3g")), ("MFU", "MFU", fmt(".0%"))] + [(f"{term} s", header, fmt(".3g")) for term, header in TIME_COLUMNS]
 
 
 def run(args: argparse.Namespace) -> int:
     """Plan, print the top layouts (or JSON) and the reason the first wins; exit 1 when nothing fits."""
-    from labkit.plan.planner import plan, why_it_wins
+    from labkit.plan.planner import plan, top_group, why_it_wins
     from labkit.plan.specs import ClusterSpec, DeviceSpec
 
     model = _model(args)
@@ -96,9 +96,14 @@ def run(args: argparse.Namespace) -> int:
     ranked = plan(model, device, cluster, tuple(args.micro_batches), max_cp=args.max_cp,
                   uneven_stages=args.uneven_stages)
     reason = why_it_wins(ranked)
-    rows = [p.row() for p in ranked[:args.top]]
+    group = {id(p) for p in top_group(ranked)}
+    rows = [{**p.row(), "group": "top" if id(p) in group else "",
+             "MFU": model.step_flops() / (p.step_s * cluster.world_size * device.peak_flops_per_s)}
+            for p in ranked[:args.top]]
     if args.json:
-        print_json(jsonable({"model": model, "device": device.name, "reason": reason, "layouts": rows}))
+        print_json(jsonable({"model": model, "device": device.name, "efficiency": device.efficiency,
+                             "reason": reason, "top_group": [p.layout.label() for p in top_group(ranked)],
+                             "layouts": rows}))
     else:
         print(format_table(rows, table_columns(), title=_title(model, cluster, device)))
         print(reason)
@@ -112,8 +117,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                               "splits the model (GQA, SwiGLU, untied embeddings and a mixture of experts can be "
                               "described) over the cluster; predict memory per rank (parameters, gradients, optimizer "
                               "state, activations: ZeRO and Korthikanti et al. 2022; experts divided by ep) and step "
-                              "time (FLOPs of the active parameters at peak x efficiency, alpha-beta collectives and "
-                              "all-to-alls, the 1F1B bubble); print the fastest that fit, every time term a column. "
+                              "time (each GEMM at its shape's rate, element-wise work at memory bandwidth, alpha-beta "
+                              "collectives and all-to-alls, the 1F1B / interleaved / ZB-H1 bubble); print the "
+                              "fastest that fit, every time term a column, the top group (within 10 %%, a tie) "
+                              "marked. "
                               "Exit status 1 when nothing fits.",
                   examples=["labkit plan --preset 7b --nodes 1",
                             "labkit plan --preset 70b --nodes 4 --inter-gb-s 50 --top 5",
@@ -136,8 +143,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--gpu", default="NVIDIA H100 SXM", help="a GPU of the kit's peak table (default H100 SXM)")
     p.add_argument("--memory-gib", type=positive_float, default=80.0, help="memory per GPU (default 80)")
     p.add_argument("--dtype", choices=("bf16", "fp16", "tf32", "fp32"), default="bf16", help="math mode (default bf16)")
-    p.add_argument("--efficiency", type=positive_float, default=0.4,
-                   help="fraction of the peak a training step reaches, measured (default 0.4)")
+    p.add_argument("--efficiency", type=positive_float, default=None,
+                   help="fraction of the peak a large GEMM reaches (default: the GPU's cited measured rate, "
+                        "labkit.plan.rates.MAMF, else 0.4); smaller GEMMs are derated by their shape")
     p.add_argument("--gpus-per-node", type=positive_int_arg, default=8, help="GPUs per node (default 8)")
     p.add_argument("--nodes", type=positive_int_arg, default=1, help="nodes (default 1)")
     p.add_argument("--intra-alpha-us", type=positive_float, default=5.0, help="intra-node latency, us (default 5)")

@@ -5,48 +5,58 @@ The device and the link are this machine's, measured in the same run: the "peak"
 efficiency the unsplit stack's compute-only step at each data-parallel share, alpha and beta the all-reduce fit.
 One layer's activations are counted on the unsplit layer (:class:`labkit.parallel.tensor.cost.SavedBytes`: the norm
 region stays whole under tensor parallelism, the rest is split t ways). Claims: the measured fastest layout is among
-the planner's top three (NOT CHECKED when the measured margin is too thin to name a winner, INCONCLUSIVE when the
-ranks were too starved), and memory per rank within a stated band.
+the planner's top three (NOT CHECKED when the measured margin is too thin to name a winner on a quiet run,
+INCONCLUSIVE with its kind when the ranks were starved or noisy enough to explain the miss, failed otherwise), and
+memory per rank within a stated band, per axis, each axis's rival memory model rejected (:func:`axis_memory_checks`).
 """
 from __future__ import annotations
 
 import statistics
+from dataclasses import replace
 
 from labkit.core.clock import paired_median
 from labkit.core.verdict import (BUSY_SHARE, CHECKED, FAILED, INCONCLUSIVE, LOAD, NOT_CHECKED, SPREAD, Load,
                                  Verdict, relative_spread)
-from labkit.parallel.tensor.megatron import build_block
+from labkit.parallel.tensor.megatron import LayerShape, build_block
 from labkit.parallel.tensor.cost import SavedBytes
 from labkit.parallel.tensor.runs import layer_inputs
 from labkit.plan.planner import Prediction, predict
-from labkit.plan.runnable import TOP, machine_specs
+from labkit.plan.runnable import AXES, TOP, compute_share, layout_axes, machine_specs
 from labkit.plan.score_runs import ScoreConfig
-from labkit.plan.specs import Layout
+from labkit.plan.specs import Layout, memory_terms
 
 STATE_BAND = 0.05          # parameters + gradients + optimizer state: counted, so within 5%
 ACTIVATION_BAND = 0.35     # saved activations: the layer count misses the stack's hand-offs between layers
 CLEAR_MARGIN = 1.15        # the measured winner must beat the next layout by this (paired) to count as clear
 
 
-def layer_regions(cfg: ScoreConfig, micro_batch: int) -> dict[str, int]:
-    """Bytes one unsplit layer saves at ``micro_batch`` sequences: {'norm': ..., 'split': ...}."""
-    block = build_block(cfg.shape(micro_batch))
+def layer_regions(cfg: ScoreConfig, micro_batch: int, cp: int = 1) -> dict[str, int]:
+    """Bytes one unsplit layer saves at ``micro_batch`` sequences of seq_len / ``cp`` tokens (a cp rank's share):
+    {'norm': ..., 'split': ...}."""
+    shape = LayerShape(cfg.d_model, cfg.heads, cfg.seq_len // cp, micro_batch)
+    block = build_block(shape)
     saved = SavedBytes(block, [block.ln1, block.ln2])
     with saved.recording():
-        block(layer_inputs(cfg.shape(micro_batch))[0])
+        block(layer_inputs(shape)[0])
     return saved.totals()
 
 
 def predictions(results: list[dict], cfg: ScoreConfig, layouts: list[Layout]) -> list[Prediction]:
-    """The planner's prediction of each layout run, on this machine's measured specs."""
+    """The planner's prediction of each layout run, on this machine's measured specs (the efficiency at the layout's
+    compute share), one layer's activations counted on the unsplit layer at a cp rank's tokens."""
     out = []
     for lay in layouts:
-        model, device, cluster = machine_specs(results, cfg, lay.dp)
-        regions = layer_regions(cfg, lay.micro_batch)
-        per_layer = regions["norm"] + regions["split"] / lay.tp
-        out.append(predict(model, device, cluster, lay, layer_bytes=per_layer,
-                           layer_input_bytes=4 * lay.micro_batch * cfg.seq_len * cfg.d_model))
+        model, device, cluster = machine_specs(results, cfg, compute_share(lay))
+        out.append(predict(model, device, cluster, lay, **_layer_bytes(cfg, lay)))
     return out
+
+
+def _layer_bytes(cfg: ScoreConfig, lay: Layout, cp: int | None = None) -> dict[str, float]:
+    """One layer's saved activations and its input on a rank of ``lay`` (at seq_len / ``cp`` tokens; lay.cp's)."""
+    cp = lay.cp if cp is None else cp
+    regions = layer_regions(cfg, lay.micro_batch, cp)
+    return {"layer_bytes": regions["norm"] + regions["split"] / lay.tp,
+            "layer_input_bytes": 4 * lay.micro_batch * cfg.seq_len // cp * cfg.d_model}
 
 
 def layouts_run(results: list[dict]) -> list[Layout]:
@@ -66,24 +76,43 @@ def _slowest(results: list[dict], name: str) -> list[float]:
 
 
 def score_rows(results: list[dict], preds: list[Prediction]) -> list[dict]:
-    """Per layout: predicted rank (in the planner's ranking of the space it chose from), step ms and memory MiB (model state, activations) beside measured, with errors."""
+    """Per layout: the axes it uses, predicted rank (in the planner's ranking of the space it chose from), step ms
+    and memory MiB (model state, activations: each the busiest rank's) beside measured, with errors."""
     by_step = sorted(preds, key=lambda p: p.step_s)
     ranking = results[0].get("ranking") or [p.layout.label() for p in by_step]   # the planner's, when it chose
     rows = []
     for p in preds:
         name = p.layout.label()
-        mem = max((r["memory"][name] for r in results), key=lambda m: m["params"] + m["grads"] + m["optimizer"])
-        state = mem["params"] + mem["grads"] + mem["optimizer"]
+        state = max(m["params"] + m["grads"] + m["optimizer"] for m in (r["memory"][name] for r in results))
+        activations = max(r["memory"][name]["activations"] for r in results)
         pred_state = p.memory["parameters"] + p.memory["gradients"] + p.memory["optimizer state"]
         measured_ms = 1e3 * statistics.median(_slowest(results, name))
-        rows.append({"layout": name, "predicted rank": ranking.index(name) + 1, "predicted ms": 1e3 * p.step_s,
+        rows.append({"layout": name, "axes": " ".join(layout_axes(p.layout)) or "single",
+                     "predicted rank": ranking.index(name) + 1, "predicted ms": 1e3 * p.step_s,
                      "measured ms": measured_ms, "step error": measured_ms / (1e3 * p.step_s) - 1,
                      "predicted state MiB": pred_state / 2**20, "measured state MiB": state / 2**20,
                      "state error": state / pred_state - 1,
                      "predicted activations MiB": p.memory["activations kept"] / 2**20,
-                     "measured activations MiB": mem["activations"] / 2**20,
-                     "activation error": mem["activations"] / p.memory["activations kept"] - 1})
+                     "measured activations MiB": activations / 2**20,
+                     "activation error": activations / p.memory["activations kept"] - 1})
     return rows
+
+
+def axis_summary(rows: list[dict]) -> list[dict]:
+    """Per axis (:data:`AXES`), over the layouts that use it: how many ran, the median and worst step-time error,
+    and the worst model-state and activation errors (signed: measured / predicted - 1)."""
+    out = []
+    for axis in AXES:
+        mine = [r for r in rows if axis in r["axes"].split()]
+        if not mine:
+            out.append({"axis": axis, "layouts": 0})
+            continue
+        worst = {k: max((r[k] for r in mine), key=abs) for k in ("step error", "state error", "activation error")}
+        out.append({"axis": axis, "layouts": len(mine),
+                    "median step error": statistics.median(r["step error"] for r in mine),
+                    "worst step error": worst["step error"], "worst state error": worst["state error"],
+                    "worst activation error": worst["activation error"]})
+    return out
 
 
 def memory_within_band(rows: list[dict]) -> bool:
@@ -99,6 +128,7 @@ def winner_verdict(results: list[dict], rows: list[dict]) -> Verdict:
     top = sorted((r for r in rows if r["predicted rank"] <= TOP), key=lambda r: r["measured ms"])
     rest = sorted((r for r in rows if r["predicted rank"] > TOP), key=lambda r: r["measured ms"])
     claim = f"the measured fastest layout is among the planner's top {TOP}"
+    rival = f"a layout outside the planner's top {TOP} is the measured fastest"
     if not top or not rest:
         return Verdict(claim, NOT_CHECKED, f"the runs need layouts inside and outside the top {TOP} to compare")
     inside, outside = _slowest(results, top[0]["layout"]), _slowest(results, rest[0]["layout"])
@@ -108,11 +138,55 @@ def winner_verdict(results: list[dict], rows: list[dict]) -> Verdict:
     detail = (f"measured fastest {winner['layout']} (predicted rank {winner['predicted rank']}); best of the top "
               f"{TOP}, {top[0]['layout']}, is {margin:.2f}x the speed of the best other, {rest[0]['layout']}")
     if margin >= CLEAR_MARGIN:
-        return Verdict(claim, CHECKED, detail)
-    if load.busy:
+        return Verdict(claim, CHECKED, detail, rival=rival)
+    if load.busy and margin >= 1 / (CLEAR_MARGIN * load.explainable_factor):   # a loss the load can explain
         return Verdict(claim, INCONCLUSIVE, f"{detail}; {load.reason()}",
-                       kind=LOAD if load.worst_share < BUSY_SHARE else SPREAD)
-    if margin > 1 / CLEAR_MARGIN:           # quiet, and no clear winner happened: nothing to check (not the load)
+                       kind=LOAD if load.worst_share < BUSY_SHARE else SPREAD, rival=rival)
+    if not load.busy and margin > 1 / CLEAR_MARGIN:    # quiet, no clear winner: nothing to check (not the load)
         return Verdict(claim, NOT_CHECKED, f"{detail}; no clear winner on this run (margin under {CLEAR_MARGIN}x "
                                            "either way)")
-    return Verdict(claim, FAILED, f"{detail}, on a quiet machine, with a clear margin")
+    where = f"; {load.reason()}, which cannot explain a loss this large" if load.busy else ", on a quiet machine"
+    return Verdict(claim, FAILED, f"{detail}{where}, with a clear margin", rival=rival)
+
+
+# Per axis, the plausible wrong memory model the check must reject on the measured numbers, and the figure it moves.
+MEMORY_RIVALS = {
+    "dp": ("dp shards the model state as ZeRO-3 does (it replicates it)", "state"),
+    "tp": ("tp leaves every weight whole on each rank", "state"),
+    "pp": ("each pipeline stage holds the whole model", "state"),
+    "cp": ("each cp rank keeps the whole sequence's activations", "activations"),
+    "zero2": ("ZeRO-2 shards nothing (plain data parallel)", "state"),
+    "zero3": ("ZeRO-3 keeps the gathered weights from forward to backward, as ZeRO-2 does", "state"),
+}
+
+
+def _rival_bytes(results: list[dict], cfg: ScoreConfig, lay: Layout, axis: str) -> float:
+    """What the rival of ``axis`` predicts for ``lay``: model state or activations, bytes on the busiest rank."""
+    changed = {"dp": {"zero": 3}, "tp": {"tp": 1}, "pp": {"pp": 1}, "cp": {}, "zero2": {"zero": 0},
+               "zero3": {"zero": 2}}[axis]
+    model, device, _ = machine_specs(results, cfg, compute_share(lay))
+    terms = memory_terms(model, device, replace(lay, **changed), True,
+                         **_layer_bytes(cfg, lay, cp=1 if axis == "cp" else None))
+    if MEMORY_RIVALS[axis][1] == "activations":
+        return terms["activations kept"]
+    return terms["parameters"] + terms["gradients"] + terms["optimizer state"]
+
+
+def axis_memory_checks(results: list[dict], cfg: ScoreConfig, rows: list[dict]) -> list[dict]:
+    """Per axis (:data:`AXES`): the layouts run that use it (:func:`layout_axes`: 'dp' is replicated data parallel),
+    whether each one's model state and activations were within STATE_BAND / ACTIVATION_BAND of the prediction, and
+    whether the axis's rival (:data:`MEMORY_RIVALS`) fell outside the band on every one of them (rejected)."""
+    layouts = {lay.label(): lay for lay in layouts_run(results)}
+    out = []
+    for axis in AXES:
+        mine = [r for r in rows if axis in r["axes"].split()]
+        rival, figure = MEMORY_RIVALS[axis]
+        band = ACTIVATION_BAND if figure == "activations" else STATE_BAND
+        measured = {r["layout"]: r[f"measured {figure} MiB"] * 2**20 for r in mine}
+        rival_errors = [measured[r["layout"]] / _rival_bytes(results, cfg, layouts[r["layout"]], axis) - 1
+                        for r in mine]
+        out.append({"axis": axis, "layouts": len(mine), "within band": bool(mine) and memory_within_band(mine),
+                    "rival": rival, "rival moves": figure,
+                    "rival error": min(rival_errors, key=abs) if mine else float("nan"),
+                    "rival rejected": bool(mine) and all(abs(e) > band for e in rival_errors)})
+    return out

@@ -1,14 +1,19 @@
 """The planner's layouts run for real: a stack of the kit's tensor-parallel layer on 4 gloo ranks (or NCCL GPUs),
-each (dp, tp, checkpointing) layout trained through the kit's one step, timed in interleaved rounds.
+each (dp, tp, pp, cp, ZeRO, micro-batch, checkpointing) layout trained through the kit's one step
+(:class:`labkit.parallel.compose.train.ComposedStep`: tp split, ring attention over cp, the hand GPipe over two
+stages, FSDP2 as ZeRO-2 or ZeRO-3 on the dp sub-mesh), timed in interleaved rounds.
 
 Per rank and layout: seconds per step each round (after a barrier), the model state it holds
 (:func:`labkit.sharding.memory.count_rank_state_bytes`) and the activations autograd saved
 (:func:`labkit.memory.model.saved_activation_bytes`). Per rank once: the link's alpha and beta fitted from all-reduce
-timings (:func:`labkit.parallel.data.costmodel.fit_alpha_beta`), the unsplit stack's compute-only step at the dp share
+timings (:func:`labkit.parallel.data.costmodel.fit_alpha_beta`), the unsplit stack's compute-only step at each share
 (for the measured efficiency), and a bare matmul's rate (the "peak" of this device, measured). Layouts are
-:class:`labkit.plan.specs.Layout`; what this runner can execute is :data:`RUNNABLE` (dp x tp, with or without
-checkpointing, one or two micro-batches accumulated; no ZeRO, pipeline or context parallelism). Given no layouts,
-the ranks measure this machine first and the planner picks what to run within RUNNABLE (:mod:`labkit.plan.runnable`).
+:class:`labkit.plan.specs.Layout`; what this runner can execute is :data:`RUNNABLE` (dp, tp, pp 1 or 2, cp 1 or 2,
+ZeRO 0, 2 or 3, with or without checkpointing, one or two micro-batches) less the combinations
+:func:`labkit.parallel.compose.train.runner_problem` refuses (no pp with cp; ZeRO on dp x tp only). Given no
+layouts, the ranks measure this machine first and the planner picks what to run within RUNNABLE, every axis covered
+(:mod:`labkit.plan.runnable`). A ZeRO layout's activations are counted on the same layers unsharded: FSDP2's
+gathered weights, which autograd saves too, are parameters, not activations.
 """
 from __future__ import annotations
 
@@ -27,21 +32,23 @@ from labkit.comm.launch import launch
 from labkit.comm.mesh import AxisGroup, Mesh, my_group
 from labkit.core.clock import now_s
 from labkit.core.contention import ShareMeter
-from labkit.core.step import StepOptions, TrainStep
+from labkit.core.step import TrainStep
 from labkit.core.validation import positive_int
 from labkit.memory.model import saved_activation_bytes
 from labkit.parallel.data.costmodel import fit_alpha_beta
-from labkit.parallel.compose.steps import tensor_data_step, tp_layers
+from labkit.parallel.compose.model import StackShape
+from labkit.parallel.compose.steps import tp_layers
+from labkit.parallel.compose.train import ComposedStep, build_model, runner_problem
 from labkit.parallel.tensor.megatron import LayerShape, build_block
 from labkit.parallel.tensor.runs import layer_inputs, probe_loss
 from labkit.plan.planner import Space
-from labkit.plan.runnable import pick_runs, rank_runnable
+from labkit.plan.runnable import cover_axes, pick_runs, rank_runnable
 from labkit.plan.specs import Layout
 from labkit.sharding.memory import count_rank_state_bytes
 from labkit.training.flops import measured_matmul_flops_per_s
 
 FIT_SIZES_BYTES = (4 * 1024, 64 * 1024, 512 * 1024)
-RUNNABLE = Space(pp=(1,), cp=(1,), zero=(0,), micro_batches=(1, 2), checkpointing=(False, True))  # tp: any dividing
+RUNNABLE = Space(pp=(1, 2), cp=(1, 2), zero=(0, 2, 3), micro_batches=(1, 2), checkpointing=(False, True))  # tp: any
 
 
 @dataclass(frozen=True)
@@ -62,21 +69,42 @@ class ScoreConfig:
 
     def check_layout(self, layout: Layout, world_size: int) -> None:
         """One clear error, before any rank starts, unless ``layout`` runs on ``world_size`` ranks and the stack fits
-        its mesh (heads and sequence by tp, the global batch by dp: :meth:`labkit.comm.mesh.Mesh.check_model`)."""
-        mesh_groups(layout, world_size)
-        Mesh(dp=layout.dp, tp=layout.tp).check_model(heads=self.heads, seq_len=self.seq_len, batch=self.global_batch)
+        its mesh (heads by tp, layers by pp, sequence by tp and 2cp, the global batch by dp:
+        :meth:`labkit.comm.mesh.Mesh.check_model`) and this runner executes it (:func:`runner_problem`)."""
+        if layout.ranks != world_size or layout.ep != 1:
+            raise ValueError(f"{layout.label()}: the scored runs take dp x tp x pp x cp = {world_size} ranks (no ep)")
+        mesh = layout.mesh                          # its degrees were checked when the layout was made
+        problem = runner_problem(mesh, layout.zero)
+        if problem:
+            raise ValueError(f"{layout.label()}: {problem}")
+        mesh.check_model(heads=self.heads, layers=self.layers, seq_len=self.seq_len, batch=self.global_batch)
+        if self.global_batch % (layout.dp * layout.micro_batch):
+            raise ValueError(f"{layout.label()}: global batch={self.global_batch} is no multiple of dp x micro-batch "
+                             f"= {layout.dp * layout.micro_batch}")
+
+    def stack(self) -> StackShape:
+        """The stack as the compositions describe it (the global batch as its batch)."""
+        return StackShape(self.layers, self.d_model, self.heads, self.seq_len, self.global_batch)
 
     def shape(self, batch: int | None = None) -> LayerShape:
         """The layer's shape at ``batch`` sequences (the global batch by default)."""
         return LayerShape(self.d_model, self.heads, self.seq_len, batch or self.global_batch)
 
 
+def runs_here(cfg: ScoreConfig, layout: Layout, world_size: int) -> bool:
+    """Whether this runner executes ``layout`` on ``world_size`` ranks (:meth:`ScoreConfig.check_layout` passes)."""
+    try:
+        cfg.check_layout(layout, world_size)
+    except ValueError:
+        return False
+    return True
+
+
 def mesh_groups(layout: Layout, world_size: int) -> tuple[list[list[int]], list[list[int]]]:
     """(TP groups, DP groups) as global ranks: tp fastest (consecutive ranks), dp across them."""
     if layout.ranks != world_size or layout.pp != 1 or layout.cp != 1:
         raise ValueError(f"{layout.label()}: the scored runs take dp x tp = {world_size} (pp = cp = 1)")
-    mesh = Mesh(dp=layout.dp, tp=layout.tp)
-    return mesh.members("tp"), mesh.members("dp")
+    return layout.mesh.members("tp"), layout.mesh.members("dp")
 
 
 def build_stack(cfg: ScoreConfig, layout: Layout, tp: AxisGroup | None = None) -> nn.Module:
@@ -86,24 +114,19 @@ def build_stack(cfg: ScoreConfig, layout: Layout, tp: AxisGroup | None = None) -
                      layout.checkpointing)
 
 
-def _layout_step(cfg: ScoreConfig, layout: Layout) -> TrainStep:
-    """This rank's step: the kit's one tp x dp step over ``layers`` blocks, its DP share of the batch in
-    micro-batches of ``layout.micro_batch`` (gradients accumulated), Adam; the model state held is read at the first
-    backward, when parameters and gradients are both held."""
-    tp_members, dp_members = mesh_groups(layout, dist.get_world_size())
-    held: dict = {}
+def _layout_step(cfg: ScoreConfig, layout: Layout, shared: dict) -> ComposedStep:
+    """This rank's step of ``layout``: its part of the ``layers`` blocks and its share of the batch in micro-batches
+    of ``layout.micro_batch``, Adam (:class:`ComposedStep`, groups from the layout's :class:`Mesh`, built once per
+    mesh and kept in ``shared``)."""
+    return ComposedStep(cfg.stack(), layout.mesh, layout.zero, layout.micro_batch, layout.checkpointing,
+                        lambda params: torch.optim.Adam(params, lr=1e-4), shared)
 
-    def read_held(m: nn.Module) -> None:
-        if not held:
-            held.update(count_rank_state_bytes(m.parameters()))
 
-    accumulate = StepOptions(accumulation_steps=cfg.global_batch // (layout.dp * layout.micro_batch))
-    step = tensor_data_step([build_block(cfg.shape(), seed=i) for i in range(cfg.layers)], my_group(tp_members),
-                            my_group(dp_members), layer_inputs(cfg.shape()),
-                            lambda params: torch.optim.Adam(params, lr=1e-4), probe_loss, options=accumulate,
-                            checkpointing=layout.checkpointing, before_sync=read_held)
-    step.held = held                                                      # type: ignore[attr-defined]
-    return step
+def _activation_bytes(cfg: ScoreConfig, step: ComposedStep, layout: Layout) -> int:
+    """Bytes autograd saves in what this rank forwards at once (:meth:`ComposedStep.activation_inputs`, as a tensor of
+    its own: a slice would bill the whole feed's storage); a ZeRO layout's on the same layers unsharded."""
+    model = build_model(cfg.stack(), step.mesh, step.groups, layout.checkpointing) if layout.zero else step.model
+    return saved_activation_bytes(model, step.activation_inputs())
 
 
 def _fit_link(group: object = None, size: int | None = None, repeats: int = 5) -> dict[str, float]:
@@ -156,11 +179,12 @@ def _calibrate(cfg: ScoreConfig, per_node: int | None) -> dict:
 
 
 def _planner_choice(cfg: ScoreConfig, mine: dict, space: Space) -> tuple[list[Layout], list[str]]:
-    """Every rank's calibration gathered, the planner's ranking within ``space`` and its picks (rank 0's, shared)."""
+    """Every rank's calibration gathered, the planner's ranking within ``space`` (of what this runner executes) and
+    its picks, every axis covered (rank 0's, shared)."""
     every: list = [None] * dist.get_world_size()
     dist.all_gather_object(every, mine)
-    ranked = rank_runnable(every, cfg, space)
-    choice = [[ranked[i].layout for i in pick_runs(ranked)], [p.layout.label() for p in ranked]]
+    ranked = rank_runnable(every, cfg, space, runs=lambda lay: runs_here(cfg, lay, len(every)))
+    choice = [[ranked[i].layout for i in cover_axes(ranked, pick_runs(ranked))], [p.layout.label() for p in ranked]]
     dist.broadcast_object_list(choice, src=0)
     return choice[0], choice[1]
 
@@ -176,16 +200,14 @@ def score_job(cfg_dict: dict, layout_dicts: list[dict], per_node: int | None = N
     else:
         layouts, ranking = _planner_choice(cfg, out, Space(**{k: v if v is None else tuple(v)
                                                                for k, v in (space or {}).items()}))
-    steps = {lay.label(): _layout_step(cfg, lay) for lay in layouts}
+    shared: dict = {}
+    steps = {lay.label(): _layout_step(cfg, lay, shared) for lay in layouts}
     layouts_by, memory = {lay.label(): lay for lay in layouts}, {}
     for name, step in steps.items():
-        step(*step.feed)                                        # warm-up, and Adam's state exists
+        step()                                                  # warm-up, and Adam's state exists
         state = count_rank_state_bytes(step.model.parameters(), step.optimizer)
         memory[name] = {"params": step.held["params"], "grads": step.held["grads"], "optimizer": state["optimizer"],
-                        # one micro-batch's, as a tensor of its own: a slice is a view of the whole feed, and the
-                        # saved first-layer input would count the storage of every sequence (9x the kept inputs)
-                        "activations": saved_activation_bytes(
-                            step.model, step.feed[0][:layouts_by[name].micro_batch].clone())}
+                        "activations": _activation_bytes(cfg, step, layouts_by[name])}
     seconds: dict[str, list[float]] = {name: [] for name in steps}
     names = list(steps)
     with ShareMeter() as meter:
@@ -193,7 +215,7 @@ def score_job(cfg_dict: dict, layout_dicts: list[dict], per_node: int | None = N
             for name in names[r % len(names):] + names[:r % len(names)]:
                 dist.barrier()
                 start = now_s()
-                steps[name](*steps[name].feed)
+                steps[name]()
                 seconds[name].append(now_s() - start)
     return {**out, "rank": rank, "layouts": [asdict(lay) for lay in layouts], "ranking": ranking,
             "memory": memory, "seconds": seconds, "cpu_share": meter.share}

@@ -2,7 +2,7 @@
 
 Model state per rank follows ZeRO (Rajbhandari et al. 2020, arXiv:1910.02054, Section 3.1 and Figure 1):
 mixed-precision Adam keeps 2 bytes of parameters, 2 of gradients and 12 of optimizer state (fp32 master, momentum,
-variance) per parameter, and ZeRO stage 1/2/3 shards the last one, two or three over the data-parallel ranks
+variance) per parameter, and ZeRO stage 1/2/3 shards the last one, two or three over the data-parallel ranks dp x cp
 (:func:`labkit.sharding.memory.sharding_factors`). Tensor and pipeline parallelism split the parameters first.
 Activations per layer are Korthikanti et al. 2022 (arXiv:2205.05198, Eq. 1-3) via
 :func:`labkit.parallel.tensor.cost.korthikanti_bytes`, with sequence parallelism, on the rank's sequence share s/cp;
@@ -19,12 +19,11 @@ from functools import cached_property
 from labkit.comm.mesh import Mesh
 from labkit.comm.two_tier import Link
 from labkit.core.validation import positive_int, positive_number
+from labkit.plan.rates import GIB, DeviceSpec  # noqa: F401 - DeviceSpec is part of this module's API
 from labkit.plan.shapes import (MoESpec, attention_matmul_params, attention_params, ffn_params, layer_activation_bytes,
                                 moe_ffn_params, norm_params, routed_expert_params)
 from labkit.sharding.memory import sharding_factors
-from labkit.training.flops import find_peak
 
-GIB = 2**30
 ZERO_STAGES = (0, 1, 2, 3)
 # Sizes past these are typos, not plans; refused in one line before any arithmetic overflows a float.
 MAX_PARAMS = 10**15          # 1,000x the largest published dense models (~1e12 parameters)
@@ -149,37 +148,12 @@ class ModelSpec:
 
     def step_flops(self, recompute: bool = False) -> float:
         """Model FLOPs of one training step: 6 per active matmul parameter per token plus attention, i.e. GPT's
-        72 B s L h^2 (1 + s/6h + V/12Lh), 96 with full recomputation (Narayanan et al. 2021, arXiv:2104.04473,
-        Eq. 3); an MoE counts the top-k and shared experts a token uses, not all of them."""
-        passes = 4 if recompute else 3
-        tokens = self.global_batch * self.seq_len
-        return passes * 2 * tokens * self.matmul_params_per_token() + self.attention_flops(recompute)
-
-
-@dataclass(frozen=True)
-class DeviceSpec:
-    """One accelerator: memory, the peak FLOP/s of the math mode used, the fraction of it training reaches."""
-
-    name: str
-    memory_bytes: float
-    peak_flops_per_s: float
-    efficiency: float = 0.4
-    param_bytes: int = 2                 # bf16 weights and gradients
-    optimizer_bytes_per_param: int = 12  # fp32 master + Adam's two moments
-
-    def __post_init__(self) -> None:
-        positive_number(self.memory_bytes, "memory_bytes")
-        positive_number(self.peak_flops_per_s, "peak_flops_per_s")
-        if not 0 < self.efficiency <= 1:
-            raise ValueError(f"efficiency is a fraction of the peak (0 < e <= 1), got {self.efficiency}")
-
-    @classmethod
-    def from_table(cls, gpu: str, memory_gib: float, math_mode: str = "bf16", efficiency: float = 0.4) -> "DeviceSpec":
-        """A GPU from the kit's one peak table (labkit.training.flops.PEAK_TABLE)."""
-        spec = find_peak(gpu)
-        if spec is None or math_mode not in spec.peak_flops_per_s:
-            raise ValueError(f"no {math_mode} peak for {gpu!r} in labkit.training.flops.PEAK_TABLE")
-        return cls(spec.name, memory_gib * GIB, spec.peak_flops_per_s[math_mode], efficiency)
+        72 B s L h^2 (1 + s/6h + V/12Lh), 96 B s L h^2 (1 + s/6h + V/16Lh) with full recomputation, which repeats
+        the layers' forward, not the logits' (Narayanan et al. 2021, arXiv:2104.04473, Eq. 3); an MoE counts the
+        top-k and shared experts a token uses, not all of them."""
+        tokens, logits = self.global_batch * self.seq_len, (self.vocab * self.hidden if self.embedding else 0)
+        layers = self.matmul_params_per_token() - logits
+        return 2 * tokens * ((4 if recompute else 3) * layers + 3 * logits) + self.attention_flops(recompute)
 
 
 @dataclass(frozen=True)
@@ -221,17 +195,32 @@ class Layout:
     micro_batch: int = 1
     checkpointing: bool = False
     ep: int = 1
+    v: int = 1                  # model chunks per pipeline rank: interleaved 1F1B when > 1 (Narayanan et al. 2021)
+    zero_bubble: bool = False   # ZB-H1 (Qi et al. 2023): backward split into input and weight gradients
 
     def __post_init__(self) -> None:
-        for key in ("dp", "tp", "pp", "cp", "micro_batch", "ep"):
+        self.mesh                                    # noqa: B018 - the grid made (its degrees checked) once, here
+        for key in ("micro_batch", "v"):
             positive_int(getattr(self, key), key)
         if self.zero not in ZERO_STAGES:
             raise ValueError(f"zero must be one of {ZERO_STAGES}, got {self.zero!r}")
+
+    @cached_property
+    def mesh(self) -> Mesh:
+        """The layout's grid of ranks (:class:`labkit.comm.mesh.Mesh`): its degrees and ep's rule are checked when it
+        is made, in ``__post_init__``, and trusted by everything after (the planner's rules, the runner's groups)."""
+        return Mesh(dp=self.dp, pp=self.pp, cp=self.cp, tp=self.tp, ep=self.ep)
 
     @property
     def ranks(self) -> int:
         """dp x tp x pp x cp (ep borrows ranks, it adds none)."""
         return self.dp * self.tp * self.pp * self.cp
+
+    @property
+    def data_ranks(self) -> int:
+        """dp x cp: the ranks that hold the same (dense) weights, so gradients are reduced and ZeRO shards over
+        them (Megatron-LM's data-parallel group with context parallelism; FSDP's shard group)."""
+        return self.dp * self.cp
 
     @property
     def expert_dp(self) -> int:
@@ -249,7 +238,8 @@ class Layout:
     def label(self) -> str:
         """e.g. 'dp2 tp4 pp1 cp1 zero1 mb1 ckpt', ' ep8' added when experts are split."""
         return (f"dp{self.dp} tp{self.tp} pp{self.pp} cp{self.cp} zero{self.zero} mb{self.micro_batch}"
-                + (" ckpt" if self.checkpointing else "") + (f" ep{self.ep}" if self.ep > 1 else ""))
+                + (" ckpt" if self.checkpointing else "") + (f" ep{self.ep}" if self.ep > 1 else "")
+                + (f" v{self.v}" if self.v > 1 else "") + (" zb" if self.zero_bubble else ""))
 
 
 def mesh_problem(model: ModelSpec, cluster: ClusterSpec, layout: Layout) -> str | None:
@@ -259,10 +249,7 @@ def mesh_problem(model: ModelSpec, cluster: ClusterSpec, layout: Layout) -> str 
     stages may differ by a layer); the planner adds the GPU count and ep's need for experts."""
     if layout.ranks != cluster.world_size:
         return f"dp x tp x pp x cp = {layout.ranks}, the cluster has {cluster.world_size} GPUs"
-    try:
-        mesh = Mesh(dp=layout.dp, pp=layout.pp, cp=layout.cp, tp=layout.tp, ep=layout.ep)
-    except ValueError as err:
-        return str(err)
+    mesh = layout.mesh                              # degrees checked when the layout was made, trusted here
     if layout.ep > 1 and model.moe is None:
         return f"ep={layout.ep} splits experts and {model.name} is dense (no mixture of experts)"
     problems = mesh.model_problems(heads=model.heads, kv_heads=model.kv, layers=model.layers, seq_len=model.seq_len,
@@ -276,8 +263,14 @@ def schedule_problem(model: ModelSpec, layout: Layout) -> str | None:
     replica's share, and ZeRO shards over data-parallel ranks."""
     if model.global_batch % (layout.dp * layout.micro_batch):
         return f"global batch {model.global_batch} is no multiple of dp x micro-batch"
-    if layout.zero and layout.dp == 1:
-        return "ZeRO shards over data-parallel ranks: needs dp > 1"
+    if layout.zero and layout.data_ranks == 1:
+        return "ZeRO shards over the data-parallel ranks (dp x cp): needs dp x cp > 1"
+    if layout.v > 1 and (layout.pp == 1 or model.layers % (layout.pp * layout.v)
+                         or layout.micro_batches(model) % layout.pp):
+        return (f"interleaving v={layout.v} needs pp > 1, layers divisible by pp x v and micro-batches by pp "
+                "(Megatron-LM's interleaved schedule)")
+    if layout.zero_bubble and (layout.pp == 1 or layout.v > 1):
+        return "ZB-H1 is a schedule of pp > 1 with one chunk per rank (v = 1)"
     return None
 
 
@@ -290,12 +283,12 @@ def memory_terms(model: ModelSpec, device: DeviceSpec, layout: Layout, selective
                  layer_bytes: float | None = None, layer_input_bytes: float | None = None) -> dict[str, float]:
     """Bytes on the busiest rank (the first pipeline stage, plus the output logits on the last), each term named.
     Routed experts and their gradients and optimizer state are divided by ep (and ZeRO-sharded over the dp x cp / ep
-    ranks holding the same experts); the rest by ZeRO over dp. ``layer_bytes`` / ``layer_input_bytes``: one layer's
+    ranks holding the same experts); the rest by ZeRO over dp x cp. ``layer_bytes`` / ``layer_input_bytes``: one layer's
     saved activations / its input on this rank where a model other than the paper's layer is planned (the kit's fp32
     layer without dropout, counted)."""
     split = layout.tp * layout.pp
     dense_local, expert_local = (model.num_params - model.expert_params) / split, model.expert_params / (split * layout.ep)
-    f = sharding_factors(f"zero{layout.zero}" if layout.zero else "ddp", layout.dp, fsdp_keeps_shard=False)
+    f = sharding_factors(f"zero{layout.zero}" if layout.zero else "ddp", layout.data_ranks, fsdp_keeps_shard=False)
     fe = sharding_factors(f"zero{layout.zero}" if layout.zero else "ddp", layout.expert_dp, fsdp_keeps_shard=False)
     s, b, h = model.seq_len // layout.cp, layout.micro_batch, model.hidden
     dense, moe = (layer_activation_bytes(s, b, h, model.heads, model.kv, layout.tp, model.ffn, model.gated_ffn,
@@ -303,6 +296,8 @@ def memory_terms(model: ModelSpec, device: DeviceSpec, layout: Layout, selective
     per_layer = (dense * (model.layers - model.moe_layers) + moe * model.moe_layers) / model.layers
     kept_input = device.param_bytes * s * b * h / layout.tp if layer_input_bytes is None else layer_input_bytes
     layers_kept = layout.stage_layers(model) * min(layout.pp, layout.micro_batches(model))
+    if layout.v > 1:        # interleaving keeps (1 + (p-1)/(p v)) times more (Korthikanti et al. 2022, Sec. 4.2.3)
+        layers_kept *= 1 + (layout.pp - 1) / (layout.pp * layout.v)
     kept = kept_input * layers_kept if layout.checkpointing else per_layer * layers_kept
     recomputed = max(dense, moe) if layout.checkpointing else 0.0
 

@@ -100,7 +100,7 @@ def test_moe_flags_without_experts_and_bad_shapes_are_one_line_usage_errors(caps
 
 
 def test_cp_is_capped_only_when_asked(capsys):
-    long = ("--seq-len", "131072", "--nodes", "16", "--layers", "8", "--global-batch", "16", "--json", "--top", "500")
+    long = ("--seq-len", "131072", "--nodes", "16", "--layers", "8", "--global-batch", "16", "--json", "--top", "100000")
     code, out = _plan_in_process(capsys, *long)
     cps = {int(r["layout"].split()[3][2:]) for r in json.loads(out)["layouts"]}
     code, out = _plan_in_process(capsys, *long, "--max-cp", "8")
@@ -120,3 +120,12 @@ def test_plan_for_16384_gpus_takes_under_five_cpu_seconds():
     print(f"labkit plan on 16,384 GPUs: {cpu_s:.2f} CPU s")
     assert proc.returncode == 0, proc.stderr
     assert cpu_s < 5.0
+
+
+def test_the_table_and_json_show_the_top_group_and_mfu(capsys):
+    code, out = _plan_in_process(capsys, "--preset", "7b", "--nodes", "2", "--json", "--top", "400")
+    data = json.loads(out)
+    marked = [r["layout"] for r in data["layouts"] if r["group"] == "top"]
+    assert marked == data["top_group"][:len(marked)] and 0 < len(marked) < len(data["layouts"])
+    assert all(0 < r["MFU"] < data["efficiency"] for r in data["layouts"])    # an output, below the GEMM rate
+    assert "a tie" in data["reason"]

@@ -77,8 +77,10 @@ def _naive_layouts(model, cluster, micro_batches=(1, 2, 4)):
     for tp, pp, cp in itertools.product(divs, repeat=3):
         if n % (tp * pp * cp) or model.layers % pp:
             continue
-        for zero, mb, ckpt in itertools.product((0, 1, 2, 3), micro_batches, (False, True)):
-            layout = Layout(n // (tp * pp * cp), tp, pp, cp, zero, mb, ckpt)
+        vs = [v for v in divs if v <= model.layers] if pp > 1 else [1]
+        for zero, mb, ckpt, v, zb in itertools.product((0, 1, 2, 3), micro_batches, (False, True), vs,
+                                                       (False, True)):
+            layout = Layout(n // (tp * pp * cp), tp, pp, cp, zero, mb, ckpt, 1, v, zb)
             if layout_problem(model, cluster, layout) is None:
                 out.append(layout)
     return out
@@ -87,7 +89,7 @@ def _naive_layouts(model, cluster, micro_batches=(1, 2, 4)):
 @pytest.mark.parametrize("model, cluster", [(GPT, TWO_NODES), (GPT, ClusterSpec(8, 6)),
                                             (ModelSpec(12, 768, 12, 2048, 1000, global_batch=96), ClusterSpec(6, 4))])
 def test_the_fast_enumeration_finds_exactly_the_layouts_of_trying_every_divisor(model, cluster):
-    assert enumerate_layouts(model, cluster) == _naive_layouts(model, cluster)
+    assert sorted(enumerate_layouts(model, cluster), key=repr) == sorted(_naive_layouts(model, cluster), key=repr)
 
 
 def test_a_large_cluster_is_planned_in_well_under_five_seconds():
@@ -147,7 +149,7 @@ def test_ep_divides_expert_memory_in_the_plan():
 
 
 def test_uneven_stages_are_listed_on_request_and_pay_their_imbalance():
-    model = ModelSpec(layers=6, hidden=256, heads=4, seq_len=128, vocab=100, global_batch=16)
+    model = ModelSpec(layers=6, hidden=256, heads=4, seq_len=128, vocab=100, global_batch=16, embedding=False)  # the logits spread over stages
     cluster = ClusterSpec(4, 1)
     assert {lay.pp for lay in enumerate_layouts(model, cluster)} == {1, 2}
     assert {lay.pp for lay in enumerate_layouts(model, cluster, uneven_stages=True)} == {1, 2, 4}
@@ -176,3 +178,68 @@ def test_an_moe_on_2048_gpus_with_uneven_stages_plans_in_under_five_cpu_seconds(
     took_s = time.process_time() - start
     print(f"{model.name} on {cluster.world_size} GPUs: {len(ranked)} layouts in {took_s:.2f} CPU s")
     assert took_s < 5.0 and any(p.layout.ep > 1 for p in ranked)
+
+
+# ---- issue 54: dp x cp, the exposed ring, interleaving and ZB-H1, ties -----------------------------------------
+from labkit.parallel.pipeline.schedule_sim import formula_bubble_of_ideal  # noqa: E402
+from labkit.plan.planner import TIE, bubble_ratio, data_link, top_group  # noqa: E402
+from labkit.plan.specs import memory_terms  # noqa: E402
+
+
+def test_zero_shards_and_gradients_reduce_over_dp_times_cp():
+    """Megatron and FSDP reduce gradients over dp x cp; ZeRO-1 over dp = cp = 2 keeps 1/4 of the optimizer state
+    (rival: 1/2, dp alone), and dp = 1, cp = 2 may shard at all."""
+    full = memory_terms(GPT, DEV, Layout(dp=4, zero=0))["optimizer state"]
+    assert memory_terms(GPT, DEV, Layout(dp=2, cp=2, zero=1))["optimizer state"] == pytest.approx(full / 4)
+    assert predict(GPT, DEV, ClusterSpec(2, 1), Layout(cp=2, zero=1)).memory["optimizer state"] == \
+        pytest.approx(full / 2)
+    from labkit.plan.planner import _all_reduce_s
+    p = predict(GPT, DEV, TWO_NODES, Layout(dp=2, cp=2, tp=2))
+    grads = GPT.num_params / 2 * DEV.param_bytes
+    assert p.time["DP gradient sync"] == pytest.approx(_all_reduce_s(grads, 4, TWO_NODES.inter))
+    assert data_link(TWO_NODES, Layout(dp=1, cp=2, tp=2)) is TWO_NODES.intra      # span 3 ranks of a 4-GPU node
+    assert data_link(TWO_NODES, Layout(dp=2, cp=2, tp=2)) is TWO_NODES.inter      # span 7: crosses a node
+
+
+def test_the_cp_ring_shows_only_where_a_block_s_attention_is_shorter_than_its_transfer():
+    """exposed = max(0, T_kv - T_block) per ring step (x2 backward): a fast link hides it all, a slow one shows
+    the excess (rival: always hidden, 0)."""
+    fast = ClusterSpec(4, 1, intra=Link(0, 1 / 1e15))
+    slow = ClusterSpec(4, 1, intra=Link(0, 1 / 1e8))
+    assert predict(GPT, DEV, fast, Layout(dp=2, cp=2)).time["CP ring (exposed)"] == 0.0
+    from labkit.plan.planner import compute_terms
+    lay = Layout(dp=2, cp=2)
+    _, block = compute_terms(GPT, DEV, lay)
+    kv = slow.intra.time_s(2 * 1 * 512 * 1024 * 2)
+    want = GPT.layers * lay.micro_batches(GPT) * 1 * (max(0, kv - block) + max(0, 2 * kv - 2 * block))
+    assert predict(GPT, DEV, slow, lay).time["CP ring (exposed)"] == pytest.approx(want) and want > 0
+
+
+def test_interleaving_and_zb_h1_shrink_the_bubble_as_their_papers_say():
+    """Interleaved 1F1B (p-1)/(v m), ZB-H1 (p-1)/(3m), from schedule_sim (rival: plain 1F1B (p-1)/m for all)."""
+    assert bubble_ratio(Layout(pp=4, v=2), 8) == formula_bubble_of_ideal("ScheduleInterleaved1F1B", 2, 4, 8) == 3 / 16
+    assert bubble_ratio(Layout(pp=4, zero_bubble=True), 8) == pytest.approx(1 / 8)
+    assert bubble_ratio(Layout(pp=4), 8) == pytest.approx(3 / 8) and bubble_ratio(Layout(), 8) == 0.0
+    plain = predict(GPT, DEV, TWO_NODES, Layout(dp=2, pp=4))
+    inter = predict(GPT, DEV, TWO_NODES, Layout(dp=2, pp=4, v=2))
+    assert inter.time["pipeline bubble"] < plain.time["pipeline bubble"]
+    assert inter.time["PP sends"] > plain.time["PP sends"]                     # v times the sends
+    assert inter.memory["activations kept"] > plain.memory["activations kept"]  # (1 + (p-1)/(p v)) more
+    vs = {lay.v for lay in enumerate_layouts(GPT, TWO_NODES) if lay.pp == 2}
+    assert vs == {1, 2, 4}                                                       # every v with 8 % (2 v) == 0
+    with pytest.raises(ValueError, match="interleaving v=3"):
+        predict(GPT, DEV, TWO_NODES, Layout(dp=2, pp=4, v=3))
+    with pytest.raises(ValueError, match="ZB-H1"):
+        predict(GPT, DEV, TWO_NODES, Layout(dp=8, zero_bubble=True))
+
+
+def test_layouts_within_the_planner_s_error_are_one_group_and_no_reason_is_claimed_inside_it():
+    ranked = plan(GPT, DEV, TWO_NODES)
+    group = top_group(ranked)
+    assert group[0] is ranked[0] and all(p.step_s <= ranked[0].step_s * (1 + TIE) for p in group)
+    outside = [p for p in ranked if p.fits and p not in group]
+    assert outside and outside[0].step_s > ranked[0].step_s * (1 + TIE)
+    reason = why_it_wins(ranked)
+    assert f"{len(group)} layouts" in reason and "a tie" in reason
+    rival = reason.split("the best other mesh, ")[1].split(",")[0]
+    assert rival not in {p.layout.label() for p in group}

@@ -73,3 +73,40 @@ def test_deepseek_v3_s_published_layout_fits_and_is_in_the_list(deepseek_plan):
     print(f"published layout {lay.label()}: rank {r['rank']} of {r['of']} ({r['mesh rank']} of "
           f"{r['meshes that fit']} meshes that fit), {r['slower by']:.2f}x the winner {r['winner'].layout.label()}")
     assert r["published"].time["EP all-to-alls"] > 0                         # rival: the all-to-all is free
+
+
+# ---- Narayanan et al. SC21, Table 1: the planner held against practice (nothing fitted to it) -------------------
+from labkit.plan.published import SC21_TABLE1, SPEED_BAND, sc21_rows, sc21_setup  # noqa: E402
+
+# What holds today, asserted so that any change shows (the notebook and the report say why they miss):
+# the published mesh of the 7.5B and 18.4B rows is 10.3 % and 10.8 % behind the 2021-options winner (a layout with
+# less tensor parallelism, more pipeline and no recomputation), just outside the 10 % tie; and every row's speed is
+# over-predicted by 30-45 % (the planner prices GEMMs at the measured maximum matmul rate, quantization and
+# memory-bound element-wise work, not the paper's own kernels and launch overheads).
+KNOWN_GROUP_MISSES = {"GPT 7.5B (SC21)", "GPT 18.4B (SC21)"}
+
+
+@pytest.fixture(scope="module")
+def sc21():
+    return sc21_rows()
+
+
+@pytest.mark.parametrize("row", SC21_TABLE1, ids=lambda r: f"{r[0]}B")
+def test_the_sc21_shapes_have_the_published_parameter_counts(row):
+    model = sc21_setup(row)[0]
+    assert model.num_params / 1e9 == pytest.approx(row[0], abs=0.06 + 0.001 * row[0])   # the table's 1 decimal
+
+
+def test_every_sc21_layout_fits_and_is_near_the_top(sc21):
+    assert all(r["fits"] and r["GiB"] < 80 for r in sc21), [(r["model"], r["GiB"]) for r in sc21]
+    misses = {r["model"] for r in sc21 if not r["in top group"]}
+    assert misses == KNOWN_GROUP_MISSES, misses
+    assert all(r["published mesh slower by"] < 1.12 for r in sc21)      # the misses are 10-12 %, not a different regime
+
+
+def test_the_sc21_speeds_are_over_predicted_and_say_by_how_much(sc21):
+    """Rival: the planner under-predicts (a cost counted twice). It over-predicts every row, by 30-45 %, outside the
+    issue's 25 % band: the known miss, asserted as it stands so a modelling change shows here."""
+    ratios = {r["model"]: r["ratio"] for r in sc21}
+    assert all(1.0 < x < 1.5 for x in ratios.values()), ratios
+    assert {m for m, x in ratios.items() if abs(x - 1) <= SPEED_BAND} == set(), ratios

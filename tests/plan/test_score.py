@@ -36,3 +36,26 @@ def test_a_low_ranked_winner_fails_only_when_the_margin_is_clear_and_the_machine
     starved = _ranks({"L0": [0.1, 0.1], "L1": [0.2, 0.2]}, share=0.3)
     verdict = winner_verdict(starved, rows)
     assert verdict.state == "INCONCLUSIVE" and verdict.kind == "load" and "0.30 of a core" in verdict.detail
+
+
+def test_a_clear_loss_larger_than_the_load_explains_fails_and_every_verdict_names_its_rival():
+    """verdict.py's rule: a wrong ranking is never hidden behind a busy machine. 0.8 of a core explains 1.25x;
+    the planner's top three losing 2x is more than that."""
+    rows = _rows([5, 1], [100, 200])
+    lightly_busy = _ranks({"L0": [0.1, 0.1], "L1": [0.2, 0.2]}, share=0.8)
+    verdict = winner_verdict(lightly_busy, rows)
+    assert verdict.state == "failed" and "cannot explain" in verdict.detail and "outside" in verdict.rival
+    checked = winner_verdict(_ranks({"L0": [0.1, 0.1], "L1": [0.2, 0.2]}), _rows([1, 4], [100, 200]))
+    assert checked.rival == "a layout outside the planner's top 3 is the measured fastest"
+
+
+def test_the_error_per_axis_summarises_the_layouts_that_use_each_axis():
+    from labkit.plan.score import axis_summary
+
+    rows = [{"layout": "a", "axes": "dp tp", "step error": 0.1, "state error": 0.01, "activation error": -0.2},
+            {"layout": "b", "axes": "tp pp", "step error": -0.5, "state error": 0.0, "activation error": 0.0}]
+    by_axis = {s["axis"]: s for s in axis_summary(rows)}
+    assert list(by_axis) == ["dp", "tp", "pp", "cp", "zero2", "zero3"]
+    assert by_axis["tp"]["layouts"] == 2 and by_axis["tp"]["worst step error"] == -0.5
+    assert by_axis["tp"]["median step error"] == -0.2 and by_axis["dp"]["worst activation error"] == -0.2
+    assert by_axis["cp"] == {"axis": "cp", "layouts": 0}

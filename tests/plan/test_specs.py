@@ -10,7 +10,12 @@ DEV = DeviceSpec("test", 1e9, 1e12, efficiency=0.5)
 def test_parameters_and_flops_by_hand():
     assert GPT.layer_params == 12 * 64 ** 2 + 13 * 64
     assert GPT.num_params == 4 * GPT.layer_params + (100 + 32) * 64
-    assert GPT.step_flops(True) / GPT.step_flops(False) == pytest.approx(96 / 72)
+    # Narayanan et al.'s Eq. 3: 96 B s L h^2 (1 + s/6h + V/16Lh) recomputed - the logits are not recomputed
+    # (rival: 96/72 of the whole, the logits counted four times)
+    b, s, n, h, v = GPT.global_batch, GPT.seq_len, GPT.layers, GPT.hidden, GPT.vocab
+    eq3 = 96 * b * s * n * h ** 2 * (1 + s / (6 * h) + v / (16 * n * h))
+    assert abs(GPT.step_flops(True) - eq3) / eq3 < 1e-12
+    assert GPT.step_flops(True) / GPT.step_flops(False) < 96 / 72
 
 
 def test_model_state_follows_zero_and_splits_over_tp_and_pp():
@@ -134,8 +139,26 @@ def test_the_mesh_rules_bind_kv_heads_experts_and_ep():
     gqa = ModelSpec(**LLAMA_LIKE, kv_heads=2)
     assert "kv_heads=2 must be divisible by tp=4" in layout_problem(gqa, ClusterSpec(4, 1), Layout(tp=4))
     assert "dense" in layout_problem(GPT, ClusterSpec(4, 1), Layout(dp=4, ep=2))
-    assert "must divide dp * cp" in layout_problem(MOE, ClusterSpec(4, 1), Layout(dp=4, ep=8))
+    with pytest.raises(ValueError, match="must divide dp \\* cp"):     # the mesh's rule, checked when the layout is made
+        Layout(dp=4, ep=8)
     odd = ModelSpec(**LLAMA_LIKE, moe=MoESpec(experts=6, top_k=2, expert_ffn=96))
     assert "experts=6 must be divisible by ep=4" in layout_problem(odd, ClusterSpec(4, 1), Layout(dp=4, ep=4))
     with pytest.raises(ValueError, match="kv_heads=3 must divide heads=8"):
         ModelSpec(**LLAMA_LIKE, kv_heads=3)
+
+
+def test_a_layouts_degrees_are_checked_once_by_its_mesh_and_trusted_after(monkeypatch):
+    """Issue 50: the tp degree's walk from the planner's layout to the runner's groups validates it once. The layout
+    makes its Mesh (which checks every degree) when it is made; the planner's rules and the runner's groups use that
+    mesh and check no degree again."""
+    from labkit.comm import mesh as mesh_module
+
+    made = []
+    real_init = mesh_module.Mesh.__post_init__
+    monkeypatch.setattr(mesh_module.Mesh, "__post_init__", lambda self: (made.append(self), real_init(self))[1])
+    layout = Layout(dp=2, tp=2)
+    assert len(made) == 1 and layout.mesh is made[0]
+    assert layout_problem(GPT, ClusterSpec(4, 1), layout) is None and layout.mesh.members("tp") == [[0, 1], [2, 3]]
+    assert len(made) == 1                                          # no second check on the way
+    with pytest.raises(ValueError, match="tp must be"):
+        Layout(tp=0)

@@ -134,31 +134,48 @@ def _recv(like: torch.Tensor, peer: AxisGroup, index: int) -> torch.Tensor:
     return buf
 
 
+def gpipe_exchange(model: torch.nn.Module, x: torch.Tensor, pp: AxisGroup, micro_batches: int,
+                   run: Callable[[torch.Tensor, torch.Tensor], float]) -> float | None:
+    """The hand-written two-stage GPipe on this rank (Huang et al. 2019): stage 0 runs every micro-batch forward
+    without keeping activations and sends each down the pp group, then ``run(x, upstream gradient)`` recomputes and
+    back-propagates its whole share (re-materialisation, Section 2.3); stage 1 receives every micro-batch, ``run(acts,
+    None)`` trains on them and sends their gradients back. ``run`` is the stage's step through the kit's one step
+    (:func:`gradients_of`, or a :class:`TrainStep` with an optimizer); stage 1's loss (None on stage 0)."""
+    micro = x.chunk(micro_batches)                                             # (b/dp/m, s, h) each
+    if pp.index == 0:
+        with torch.no_grad():
+            outs = [model(mb) for mb in micro]
+        for out in outs:
+            _send(out, pp, 1)
+        run(x, torch.cat([_recv(out, pp, 1) for out in outs]))
+        return None
+    acts = torch.cat([_recv(mb, pp, 0) for mb in micro]).requires_grad_()
+    loss = run(acts, None)
+    for g in acts.grad.chunk(micro_batches):
+        _send(g, pp, 0)
+    return loss
+
+
 def pipeline_step(shape: StackShape, mesh: Mesh) -> dict:
-    """dp x pp or pp x tp: two stages (each tp-split when tp > 1), GPipe by hand: every micro-batch forward, then
-    every backward; activations go down the pp group, their gradients come back up. Stage 0 keeps no activations
-    and recomputes its forward in backward (GPipe's re-materialisation, Huang et al. 2019, Section 2.3)."""
+    """dp x pp or pp x tp: two stages (each tp-split when tp > 1), GPipe by hand (:func:`gpipe_exchange`, with
+    :data:`MICRO_BATCHES`): activations go down the pp group, their gradients come back up; stage 0 keeps no
+    activations and recomputes its forward in backward (GPipe's re-materialisation, Huang et al. 2019, Section 2.3)."""
     if mesh.pp != 2 or mesh.cp != 1:
         raise ValueError(f"the hand-written pipeline has two stages and no cp; got {mesh.label()}")
     groups = process_groups(mesh)
     pp = groups["pp"]
     model = tp_stack(shape, stage_layers(shape, 2, pp.index), groups["tp"])
     x, probe = local_batch(shape, mesh, groups)
-    micro = x.chunk(MICRO_BATCHES)                                             # (b/dp/m, s, h) each
-    sync, loss = (lambda m: average_gradients(m, groups["dp"])), None
+    sync, grads = (lambda m: average_gradients(m, groups["dp"])), {}
+
+    def run(inputs: torch.Tensor, upstream: torch.Tensor | None) -> float:
+        loss, got = (gradients_of(model, inputs, upstream, upstream_loss, sync) if upstream is not None else
+                     gradients_of(model, inputs, probe, probe_mean_loss, sync, micro_batches=MICRO_BATCHES))
+        grads.update(got)
+        return loss
+
     with counting_axes(AxisBytes(groups)) as counter:
-        if pp.index == 0:
-            with torch.no_grad():
-                outs = [model(mb) for mb in micro]
-            for out in outs:
-                _send(out, pp, 1)
-            grad_out = torch.cat([_recv(out, pp, 1) for out in outs])
-            _, grads = gradients_of(model, x, grad_out, upstream_loss, sync)
-        else:
-            acts = torch.cat([_recv(mb, pp, 0) for mb in micro]).requires_grad_()
-            loss, grads = gradients_of(model, acts, probe, probe_mean_loss, sync, micro_batches=MICRO_BATCHES)
-            for g in acts.grad.chunk(MICRO_BATCHES):
-                _send(g, pp, 0)
+        loss = gpipe_exchange(model, x, pp, MICRO_BATCHES, run)
     return {"loss": None if loss is None else mean_over(loss, groups["dp"]), "grads": grads,
             "bytes": counter.per_axis()}
 
