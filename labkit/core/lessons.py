@@ -99,7 +99,8 @@ class LessonLog:
     def _record(self, claim: str, detail: str = "", rival: str = "") -> None:
         if claim not in self.checked:
             self.checked.append(claim)
-            said = detail if not rival or rival in detail else f"{detail}; rules out {rival}" if detail else \
+            text = detail if isinstance(detail, str) else str(detail)     # notebooks pass numbers and tables too
+            said = text if not rival or rival in text else f"{text}; rules out {rival}" if text else \
                 f"rules out {rival}"
             print(f"\u2713 {claim}" + (f" ({said})" if said else ""))           # a passing check says what it showed
         if rival:

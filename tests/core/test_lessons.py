@@ -232,3 +232,5 @@ def test_a_passing_check_prints_the_rival_it_ruled_out(capsys):
     out = capsys.readouterr().out
     assert "\u2713 the bubble follows (p-1)/(m+p-1) (measured 0.38; rules out (p-1)/m = 0.5)" in out
     assert out.count("rules out none = 2") == 1
+    log.check("a figure, not a sentence", True, 0.297, rival="FLOPs from all parameters")    # details may be numbers
+    assert "(0.297; rules out FLOPs from all parameters)" in capsys.readouterr().out
