@@ -15,7 +15,8 @@ ROOT = Path("/sys/fs/cgroup")
 
 class MemoryCgroup:
     """``with MemoryCgroup(limit_bytes) as cg:`` moves this process into a new memory cgroup (children inherit it);
-    ``cg.peak_bytes()`` and ``cg.oom_kills()`` read it; leaving moves the process back and removes the group."""
+    ``cg.peak_bytes()`` and ``cg.oom_kills()`` read it; leaving moves the process back and removes the group.
+    Enter it from a small process only: the kernel's OOM killer picks the largest process in the group."""
 
     def __init__(self, limit_bytes: int, name: str | None = None) -> None:
         if limit_bytes <= 0:
