@@ -14,7 +14,8 @@ import math
 from typing import Mapping
 
 from labkit.core.claims import judge_within_errors
-from labkit.core.verdict import CHECKED, FAILED, INCONCLUSIVE, Load, Rival, Verdict, judge_at_least
+from labkit.core.verdict import (CHECKED, FAILED, INCONCLUSIVE, NOT_CHECKED, SPREAD, STATISTICS, Load, Rival, Verdict,
+                                 judge_at_least)
 from labkit.training.noise_scale import NoiseScale
 from labkit.training.to_target import CriticalBatchFit
 
@@ -30,7 +31,7 @@ def noise_scale_agrees(fit: CriticalBatchFit, noise: NoiseScale, factor: float =
     detail = (f"B_crit {fit.b_crit:.0f} (68% interval {fit.b_crit_low:.0f}-{fit.b_crit_high:.0f}), "
               f"B_simple {noise.b_simple:.0f} ± {noise.stderr:.0f}")
     if noise.b_simple <= 0 or not math.isfinite(fit.b_crit):
-        return Verdict(claim, INCONCLUSIVE, f"{detail}: no finite positive estimate to compare")
+        return Verdict(claim, INCONCLUSIVE, f"{detail}: no finite positive estimate to compare", kind=STATISTICS)
     worst = max(fit.b_crit_high / lo_b, hi_b / max(fit.b_crit_low, 1e-9))      # farthest apart the errors allow
     best = max(fit.b_crit_low / hi_b, lo_b / fit.b_crit_high, 1.0)              # closest they can be
     if worst <= factor:
@@ -38,7 +39,8 @@ def noise_scale_agrees(fit: CriticalBatchFit, noise: NoiseScale, factor: float =
     if best > factor:
         return Verdict(claim, FAILED, f"{detail}: at least {best:.1f}x apart")
     return Verdict(claim, INCONCLUSIVE, f"{detail}: the uncertainties allow {best:.1f}x to {worst:.1f}x apart, "
-                                        f"across the {factor:g}x line; more seeds or pairs would settle it")
+                                        f"across the {factor:g}x line; more seeds or pairs would settle it",
+                   kind=STATISTICS)
 
 
 def doubling_ratios(mean_steps: Mapping[int, float]) -> dict[int, float]:
@@ -58,7 +60,8 @@ def per_doubling(fit: CriticalBatchFit, low: int, high: int) -> tuple[float, flo
 def doubling_verdicts(fit: CriticalBatchFit, sigmas: float = 2.0) -> tuple[Verdict, Verdict]:
     """Below B_crit (batches up to the interval's low end / 2) a doubling nearly halves the steps; above it (from
     2x the interval's high end) it buys little. Judged on the share per doubling across each range, with its error
-    (``sigmas`` standard errors): INCONCLUSIVE where the error straddles the line or no two batches lie there."""
+    (``sigmas`` standard errors): INCONCLUSIVE (spread) where the error straddles the line, NOT CHECKED where no two
+    batches lie there."""
     bs = sorted(fit.mean_steps)
     below = [b for b in bs if b <= fit.b_crit_low / 2]
     above = [b for b in bs if b >= 2 * fit.b_crit_high]
@@ -74,7 +77,7 @@ def doubling_verdicts(fit: CriticalBatchFit, sigmas: float = 2.0) -> tuple[Verdi
 def _range_verdict(claim: str, fit: CriticalBatchFit, batches: list[int], holds, sigmas: float,
                    none_reason: str) -> Verdict:
     if len(batches) < 2:
-        return Verdict(claim, INCONCLUSIVE, none_reason)
+        return Verdict(claim, NOT_CHECKED, none_reason)              # the batches to judge did not occur
     ratio, rel = per_doubling(fit, batches[0], batches[-1])
     lo, hi = ratio * math.exp(-sigmas * rel), ratio * math.exp(sigmas * rel)
     detail = f"batch {batches[0]} to {batches[-1]}: {ratio:.2f}x per doubling ({lo:.2f}-{hi:.2f} at {sigmas:g} s.e.)"
@@ -82,7 +85,8 @@ def _range_verdict(claim: str, fit: CriticalBatchFit, batches: list[int], holds,
         return Verdict(claim, CHECKED, detail)
     if not holds(lo) and not holds(hi):
         return Verdict(claim, FAILED, detail)
-    return Verdict(claim, INCONCLUSIVE, f"{detail}: the seeds' spread straddles the line; more seeds would settle it")
+    return Verdict(claim, INCONCLUSIVE, f"{detail}: the seeds' spread straddles the line; more seeds would settle it",
+                   kind=SPREAD)
 
 
 def noise_grows(early: NoiseScale, late: NoiseScale, sigmas: float = 2.0) -> Verdict:
@@ -95,7 +99,8 @@ def noise_grows(early: NoiseScale, late: NoiseScale, sigmas: float = 2.0) -> Ver
     if gap < -sigmas * err:
         return Verdict(claim, FAILED, f"{detail}: down {-gap / err:.1f} standard errors")
     return Verdict(claim, INCONCLUSIVE, f"{detail}: a change of {gap / err:+.1f} standard errors, within the noise "
-                                        f"of {early.pairs} and {late.pairs} pairs")
+                                        f"of {early.pairs} and {late.pairs} pairs",
+                   kind=STATISTICS)
 
 
 def estimates_agree(a: NoiseScale, b: NoiseScale, sigmas: float = 3.0) -> Verdict:
@@ -115,7 +120,7 @@ def throughput_peak_loses(time_s: Mapping[int, float], samples_per_s: Mapping[in
     claim = "above B_crit, the highest-throughput batch is not the fastest to the target"
     peak = max((b for b in samples_per_s if b in time_s), key=lambda b: samples_per_s[b])
     if peak <= fit.b_crit_high:
-        return Verdict(claim, INCONCLUSIVE, f"the throughput peak (batch {peak}) is not above B_crit's interval "
+        return Verdict(claim, NOT_CHECKED, f"the throughput peak (batch {peak}) is not above B_crit's interval "
                                             f"({fit.b_crit_low:.0f}-{fit.b_crit_high:.0f}): nothing to show here")
     best = min(time_s, key=time_s.get)
     return judge_at_least(f"{claim} (batch {peak} vs batch {best})", time_s[peak] / time_s[best], margin, load=load,
