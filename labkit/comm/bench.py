@@ -21,11 +21,13 @@ import torch.distributed as dist
 from labkit.comm.launch import launch
 from labkit.comm.worker import rank_device
 from labkit.core.choices import COMM_DTYPES
+from labkit.core.contention import ShareMeter
 from labkit.core.device import device_label
 from labkit.core.machine import cpu_count
 from labkit.core.results import ResultStream, WriteError
 from labkit.core.timing import Stopwatch
 from labkit.core.validation import checked_int, positive_int, positive_ints
+from labkit.core.verdict import CHECKED, FAILED, INCONCLUSIVE, LOAD, Load, Verdict
 
 DEFAULT_SIZES_BYTES = tuple(4 ** k for k in range(2, 13))   # 16 B .. 16 MiB, x4 steps
 
@@ -44,6 +46,7 @@ class BenchRow:
     busbw_gb_s: float
     wrong: int
     device: str
+    cpu_share: float = 1.0      # the worst rank's share of a core while this size was timed (1.0: quiet)
 
 
 def busbw_factor(world_size: int, collective: str = "all_reduce") -> float:
@@ -148,13 +151,16 @@ def bench_worker(sizes: list[int], iters: int, warmup: int, dtype: str, repeats:
         t = torch.zeros(size // COMM_DTYPES[dtype], dtype=getattr(torch, dtype), device=device)
         wrong = _check_sum(t, world)
         t.zero_()  # zeros stay zeros however often they are summed: no overflow, no denormals
-        per_call_s = _time_all_reduce(t, iters, warmup, repeats, device)
+        with ShareMeter() as meter:
+            per_call_s = _time_all_reduce(t, iters, warmup, repeats, device)
         elapsed = torch.tensor([per_call_s, float(wrong)], dtype=torch.float64, device=device)
         dist.all_reduce(elapsed)  # average the time over ranks, total the wrong elements
+        share = torch.tensor([meter.share], dtype=torch.float64, device=device)
+        dist.all_reduce(share, op=dist.ReduceOp.MIN)   # the worst-served rank sets the pace of a collective
         time_s = elapsed[0].item() / world
         algbw, busbw = bandwidths_gb_s(size, time_s, world)
         rows.append(BenchRow(size, t.numel(), dtype, world, backend, time_s, algbw, busbw, int(elapsed[1].item()),
-                             label))
+                             label, float(share.item())))
         try:
             stream.add(rows[-1], to_json=asdict)
         except WriteError:       # keep measuring; the launcher saves (or names the failure) from the returned rows
@@ -178,14 +184,41 @@ def _time_all_reduce(t: torch.Tensor, iters: int, warmup: int, repeats: int, dev
 
 
 def fit_latency_bandwidth(rows: Sequence[BenchRow]) -> tuple[float, float]:
-    """Fit t(S) = a + b*S to measured rows (least squares on relative error); (a seconds, b seconds per byte)."""
+    """Fit t(S) = a + b*S to measured rows (least squares on relative error, a >= 0 and b >= 0); (a seconds,
+    b seconds per byte). Both bounds are physical: a CI run under load fitted b < 0 (its small sizes were slowed
+    by a burst), a line no link draws; constrained, that run gives b = 0, which :func:`judge_link_fit` reads."""
     if len(rows) < 2:
         raise ValueError("need at least two message sizes to fit latency and bandwidth")
     size = np.array([r.size_bytes for r in rows], dtype=float)
     t = np.array([r.time_s for r in rows])
     design = np.stack([np.ones_like(size), size], axis=1) / t[:, None]  # divide by t: every size counts equally
-    (a, b), *_ = np.linalg.lstsq(design, np.ones_like(t), rcond=None)
-    return float(a), float(b)
+    target = np.ones_like(t)
+    (a, b), *_ = np.linalg.lstsq(design, target, rcond=None)
+    if a >= 0 and b >= 0:
+        return float(a), float(b)
+    # The optimum lies on a bound: the best of the two one-term fits (each a one-variable least squares).
+    one_term = []
+    for column in (0, 1):
+        x = design[:, column]
+        coef = max(0.0, float(x @ target / (x @ x)))
+        one_term.append((float(np.sum((x * coef - target) ** 2)), column, coef))
+    _, column, coef = min(one_term)
+    return (coef, 0.0) if column == 0 else (0.0, coef)
+
+
+def judge_link_fit(claim: str, rows: Sequence[BenchRow]) -> Verdict:
+    """Do both terms of t = a + b*S matter (a > 0 and b > 0, where a one-term line has the other at 0)? Under
+    load a fit at a bound is INCONCLUSIVE with the worst rank's measured share; on a quiet run it failed."""
+    a, b = fit_latency_bandwidth(rows)
+    detail = f"a = {a:.2e} s, b = {b:.2e} s/byte"
+    rival = "one term alone (a = 0 or b = 0)"
+    if a > 0 and b > 0:
+        return Verdict(claim, CHECKED, f"{detail}; rules out {rival}", rival=rival)
+    worst = min(rows, key=lambda r: r.cpu_share)
+    load = Load.measured({f"the worst rank at {worst.size_bytes} B": worst.cpu_share})
+    if load.busy:
+        return Verdict(claim, INCONCLUSIVE, f"{detail}; {load.reason()}", kind=LOAD)
+    return Verdict(claim, FAILED, detail)
 
 
 def format_nccl_tests_table(rows: Sequence[BenchRow]) -> str:

@@ -20,7 +20,7 @@ from labkit.core.device import device_label, get_device
 from labkit.core.timing import time_fn
 from labkit.core.torch_compat import cpu_has_native_bf16
 from labkit.core.validation import positive_int
-from labkit.core.verdict import Load, Verdict, judge_agreement, relative_spread
+from labkit.core.verdict import Load, Rival, Verdict, judge_agreement, judge_at_least, relative_spread
 from labkit.profile.roofline import CACHE_TAG, RoofMeasurement, Roofs
 from labkit.training.flops import fp32_math, peak_flops_per_s, peak_memory_bytes_per_s
 
@@ -167,3 +167,32 @@ def copy_triad_agreement(claim: str, roofs: Roofs, meter: ShareMeter, within: fl
     return judge_agreement(claim, 1.0, statistics.median(ratios), tolerance=within - 1.0, load=load,
                            unit="x copy/triad", by_round=[(1.0, ratio) for ratio in ratios])
 
+
+
+SIZE_GAIN = 1.5     # the lesson's threshold: a big matmul at least 1.5x a small one's rate (a quiet CPU reads ~3x)
+
+
+def size_gain_by_round(small_n: int, large_n: int, device: torch.device, rounds: int,
+                       mode: str = "fp32") -> list[float]:
+    """The ``large_n`` matmul's rate over the ``small_n`` one's, round by round, each pair timed back to back (best
+    of 3 calls each): a neighbour's burst hits both sizes alike. The sweep alone times sizes one after another,
+    and a CI run read a gain of 1.0 when a burst landed on every size past the first."""
+    calls = {n: (lambda n=n: max(matmul_rates(n, mode, device, 3))) for n in (small_n, large_n)}
+    timed = interleaved(calls, rounds=rounds)
+    return [big / small for big, small in zip(timed[large_n], timed[small_n]) if small > 0]
+
+
+def matmul_size_gain(claim: str, roofs: Roofs, device: str | torch.device | None = None, rounds: int = 7,
+                     mode: str = "fp32") -> Verdict:
+    """Does the largest swept matmul beat the smallest by :data:`SIZE_GAIN`? Timed in paired rounds, judged with
+    this kernel's CPU share and the ratios' spread; the rival is 'size does not matter' (1.0x)."""
+    dev, sweep = get_device(device), roofs.compute[mode].sweep
+    if len(sweep) < 2:
+        raise ValueError("matmul_size_gain needs a sweep of at least two sizes (measure_roofs first)")
+    small_n, large_n = sweep[0][0], sweep[-1][0]
+    with ShareMeter() as meter:
+        gains = size_gain_by_round(small_n, large_n, dev, rounds, mode)
+    load = Load.from_meters({"this kernel": meter}, spread=relative_spread(gains))
+    return judge_at_least(claim, statistics.median(gains), SIZE_GAIN, load=load,
+                          unit=f"x (n={large_n} over n={small_n})", by_round=[(g, SIZE_GAIN) for g in gains],
+                          rival=Rival("size does not matter", 1.0))

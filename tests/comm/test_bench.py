@@ -81,3 +81,24 @@ def test_allreduce_bench_64g_on_this_machine_exits_2_with_one_line(capsys, monke
     err = capsys.readouterr().err.strip()
     assert err == ("error: the largest message (64.0 GiB) x 2 buffers x 2 ranks needs about 256.8 GiB, more than the "
                    "23.0 GiB of RAM available; lower --max-bytes/-e or --world-size")
+
+
+def _rows(times_s, share=1.0):
+    sizes = [16 * 4 ** k for k in range(len(times_s))]
+    return [BenchRow(s, s // 4, "float32", 2, "gloo", t, 0.0, 0.0, 0, "CPU", share) for s, t in zip(sizes, times_s)]
+
+
+def test_a_fit_that_would_slope_down_stays_on_the_physical_bound():
+    """A CI run under load fitted b < 0 (its small sizes were slowed by a burst); constrained, b is 0."""
+    rows = _rows([8e-4, 7e-4, 6e-4, 5e-4, 6e-4])
+    a, b = fit_latency_bandwidth(rows)
+    assert a > 0 and b == 0.0
+
+
+def test_the_link_fit_is_checked_failed_or_inconclusive_with_the_measured_load():
+    from labkit.comm.bench import judge_link_fit
+    good = judge_link_fit("both terms matter", _rows([1e-4 + s * 2e-9 for s in (16, 64, 256, 1024, 4096)]))
+    assert good.state == "checked" and "rules out one term alone" in good.detail
+    assert judge_link_fit("both terms matter", _rows([8e-4, 7e-4, 6e-4, 5e-4, 6e-4])).state == "failed"   # quiet
+    busy = judge_link_fit("both terms matter", _rows([8e-4, 7e-4, 6e-4, 5e-4, 6e-4], share=0.3))
+    assert busy.state == "INCONCLUSIVE" and busy.kind == "load" and "0.30 of a core" in busy.detail

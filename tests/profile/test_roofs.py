@@ -121,3 +121,34 @@ def test_a_raise_is_read_round_by_round_from_back_to_back_matmuls():
     assert len(ratios) == 3 and all(r > 0 for r in ratios)
     same = raise_by_round(roofs, "fp32", torch.device("cpu"), rounds=3, baseline="fp32")
     assert all(0.2 < r < 5 for r in same)            # one mode against itself: near 1, whatever the machine
+
+
+def _swept(sizes):
+    from labkit.profile.roofline import RoofMeasurement, Roofs
+    fp32 = RoofMeasurement("matmul fp32", "FLOP/s", (1e11,), sizes[-1], sweep=tuple((n, 1e10) for n in sizes))
+    return Roofs("cpu", {"fp32": fp32}, {"copy": RoofMeasurement("copy", "B/s", (1e9,), 2**20)})
+
+
+def test_the_size_gain_is_judged_on_paired_rounds_against_size_does_not_matter():
+    roofs = _swept([64, 128, 256])
+    gains = iter([3.0, 2.8, 3.1, 2.9, 3.0])
+    with mock.patch.object(roofs_mod, "size_gain_by_round", lambda *a, **k: [next(gains) for _ in range(5)]):
+        verdict = roofs_mod.matmul_size_gain("big beats small", roofs, "cpu", rounds=5)
+    assert verdict.state == "checked" and verdict.rival == "size does not matter"
+    with mock.patch.object(roofs_mod, "size_gain_by_round", lambda *a, **k: [1.0, 1.02, 0.98, 1.0, 1.01]):
+        assert roofs_mod.matmul_size_gain("big beats small", roofs, "cpu", rounds=5).state == "failed"   # quiet: fails
+
+
+def test_the_size_gain_times_the_smallest_and_largest_swept_sizes_back_to_back():
+    seen = []
+    real = roofs_mod.matmul_rates
+
+    def spy(n, mode, device, repeats):
+        seen.append(n)
+        return real(n, mode, device, repeats)
+
+    with mock.patch.object(roofs_mod, "matmul_rates", spy):
+        gains = roofs_mod.size_gain_by_round(16, 64, torch.device("cpu"), rounds=3)
+    assert seen == [16, 64] * 3 and len(gains) == 3 and all(g > 0 for g in gains)
+    with pytest.raises(ValueError, match="two sizes"):
+        roofs_mod.matmul_size_gain("x", _swept([64]), "cpu")
