@@ -199,6 +199,17 @@ INPUT_TERMS = ("inputs: Q shard + own K/V block",)     # allocated before the fo
 PACKING_TERMS = ("the GEMM's packed copy of the weights (P V)",)   # the BLAS packs, or not, or reuses a buffer
 
 
+def all_gather_peak_bytes(batch: int, heads: int, seq_len: int, head_dim: int, world_size: int,
+                          bytes_per_element: int = 4) -> dict[str, int]:
+    """The rival a rank's measured peak rules out: all-gather context parallelism without the blockwise fold (as
+    in Llama 3's CP), which gathers every K/V block and builds its Q shard's scores and weights against the whole
+    sequence at once ((s/W) x s each), beside its output shard. New bytes only, as :func:`ring_peak_bytes`'s."""
+    w = positive_int(world_size, "world_size")
+    shard = batch * heads * (seq_len // w) * head_dim * bytes_per_element
+    return {"output shard": shard, "K/V blocks gathered": (w - 1) * 2 * shard,
+            "scores + weights (s/W x s)": 2 * batch * heads * (seq_len // w) * seq_len * bytes_per_element}
+
+
 def full_attention_peak_bytes(batch: int, heads: int, seq_len: int, head_dim: int,
                               bytes_per_element: int = 4) -> dict[str, int]:
     """The unsplit reference's working set: Q, K, V, O and the materialised (s x s) scores and weights."""

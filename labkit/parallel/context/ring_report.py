@@ -14,8 +14,8 @@ import torch
 
 from labkit.core.clock import paired_median
 from labkit.core.verdict import Load, Verdict, judge_at_least, relative_spread
-from labkit.parallel.context.ring_attention import (INPUT_TERMS, PACKING_TERMS, full_attention, ring_peak_bytes,
-                                            zigzag_unshard)
+from labkit.parallel.context.ring_attention import (INPUT_TERMS, PACKING_TERMS, all_gather_peak_bytes, full_attention,
+                                                    ring_peak_bytes, zigzag_unshard)
 from labkit.parallel.context.ring_runs import RingConfig, reference_inputs
 
 MEMORY_BAND = 0.4          # measured peak within +-40% of the formula: allocator and GEMM workspaces move it
@@ -46,6 +46,15 @@ def memory_rows(results: list[dict], cfg: RingConfig) -> list[dict]:
              "unpacked_MiB": unpacked / 2**20, "measured/formula": r["peak_bytes"] / predicted,
              "in_band": unpacked / (1 + MEMORY_BAND) <= r["peak_bytes"] <= predicted * (1 + MEMORY_BAND)}
             for r in results if r["peak_bytes"] is not None]
+
+
+def memory_rival(cfg: RingConfig, world_size: int) -> tuple[str, float, bool]:
+    """The all-gather rival's new bytes per rank (MiB), and whether :data:`MEMORY_BAND` rejects it: a band that
+    admitted it could not tell the ring's blockwise fold from gathering the whole sequence."""
+    rival = sum(all_gather_peak_bytes(cfg.batch, cfg.heads, cfg.memory_seq, cfg.head_dim, world_size).values())
+    terms = ring_peak_bytes(cfg.batch, cfg.heads, cfg.memory_seq, cfg.head_dim, world_size)
+    predicted = sum(v for k, v in terms.items() if k not in INPUT_TERMS)
+    return "all-gather K/V and attend the whole sequence at once", rival / 2**20, rival > predicted * (1 + MEMORY_BAND)
 
 
 def slowest_per_round(results: list[dict], variant: str) -> list[float]:

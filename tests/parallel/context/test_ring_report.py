@@ -35,3 +35,17 @@ def test_the_memory_band_runs_from_the_unpacked_formula_to_the_packed_one():
     assert [r["in_band"] for r in rows] == [True, True, False, False]
     assert rows[1]["measured/formula"] == 1.0 and rows[0]["unpacked_MiB"] == unpacked / 2**20
     assert memory_rows([{"rank": 0, "peak_bytes": None}, {"rank": 1, "peak_bytes": None}], cfg) == []
+
+
+def test_the_memory_band_rejects_the_all_gather_rival_at_both_scales():
+    """Gathering every K/V block and attending the whole sequence at once builds (s/W) x s scores: the band around
+    the ring's formula must not admit it, or the check could not tell the blockwise fold from it."""
+    from labkit.parallel.context.ring_attention import all_gather_peak_bytes
+    from labkit.parallel.context.ring_report import memory_rival
+    from labkit.parallel.context.ring_runs import RingConfig
+
+    terms = all_gather_peak_bytes(1, 2, 4096, 32, 4)
+    assert terms["scores + weights (s/W x s)"] == 2 * 2 * 1024 * 4096 * 4 and terms["K/V blocks gathered"] == 3 * 2 * 2**18
+    for cfg in (RingConfig(rounds=4), RingConfig(time_seq=4096, memory_seq=16384, rounds=7)):
+        name, mib, rejected = memory_rival(cfg, 4)
+        assert rejected and mib > 10 and "all-gather" in name
