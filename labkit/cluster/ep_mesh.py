@@ -19,14 +19,12 @@ from dataclasses import asdict, dataclass, replace
 import torch
 import torch.distributed as dist
 
-from labkit.cluster.link_jobs import join_node_group, shape_own_link, tx_bytes
+from labkit.cluster.link_jobs import join_node_group, shape_own_link, timed_placements
 from labkit.cluster.linkfit import expected_payload_bytes_s
 from labkit.cluster.nodes import EmulatedNodes, NodesConfig
 from labkit.cluster.rankside import Place, job_params, report
 from labkit.cluster.run import JobResult, run_job
 from labkit.comm.mesh import AxisGroup, Mesh, my_group
-from labkit.core.clock import now_s
-from labkit.core.contention import ShareMeter
 from labkit.core.step import TrainStep
 from labkit.core.validation import positive_int, positive_number
 from labkit.core.verdict import Load, Rival, Verdict, judge_at_least, relative_spread
@@ -139,21 +137,9 @@ def ep_mesh_job() -> dict:
     shape = PlacementShape(**params.get("shape", {}))
     groups = node_groups(me)
     steps = {p: placement_step(me, p, shape, groups) for p in PLACEMENTS}
-    for step in steps.values():
-        step(*step.feed)                                        # warm-up: connections, buffers
-    out: dict = {p: {"step_s": [], "tx_bytes": []} for p in PLACEMENTS}
-    with ShareMeter() as meter:
-        for r in range(int(params.get("rounds", 5))):
-            shift = r % len(PLACEMENTS)
-            for p in PLACEMENTS[shift:] + PLACEMENTS[:shift]:
-                dist.barrier()
-                before, start = tx_bytes(), now_s()
-                steps[p](*steps[p].feed)
-                dist.barrier()
-                out[p]["step_s"].append(now_s() - start)
-                out[p]["tx_bytes"].append(tx_bytes() - before)
+    out, share = timed_placements(steps, int(params.get("rounds", 5)))
     splits = {p: {k: steps[p].model.last[k] for k in ("send", "recv")} for p in PLACEMENTS if p != "tp_across"}
-    return report({**me.as_dict(), **out, "splits": splits, "cpu_share": meter.share}, me.rank)
+    return report({**me.as_dict(), **out, "splits": splits, "cpu_share": share}, me.rank)
 
 
 def run_placements(nodes: EmulatedNodes, shape: PlacementShape, rounds: int = 5, rate_mbit_s: float | None = None,

@@ -54,6 +54,29 @@ def tx_bytes() -> int:
     return int((ETH_STATS / "tx_bytes").read_text())
 
 
+def timed_placements(steps: dict, rounds: int) -> tuple[dict, float]:
+    """Each placement's step (a :class:`labkit.core.step.TrainStep` with its ``feed``) warmed up once, then timed in
+    interleaved rounds, the order rotating every round so no placement always runs first: seconds per step between
+    two barriers (the slowest rank's) and this node's eth0 bytes per step -> ({name: {"step_s", "tx_bytes"}}, this
+    rank's CPU share over the rounds). One loop for the TP and the EP placements (:mod:`labkit.cluster.tp_mesh`,
+    :mod:`labkit.cluster.ep_mesh`)."""
+    names = list(steps)
+    for step in steps.values():
+        step(*step.feed)                                    # warm-up: connections, buffers
+    out: dict = {name: {"step_s": [], "tx_bytes": []} for name in names}
+    with ShareMeter() as meter:
+        for r in range(rounds):
+            shift = r % len(names)
+            for name in names[shift:] + names[:shift]:
+                dist.barrier()
+                before, start = tx_bytes(), now_s()
+                steps[name](*steps[name].feed)
+                dist.barrier()
+                out[name]["step_s"].append(now_s() - start)
+                out[name]["tx_bytes"].append(tx_bytes() - before)
+    return out, meter.share
+
+
 def ping_pong_s(peer: int, nbytes: int, me: int, repeats: int) -> list[float]:
     """One-way seconds per message between this rank and ``peer`` (half a round trip), ``repeats`` times."""
     buf = torch.zeros(max(1, nbytes // 4), dtype=torch.float32)

@@ -12,16 +12,13 @@ import statistics
 from dataclasses import asdict
 
 import torch
-import torch.distributed as dist
 
-from labkit.cluster.link_jobs import join_node_group, shape_own_link, tx_bytes
+from labkit.cluster.link_jobs import join_node_group, shape_own_link, timed_placements
 from labkit.cluster.linkfit import expected_payload_bytes_s
 from labkit.cluster.nodes import EmulatedNodes, NodesConfig
 from labkit.cluster.rankside import Place, job_params, report
 from labkit.cluster.run import JobResult, run_job
 from labkit.comm.mesh import Mesh, my_group
-from labkit.core.contention import ShareMeter
-from labkit.core.clock import now_s
 from labkit.core.step import TrainStep
 from labkit.core.validation import positive_number
 from labkit.core.verdict import Load, relative_spread
@@ -64,19 +61,8 @@ def tp_mesh_job() -> dict:
         shape_own_link(me, float(params["rate_mbit_s"]), params)
     shape = LayerShape(**params.get("shape", {}))
     steps = {p: placement_step(me, p, shape) for p in PLACEMENTS}
-    for step in steps.values():
-        step(*step.feed)                                    # warm-up: connections, buffers
-    out: dict = {p: {"step_s": [], "tx_bytes": []} for p in PLACEMENTS}
-    with ShareMeter() as meter:
-        for r in range(int(params.get("rounds", 5))):
-            for p in PLACEMENTS[r % 2:] + PLACEMENTS[:r % 2]:
-                dist.barrier()
-                before, start = tx_bytes(), now_s()
-                steps[p](*steps[p].feed)
-                dist.barrier()
-                out[p]["step_s"].append(now_s() - start)
-                out[p]["tx_bytes"].append(tx_bytes() - before)
-    return report({**me.as_dict(), **out, "cpu_share": meter.share}, me.rank)
+    out, share = timed_placements(steps, int(params.get("rounds", 5)))
+    return report({**me.as_dict(), **out, "cpu_share": share}, me.rank)
 
 
 def run_placements(nodes: EmulatedNodes, shape: LayerShape, rounds: int = 5, rate_mbit_s: float | None = None,

@@ -52,3 +52,26 @@ def test_sync_sgd_across_the_nodes_is_timed_and_judged_by_the_fitted_link(lab):
     row = sgd_row(lab, fits["inter"], 200, cores=cpu_count())
     verdict = judge_speedup("model and clock agree", row, sgd_load(lab, 200, cpu_count()))
     assert verdict.state in ("checked", "INCONCLUSIVE"), (verdict, row)
+
+
+def test_timed_placements_warms_up_then_rotates_the_order_every_round(monkeypatch):
+    """The one timed-rounds loop of the TP and EP placements: a warm-up call each, then every round starts with the
+    next placement, so none always runs first (a neighbour's burst at the start of a round hits each in turn)."""
+    from labkit.cluster import link_jobs
+
+    calls, sent = [], iter(range(0, 10_000, 100))
+    monkeypatch.setattr(link_jobs.dist, "barrier", lambda: None)
+    monkeypatch.setattr(link_jobs, "tx_bytes", lambda: next(sent))
+
+    def step_of(name):
+        def step(*feed):
+            calls.append((name, feed))
+        step.feed = (name,)
+        return step
+
+    out, share = link_jobs.timed_placements({n: step_of(n) for n in ("a", "b", "c")}, rounds=3)
+    order = [name for name, _ in calls]
+    assert order[:3] == ["a", "b", "c"]                                   # the warm-ups
+    assert order[3:] == ["a", "b", "c", "b", "c", "a", "c", "a", "b"]     # each round starts one further on
+    assert all(feed == (name,) for name, feed in calls)
+    assert all(len(out[n]["step_s"]) == 3 and out[n]["tx_bytes"] == [100] * 3 for n in "abc") and 0 < share <= 1
