@@ -4,5 +4,5 @@ their rivals, and the exercise checker (notebook 00; each lesson folder keeps it
 """
 
 # the modules a learner uses (what the notebooks import; docs/api.md lists their names, one line each)
-__all__ = ["claims", "clock", "contention", "data", "device", "env", "exercises", "lessons", "machine", "models", "notebook_map",
-           "procs", "progress", "rundirs", "timing", "verdict"]
+__all__ = ["claims", "clock", "contention", "course", "data", "device", "env", "exercises", "lessons", "machine", "models",
+           "notebook_map", "procs", "progress", "rundirs", "timing", "verdict"]

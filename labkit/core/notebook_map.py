@@ -1,5 +1,6 @@
-"""The kit's map, read from the notebooks folder itself: every notebook there gets a row (its number, title and
-``labkit`` home), so a notebook added later appears without anyone editing a table. Torch-free."""
+"""The notebooks folder, read: every numbered notebook there gets a row (its number, file, title and ``labkit``
+home), so a notebook added later is seen without anyone editing a list. :mod:`labkit.core.course` joins these rows
+with the course's data (part, prerequisites, needs, skill) and prints the map of notebook 00. Torch-free."""
 from __future__ import annotations
 
 import json
@@ -47,9 +48,3 @@ def notebook_map(folder: str | Path | None = None) -> list[MapRow]:
         raise FileNotFoundError(f"no numbered notebooks in {notebooks_folder(folder)}")
     return [_row(p) for p in paths]
 
-
-def map_markdown(rows: list[MapRow]) -> str:
-    """The map as a Markdown table with a link to each notebook."""
-    lines = ["| # | Notebook | `labkit` home |", "|---|---|---|"]
-    lines += [f"| {r.number} | [{r.title}]({r.file}) | {f'`{r.home}`' if r.home else '—'} |" for r in rows]
-    return "\n".join(lines)

@@ -1,9 +1,9 @@
-"""The map in notebook 00 is read from the notebooks folder, so every notebook is on it (03b and 12 included)."""
+"""The notebooks folder is read, not listed: every notebook is a row (03b and 12 included), a new one appears by itself."""
 import json
 
 import pytest
 
-from labkit.core.notebook_map import map_markdown, notebook_map, notebooks_folder
+from labkit.core.notebook_map import MapRow, notebook_map, notebooks_folder
 
 
 def test_every_shipped_notebook_is_on_the_map_in_order():
@@ -19,8 +19,8 @@ def test_a_new_notebook_appears_without_editing_anything(tmp_path):
         cells = [{"cell_type": "markdown", "source": [title + "\n", "text"]},
                  {"cell_type": "code", "source": ["from labkit.parallel.debug import exercises as ex"]}]
         (tmp_path / name).write_text(json.dumps({"cells": cells}))
-    text = map_markdown(notebook_map(tmp_path))
-    assert "| 09b | [A new lesson](09b_new.ipynb) | `parallel.debug` |" in text and "| 00 | [Start](00_a.ipynb)" in text
+    assert notebook_map(tmp_path) == [MapRow("00", "00_a.ipynb", "Start", "parallel.debug"),
+                                      MapRow("09b", "09b_new.ipynb", "A new lesson", "parallel.debug")]
 
 
 def test_the_default_folder_is_the_repositorys_and_an_empty_one_says_so(tmp_path, monkeypatch):
