@@ -3,7 +3,8 @@
 Three panels from live runs: the S-E trade-off (McCandlish et al. 2018, arXiv 1812.06162, figure 1's shape) with
 every measured run and the fitted hyperbola S/S_min - 1 = (E/E_min - 1)^-1; steps to the target by batch with
 B_crit and B_simple marked; and time to the target by batch (steps x measured step time) with the fastest batch and
-the throughput knee. Matplotlib's object API (no pyplot), as in :mod:`labkit.ui.batch_views`.
+the throughput knee. The first panel is also drawn alone on any axes (:func:`draw_trade_off`: the measured batch
+sizes, S_min, E_min and B_crit marked). Matplotlib's object API (no pyplot), as in :mod:`labkit.ui.batch_views`.
 """
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 import pandas as pd
+from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from labkit.training.noise_scale import NoiseScale
@@ -30,20 +32,37 @@ def to_target_table(fit: CriticalBatchFit, runs: Sequence[TargetRun], time_s: Ma
     return pd.DataFrame(rows)
 
 
-def _trade_off(ax, fit: CriticalBatchFit, runs: Sequence[TargetRun]) -> None:
+def draw_trade_off(ax: Axes, fit: CriticalBatchFit, runs: Sequence[TargetRun]) -> Axes:
+    """McCandlish et al.'s figure on ``ax``: steps S against examples E to the target, log-log. Each measured batch
+    size is a point (mean S over the seeds, E = B x S), each seed a faint dot, the fit the hyperbola
+    S/S_min - 1 = (E/E_min - 1)^-1 with its asymptotes S_min and E_min, and B_crit where S = 2 S_min, E = 2 E_min."""
     done = [r for r in runs if r.reached]
-    ax.scatter([r.examples for r in done], [r.steps for r in done], s=14, alpha=0.6, label="runs (each seed)")
-    bs = np.geomspace(min(r.batch_size for r in done) / 2, max(r.batch_size for r in done) * 2, 100)
-    s = fit.s_min + fit.e_min / bs
-    ax.plot(bs * s, s, color="black", label="fit: S/S_min - 1 = (E/E_min - 1)^-1")
-    ax.axhline(fit.s_min, ls=":", color="grey")
-    ax.axvline(fit.e_min, ls=":", color="grey")
+    ax.scatter([r.examples for r in done], [r.steps for r in done], s=10, alpha=0.3, color="tab:blue",
+               label="each seed")
+    bs = sorted(fit.mean_steps)
+    ax.plot([b * fit.mean_steps[b] for b in bs], [fit.mean_steps[b] for b in bs], "o", color="tab:blue",
+            label="each batch size (mean over seeds)")
+    for b in bs:
+        ax.annotate(f"B={b}", (b * fit.mean_steps[b], fit.mean_steps[b]), textcoords="offset points",
+                    xytext=(4, 4), fontsize=7)
+    grid = np.geomspace(bs[0] / 2, bs[-1] * 2, 200)
+    s = np.array([fit.steps_at(b) for b in grid])
+    keep = s > 0
+    ax.plot(grid[keep] * s[keep], s[keep], color="black", label="fit: S/S_min - 1 = (E/E_min - 1)^-1")
+    if fit.s_min > 0:
+        ax.axhline(fit.s_min, ls=":", color="grey", label=f"S_min = {fit.s_min:.0f} steps")
+    if fit.e_min > 0:
+        ax.axvline(fit.e_min, ls="--", color="grey", label=f"E_min = {fit.e_min:,.0f} examples")
+    if math.isfinite(fit.b_crit) and fit.b_crit > 0:
+        ax.plot([2 * fit.e_min], [2 * fit.s_min], "*", ms=13, color="tab:red",
+                label=f"B_crit = E_min/S_min = {fit.b_crit:.0f}: 2 S_min, 2 E_min")
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("examples to target E")
     ax.set_ylabel("steps to target S")
     ax.set_title("the S-E trade-off")
     ax.legend(fontsize=7)
+    return ax
 
 
 def _marks(ax, fit: CriticalBatchFit, noise: NoiseScale | None) -> None:
@@ -58,7 +77,7 @@ def to_target_figure(fit: CriticalBatchFit, runs: Sequence[TargetRun], time_s: M
     """The three panels: trade-off, steps by batch (fit, B_crit, B_simple), time by batch (fastest, knee)."""
     fig = Figure(figsize=(13, 3.8))
     ax1, ax2, ax3 = fig.subplots(1, 3)
-    _trade_off(ax1, fit, runs)
+    draw_trade_off(ax1, fit, runs)
     bs = sorted(fit.mean_steps)
     ax2.plot(bs, [fit.mean_steps[b] for b in bs], "o", label="mean over seeds")
     grid = np.geomspace(bs[0], bs[-1], 100)
