@@ -6,4 +6,5 @@ ranking within what runs here, the picks) < score and score_plot (the top layout
 predicted against measured, per axis) and published (the memory formula against a paper's figures, published MoE
 and SC21 layouts); exercises (notebook 14's)."""
 
-__all__ = ["exercises", "planner", "published", "score", "score_plot", "score_runs", "shapes", "specs"]
+__all__ = ["exercises", "figures", "formula_sheet", "planner", "published", "score", "score_plot", "score_runs", "shapes",
+           "specs"]

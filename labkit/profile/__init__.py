@@ -3,4 +3,4 @@ every operator of a step under them, overhead and the fixes matched to their wal
 """
 
 # the modules a learner uses (what the notebooks import; docs/api.md lists their names, one line each)
-__all__ = ["exercises", "fixes", "operators", "profiler", "regimes", "roofline", "roofs", "schedule", "summary", "traces"]
+__all__ = ["exercises", "fixes", "operators", "profiler", "regimes", "roofline", "roofs", "schedule", "summary", "timeline", "traces"]
