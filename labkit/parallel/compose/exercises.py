@@ -1,14 +1,24 @@
 """Checked exercises for notebook 18 (every parallelism on one mesh): the ranks in a rank's dp group, the rule a model
-shape breaks, and the bytes ring attention sends per layer when it runs inside tensor parallelism.
+shape breaks, the bytes ring attention sends per layer when it runs inside tensor parallelism; and "write the
+distributed code": the learner's ``mesh_groups(dp, tp)``, judged on 4 live gloo ranks (:mod:`labkit.comm.rank_answers`).
 
 References: the grid and its rules (:class:`labkit.comm.mesh.Mesh`) and the cp formula
-(:func:`labkit.parallel.compose.runs.predicted_bytes`).
+(:func:`labkit.parallel.compose.runs.predicted_bytes`). For ``mesh_groups`` each rank builds the answer's groups
+(``dist.new_group``, through :func:`labkit.comm.mesh.new_groups`) and all-reduces its rank id, one-hot, in its tp and
+its dp group: the sum marks the group's members. The kit's expected groups are those torch's
+``init_device_mesh("cpu", (dp, tp), mesh_dim_names=("dp", "tp"))`` builds.
 """
 from __future__ import annotations
 
 import random
+from typing import Any, Callable
 
-from labkit.comm.mesh import Mesh
+import torch
+import torch.distributed as dist
+from torch.distributed.device_mesh import init_device_mesh
+
+from labkit.comm.mesh import Mesh, new_groups
+from labkit.comm.rank_answers import RankExercise
 from labkit.core.exercises import Exercise, Mistake
 
 
@@ -137,3 +147,78 @@ RING_BYTES = Exercise(
              "under tp each rank holds h/tp of the width (its heads): its K/V block is 1/tp of the layer's")),
     "one K/V block is 2 x b x s/cp x h/tp elements; count its passes forward and backward, and the gradient's",
     rel_tol=0.0)
+
+
+# ------------------------------------------------------------------------------------------ 4: the groups, live
+def mesh_groups(dp: int, tp: int) -> tuple[list[list[int]], list[list[int]]]:
+    """The tp groups and the dp groups of a dp x tp grid, tp fastest: rank = dp_i * tp + tp_i."""
+    tp_groups = [[d * tp + t for t in range(tp)] for d in range(dp)]      # a row of the grid: consecutive ranks
+    dp_groups = [[d * tp + t for d in range(dp)] for t in range(tp)]      # a column: ranks tp apart
+    return tp_groups, dp_groups
+
+
+def device_mesh_groups(dp: int, tp: int) -> tuple[list[list[int]], list[list[int]]]:
+    """The kit's expected answer, in a rank: the groups of torch's named DeviceMesh, every rank's gathered."""
+    mesh = init_device_mesh("cpu", (dp, tp), mesh_dim_names=("dp", "tp"))
+    out = []
+    for dim in ("tp", "dp"):
+        every: list = [None] * dist.get_world_size()
+        dist.all_gather_object(every, dist.get_process_group_ranks(mesh.get_group(dim)))
+        out.append(sorted({tuple(sorted(g)): list(sorted(g)) for g in every}.values()))
+    return out[0], out[1]
+
+
+def _dp_fastest(dp: int, tp: int) -> tuple[list[list[int]], list[list[int]]]:
+    """Mistake: the transposed grid, dp fastest (rank = tp_i * dp + dp_i)."""
+    return [[t * dp + d for t in range(tp)] for d in range(dp)], [[t * dp + d for d in range(dp)] for t in range(tp)]
+
+
+def _one_group(dp: int, tp: int) -> tuple[list[list[int]], list[list[int]]]:
+    """Mistake: every rank in one group, for both axes."""
+    return [list(range(dp * tp))], [list(range(dp * tp))]
+
+
+def _partition(groups: object, axis: str, world: int) -> list[list[int]]:
+    """The answer's groups of one axis as lists of ints; ValueError unless they split the ranks 0..world-1."""
+    if not isinstance(groups, (list, tuple)) or not all(isinstance(g, (list, tuple)) for g in groups):
+        raise TypeError(f"the {axis} groups must be a list of lists of ranks, got {type(groups).__name__}")
+    flat = sorted(int(r) for g in groups for r in g)
+    if flat != list(range(world)):
+        raise ValueError(f"the {axis} groups {[list(g) for g in groups]} must hold each of the {world} ranks once")
+    return [[int(r) for r in g] for g in groups]
+
+
+def mesh_groups_case(answer: Callable[..., Any], dp: int, tp: int) -> dict[str, list[int]]:
+    """In a rank: the answer's tp and dp groups built with dist.new_group; per axis, the members an all-reduce of
+    this rank's one-hot rank id found in its group."""
+    got = answer(dp, tp)
+    if not isinstance(got, (list, tuple)) or len(got) != 2:
+        raise TypeError(f"mesh_groups returned {type(got).__name__}: return (tp_groups, dp_groups)")
+    rank, world, out = dist.get_rank(), dist.get_world_size(), {}
+    for axis, groups in zip(("tp", "dp"), got):
+        mine = [g for g in new_groups(_partition(groups, axis, world)) if g is not None][0]
+        one_hot = torch.zeros(world)
+        one_hot[rank] = 1.0
+        dist.all_reduce(one_hot, group=mine.group)
+        out[axis] = [r for r in range(world) if one_hot[r] > 0]
+    return out
+
+
+def mesh_groups_cases(seed: int = 183) -> list[dict]:
+    """Every grid of the 4 ranks: 2 x 2 first (the notebook's; it tells the transposed grid apart), then 4 x 1 and
+    1 x 4 in a seeded order (they tell one group for everything apart)."""
+    rest = [{"dp": 4, "tp": 1}, {"dp": 1, "tp": 4}]
+    random.Random(seed).shuffle(rest)
+    return [{"dp": 2, "tp": 2}, *rest]
+
+
+MESH_GROUPS = RankExercise(
+    "mesh_groups", "write mesh_groups(dp, tp) for a dp x tp grid of the ranks, tp fastest (rank = dp_i * tp + tp_i): "
+    "return (tp_groups, dp_groups), each a list of lists of global ranks",
+    mesh_groups, device_mesh_groups, mesh_groups_case, mesh_groups_cases,
+    (Mistake("dp_fastest", _dp_fastest, "that is the transposed grid, the rival 'dp fastest': tp is the fastest "
+             "axis, so a tp group is consecutive ranks dp_i * tp + 0 .. tp - 1, and a dp group's ranks are tp apart"),
+     Mistake("one_group", _one_group, "every rank landed in one group on both axes, the rival 'one group for "
+             "everything': a tp group holds tp ranks (dp such groups), a dp group dp ranks (tp such groups)")),
+    "tp groups: [[d * tp + t for t in range(tp)] for d in range(dp)]; dp groups: the same ranks read down the "
+    "columns, [[d * tp + t for d in range(dp)] for t in range(tp)]", world_size=4, case_s=5.0, rel_tol=0.0)

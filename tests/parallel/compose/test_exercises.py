@@ -1,7 +1,21 @@
-"""Notebook 18's exercises: each reference is right on a hand-worked case and each planted mistake is caught."""
-import pytest
+"""Notebook 18's exercises: each reference is right on a hand-worked case and each planted mistake is caught; the
+live one, mesh_groups, judged on 4 gloo ranks against init_device_mesh's groups, hostile answers given one line."""
+import dataclasses
+import importlib.util
+import inspect
+import json
+import re
+import tempfile
+from pathlib import Path
 
-from labkit.core.exercises import Exercise
+import psutil
+import pytest
+import torch
+
+from labkit.comm import rank_answers as ra
+from labkit.comm.launch import launch
+from labkit.comm.mesh import Mesh
+from labkit.core.exercises import CORRECT, NOT_ATTEMPTED, WRONG, Exercise
 from labkit.parallel.compose import exercises as cx
 from tests.exercise_support import assert_sound
 
@@ -31,3 +45,100 @@ EXERCISES = [v for v in vars(cx).values() if isinstance(v, Exercise)]
 @pytest.mark.parametrize("exercise", EXERCISES, ids=[e.key for e in EXERCISES])
 def test_exercise_is_sound(exercise):
     assert_sound(exercise)
+
+
+# ------------------------------------------------------------------ mesh_groups, judged on 4 live gloo ranks
+SEED = 99
+FAST = dataclasses.replace(cx.MESH_GROUPS, case_s=4.0, start_s=25.0)
+
+
+@pytest.fixture
+def own_tmp(tmp_path, monkeypatch):
+    """After the test: nothing named labkit-* left in a private temp folder, no child process."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    yield tmp_path
+    assert not list(tmp_path.glob("labkit-*")), list(tmp_path.iterdir())
+    assert not psutil.Process().children(recursive=True)
+
+
+def judge_live(answer, exercise=FAST):
+    return ra.judge_on_ranks(exercise, answer, seed=SEED)
+
+
+def test_the_model_answer_is_the_meshs_grid_and_each_rival_differs_on_some_grid():
+    cases = cx.mesh_groups_cases()
+    assert sorted((c["dp"], c["tp"]) for c in cases) == [(1, 4), (2, 2), (4, 1)]
+    for c in cases:
+        grid = Mesh(dp=c["dp"], tp=c["tp"])
+        assert cx.mesh_groups(**c) == (grid.members("tp"), grid.members("dp"))
+    for rival in (cx._dp_fastest, cx._one_group):
+        assert any(rival(**c) != cx.mesh_groups(**c) for c in cases)
+
+
+def both_answers(cases: list[dict]) -> list:
+    """In a rank: per case, what the all-reduces found in the model answer's groups and in the DeviceMesh's."""
+    return [[cx.mesh_groups_case(cx.mesh_groups, **c), cx.mesh_groups_case(cx.device_mesh_groups, **c)] for c in cases]
+
+
+def test_on_live_ranks_the_model_answers_groups_reduce_like_init_device_meshs(own_tmp):
+    cases = cx.mesh_groups_cases()
+    ranks = launch(both_answers, 4, args=(cases,), backend="gloo", timeout_s=120, show_output=False)
+    for rank, per_case in enumerate(ranks):
+        for c, (mine, torchs) in zip(cases, per_case):
+            grid = Mesh(dp=c["dp"], tp=c["tp"])
+            assert mine == torchs == {"tp": grid.group_of(rank, "tp"), "dp": grid.group_of(rank, "dp")}
+
+
+def test_a_learner_written_mesh_groups_is_correct(own_tmp):
+    def my_groups(dp, tp):
+        ranks = torch.arange(dp * tp).reshape(dp, tp)
+        return ranks.tolist(), ranks.T.tolist()
+
+    verdict = judge_live(my_groups)
+    assert verdict.status == CORRECT and "on 4 live ranks" in verdict.text, verdict.text
+
+
+@pytest.mark.parametrize("mistake", ["dp_fastest", "one_group"])
+def test_each_rival_is_caught_on_live_ranks_with_its_own_hint(own_tmp, mistake):
+    wrong = {m.name: m for m in cx.MESH_GROUPS.mistakes}[mistake]
+    verdict = judge_live(wrong.answer)
+    assert verdict.status == WRONG and verdict.mistake == mistake and wrong.hint in verdict.text, verdict.text
+
+
+def test_hostile_mesh_groups_each_get_one_line(own_tmp):
+    def raises(dp, tp):
+        raise RuntimeError("no")
+
+    def loses_a_rank(dp, tp):
+        return [list(range(dp * tp - 1))], [list(range(dp * tp))]
+
+    said = {f.__name__: judge_live(f).text for f in (raises, loses_a_rank)}
+    assert "your code raised RuntimeError: no (case 1" in said["raises"]
+    assert "must hold each of the 4 ranks once" in said["loses_a_rank"]
+    assert all(len(text.splitlines()) == 1 and text.startswith("[mesh_groups] wrong") for text in said.values())
+
+
+def test_a_mesh_groups_that_sleeps_forever_meets_the_timeout(own_tmp):
+    def sleeps(dp, tp):
+        import time
+        time.sleep(600)
+
+    one_case = dataclasses.replace(FAST, cases=lambda seed=0: cx.mesh_groups_cases(seed)[:1], case_s=2.0)
+    verdict = judge_live(sleeps, one_case)                  # 2 cases: 25 + 2 x 2 = 29 s
+    assert verdict.status == WRONG and "within 29 s, the launcher's timeout" in verdict.text, verdict.text
+    assert len(verdict.text.splitlines()) == 1 and "every rank was killed" in verdict.text
+
+
+def test_the_notebooks_rank_stub_is_not_attempted_and_its_check_cell_judges_it(tmp_path):
+    nb = json.loads((Path(__file__).resolve().parents[3] / "notebooks" / "18_one_mesh.ipynb").read_text())
+    cells = {tag: ["".join(c["source"]) for c in nb["cells"] if tag in c.get("metadata", {}).get("tags", [])]
+             for tag in ("rank-exercise-stub", "rank-exercise-check")}
+    assert len(cells["rank-exercise-stub"]) == len(cells["rank-exercise-check"]) == 1
+    (tmp_path / "stub.py").write_text(cells["rank-exercise-stub"][0])       # a file, so its source can be read
+    spec = importlib.util.spec_from_file_location("notebook_stub", tmp_path / "stub.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    name = re.search(r"ex\.MESH_GROUPS\.check\(book,\s*(\w+)\)", cells["rank-exercise-check"][0]).group(1)
+    stub = getattr(module, name)
+    assert list(inspect.signature(stub).parameters) == list(inspect.signature(cx.mesh_groups).parameters)
+    assert judge_live(stub).status == NOT_ATTEMPTED
