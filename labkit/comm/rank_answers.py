@@ -138,7 +138,9 @@ def load_answer(shipped: ShippedAnswer) -> Callable[..., Any]:
     try:
         spec.loader.exec_module(module)
     except BaseException as err:  # noqa: BLE001 - the learner's file: whatever it raises is the learner's
-        raise AnswerRaised(f"your function's cell raised {type(err).__name__} on import: {err}") from None
+        text = (str(err).strip().splitlines() or [""])[0][:200]
+        _mark(shipped, text, f"raised.{os.environ.get('RANK', '0')}")   # raised, not died: the verdict says so
+        raise AnswerRaised(f"your function's cell raised {type(err).__name__} on import: {text}") from None
     return getattr(module, shipped.name)
 
 
@@ -249,7 +251,8 @@ def _wrong_line(exercise: RankExercise, cases: list[dict], shown: int, got: list
     tol = max(exercise.rel_tol, FLOAT32_REL_TOL)
     bad = [i for i, (g, w) in enumerate(zip(got, want)) if mismatch(g, w, tol) is not None]
     i = bad[0]
-    split = [r for r in range(1, len(got[i])) if mismatch(got[i][r], got[i][0], tol) is not None]
+    same = all(mismatch(want[i][r], want[i][0], tol) is None for r in range(1, len(want[i])))   # ranks should agree
+    split = [r for r in range(1, len(got[i])) if same and mismatch(got[i][r], got[i][0], tol) is not None]
     per_rank = [r for r in range(len(want[i])) if mismatch(got[i][r], want[i][r], tol) is not None]
     ranks = f"; your ranks disagree (rank {split[0]} differs from rank 0)" if split else ""
     fresh = "" if i < shown else " (a fresh case, drawn for this check)"

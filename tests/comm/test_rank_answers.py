@@ -192,3 +192,25 @@ def test_a_rank_exercise_refuses_answers_the_ranks_cannot_import():
     with pytest.raises(ValueError, match="cannot send"):
         dataclasses.replace(SUM, expected=lambda tensor: tensor)
     assert os.path.basename(ra.ShippedAnswer("/x", "f").path) == "answer.py"
+
+
+def test_an_answer_whose_cell_fails_on_import_is_named_as_raising(tmp_path, monkeypatch):
+    """The file the ranks import raises (e.g. an unknown name in an annotation): the rank marks it raised, so the
+    verdict quotes the error instead of 'the process ended without an exception'."""
+    monkeypatch.setenv("RANK", "1")
+    (tmp_path / ra.ANSWER_FILE).write_text("def f(x: UnknownName):\n    return x\n")
+    shipped = ra.ShippedAnswer(str(tmp_path), "f")
+    with pytest.raises(ra.AnswerRaised, match="NameError on import"):
+        ra.load_answer(shipped)
+    assert "UnknownName" in (tmp_path / "raised.1").read_text()
+
+
+def test_ranks_that_should_differ_are_not_called_a_disagreement():
+    """Where the kit's own outputs differ by rank (a pipeline's last stage), 'your ranks disagree' is noise."""
+    cases = [{"n": 2}]
+    per_rank_want = [[[1.0], [2.0]]]                 # rank 0 and rank 1 should return different things
+    line, bad = ra._wrong_line(SUM, cases, 1, [[[1.0], [3.0]]], per_rank_want)
+    assert bad == 1 and "disagree" not in line and "rank 1 got" in line
+    same_want = [[[2.0], [2.0]]]                     # an all-reduce: every rank should hold the same
+    line, _ = ra._wrong_line(SUM, cases, 1, [[[2.0], [3.0]]], same_want)
+    assert "your ranks disagree (rank 1 differs from rank 0)" in line
