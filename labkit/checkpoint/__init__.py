@@ -5,5 +5,5 @@ when one is lost (torchft: replicas). Notebook 16.
 """
 
 # the modules a learner uses (what the notebooks import; docs/api.md lists their names, one line each)
-__all__ = ["async_saves", "exercises", "interval", "mesh_reshard", "replicas", "report", "saves", "store",
-           "trainer"]
+__all__ = ["async_saves", "exercises", "interval", "mesh_reshard", "replicas", "report", "save_exercise", "saves",
+           "store", "trainer"]

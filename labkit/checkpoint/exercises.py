@@ -1,5 +1,6 @@
 """Checked exercises for notebook 16: the rows of a parameter each rank holds after resharding, and how often to
-save.
+save; the DCP save and load, judged on live ranks, lives in :mod:`labkit.checkpoint.save_exercise` (``SAVE_AND_LOAD``,
+re-exported here).
 
 References: ``torch.chunk`` along dim 0, which is how FSDP2 (and DTensor's ``Shard(0)``) cuts a parameter; the
 notebook and the tests also hold the reference against the shards a real resume on 3 ranks loaded
@@ -10,6 +11,7 @@ from __future__ import annotations
 import random
 
 from labkit.checkpoint.interval import cluster_mtbf_s, young_interval_s
+from labkit.checkpoint.save_exercise import SAVE_AND_LOAD  # noqa: F401 - the notebook's ex.SAVE_AND_LOAD
 from labkit.core.exercises import Exercise, Mistake
 
 

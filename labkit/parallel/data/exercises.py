@@ -1,12 +1,23 @@
 """Checked exercises for notebook 07: the speed-up of R data-parallel replicas and the time a ring all-reduce takes
-(T_sync), from the cost model (:mod:`labkit.parallel.data.costmodel`).
+(T_sync), from the cost model (:mod:`labkit.parallel.data.costmodel`); and "write the distributed code": the
+learner's ``sync_gradients(model)``, judged on live gloo ranks (:mod:`labkit.comm.rank_answers`) against
+``DistributedDataParallel``'s gradients on the same seeded model and per-rank micro-batch.
 """
 from __future__ import annotations
 
 import random
+from typing import Callable
 
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+from labkit.comm.rank_answers import RankExercise
 from labkit.core.exercises import Exercise, Mistake
+from labkit.core.step import TrainStep
 from labkit.parallel.data.costmodel import predicted_speedup, sync_time_s
+from labkit.training.reference import ToyProblem, build_toy_model, shard, toy_batch
 
 # ------------------------------------------------------------------------------------ 07: replicas
 def speedup_reference(t_comp_s: float, t_sync_s: float, world_size: int) -> float:
@@ -60,3 +71,77 @@ RING_SYNC_TIME = Exercise(
 def speedup_cases_for(t_comp_s: float, t_sync_s: float, world_size: int) -> list[dict]:
     """The notebook's measured T_comp and T_sync first, then random cases."""
     return [{"t_comp_s": float(t_comp_s), "t_sync_s": float(t_sync_s), "world_size": world_size}] + _speedup_cases()
+
+
+# ------------------------------------------------------------------------------------ 07: write the all-reduce
+def sync_gradients(model: torch.nn.Module) -> None:           # the ranks read this source: only torch and dist
+    """After backward: average every parameter's ``.grad`` over the ranks (all-reduce the sum, divide by R)."""
+    world_size = dist.get_world_size()
+    for p in model.parameters():
+        if p.grad is not None:
+            dist.all_reduce(p.grad, op=dist.ReduceOp.SUM)
+            p.grad /= world_size
+
+
+def ddp_averaged(model: nn.Module) -> None:
+    """The kit's expected answer: nothing left to do, since ``DistributedDataParallel`` averaged the gradients during
+    backward (:func:`sync_case` wraps the model in DDP for this answer only)."""
+    if not isinstance(model, DDP):
+        raise TypeError("ddp_averaged expects the DDP-wrapped model sync_case builds for it")
+
+
+def summed_gradients(model: torch.nn.Module) -> None:
+    """Mistake: the all-reduce's sum, never divided by the world size."""
+    for p in model.parameters():
+        dist.all_reduce(p.grad)
+
+
+def rank0_gradients(model: torch.nn.Module) -> None:
+    """Mistake: rank 0's gradients broadcast to every rank: only one rank's data is learned from."""
+    for p in model.parameters():
+        dist.broadcast(p.grad, src=0)
+
+
+def local_gradients(model: torch.nn.Module) -> None:
+    """Mistake: no all-reduce at all; every rank keeps the gradients of its own micro-batch."""
+    return None                                 # a body, so the judge does not read it as an unfilled stub
+
+
+def sync_case(answer: Callable[[nn.Module], None], hidden: int, micro_batch: int, seed: int) -> list[float]:
+    """In a rank: the seeded toy MLP, one forward and backward on this rank's micro-batch, then ``answer(model)``;
+    this rank's gradients, flattened (for :func:`ddp_averaged` the model is wrapped in DDP first)."""
+    problem = ToyProblem(seed=seed, hidden=hidden, micro_batch=micro_batch)
+    rank, world_size = dist.get_rank(), dist.get_world_size()
+    model = build_toy_model(problem, seed)
+    if answer is ddp_averaged:
+        model = DDP(model)
+    x, y = toy_batch(problem, 0, world_size * micro_batch)             # the combined batch, the same on every rank
+    grads: list[float] = []
+
+    def answer_then_record(m: nn.Module) -> None:             # the step clears the gradients after its grad hook
+        answer(m)
+        grads.extend(torch.cat([p.grad.reshape(-1) for p in m.parameters()]).tolist())
+    TrainStep(model, None, loss_fn=nn.functional.cross_entropy, grad_hook=answer_then_record)(
+        shard(x, rank, world_size), shard(y, rank, world_size))
+    return grads
+
+
+def sync_cases(seed: int = 71) -> list[dict]:
+    """Two seeded cases: a toy MLP of a few hundred parameters, a few samples per rank."""
+    rng = random.Random(seed)
+    return [{"hidden": rng.choice([4, 8, 16]), "micro_batch": rng.choice([2, 4, 8]), "seed": rng.randrange(1000)}
+            for _ in range(2)]
+
+
+SYNC_GRADIENTS = RankExercise(
+    "sync_gradients", "write sync_gradients(model), called after backward on every rank: average every parameter's "
+    ".grad over the ranks with dist.all_reduce, so each rank holds the gradients DDP would give",
+    sync_gradients, ddp_averaged, sync_case, sync_cases,
+    (Mistake("summed", summed_gradients, "that is the sum over the ranks, the rival 'sum without dividing': DDP "
+             "averages, so divide each .grad by dist.get_world_size() after the all-reduce"),
+     Mistake("rank0_only", rank0_gradients, "every rank holds rank 0's gradients, the rival 'broadcast': only rank "
+             "0's micro-batch counts. dist.all_reduce adds every rank's gradients; broadcast copies one"),
+     Mistake("no_allreduce", local_gradients, "those are this rank's own gradients, the rival 'no all-reduce': the "
+             "replicas step differently and drift apart. Call dist.all_reduce(p.grad) for every parameter")),
+    "for p in model.parameters(): dist.all_reduce(p.grad) (it sums in place), then p.grad /= dist.get_world_size()",
+    case_s=5.0)

@@ -1,5 +1,6 @@
 """Checked exercises for notebook 15 (experts across ranks): the token-copies each expert computes under a capacity
-factor, the all-to-all bytes one rank sends per layer, and which placement crosses the slow link less.
+factor, the all-to-all bytes one rank sends per layer, which placement crosses the slow link less, and the dispatch
+itself, written with ``dist.all_to_all_single`` and judged on 3 live ranks (``DISPATCH``, ``labkit.comm.rank_answers``).
 
 References: the capacity rule of :class:`labkit.parallel.experts.moe.MoEConfig`, the byte count of
 :func:`labkit.parallel.experts.traffic.counted_bytes` and the per-layer formulas of
@@ -10,8 +11,14 @@ from __future__ import annotations
 
 import math
 import random
+from typing import Any, Callable
 
+import torch
+import torch.distributed as dist
+
+from labkit.comm.rank_answers import RankExercise
 from labkit.core.exercises import Exercise, Mistake
+from labkit.parallel.experts.dispatch import exchange, exchange_counts
 from labkit.parallel.experts.moe import MoEConfig
 from labkit.parallel.experts.traffic import ALL_TO_ALLS_PER_LAYER, counted_bytes
 
@@ -197,3 +204,117 @@ SLOW_LINK = Exercise(
     "EP: ranks_per_node x 4 x tokens x k x (1 - 1/nodes_spanned) x hidden x bytes; TP: the same with degree in "
     "place of k. EP crosses less when k < degree",
     rel_tol=1e-9)
+
+
+# ------------------------------------------------------- write the dispatch, judged on live ranks (rank_answers)
+
+class SplitMismatch(RuntimeError):
+    """Split sizes that disagree between ranks: gloo would abort the process (SIGABRT) or hang on them."""
+
+
+def _checked_all_to_all(real: Callable[..., Any]) -> Callable[..., Any]:
+    """``real`` behind a check (an all_gather of split sizes) that each rank expects the rows the others send."""
+    def checked(output: torch.Tensor, input: torch.Tensor, output_split_sizes: Any = None,
+                input_split_sizes: Any = None, group: Any = None, async_op: bool = False) -> Any:
+        ws = dist.get_world_size(group)
+        def splits(t: torch.Tensor, given: Any) -> list[int]:
+            n = t.shape[0] if t.dim() else 0
+            sizes = [int(s) for s in given] if given is not None else [n // ws] * ws
+            return sizes if len(sizes) == ws and sum(sizes) == n else [-1] * ws    # -1: they cannot cut the tensor
+        mine = torch.tensor([splits(input, input_split_sizes), splits(output, output_split_sizes)])   # (2, ws)
+        every = [torch.empty_like(mine) for _ in range(ws)]
+        dist.all_gather(every, mine, group=group)
+        for r, s in ((r, s) for r in range(ws) for s in range(ws)):
+            sent, expected = int(every[s][0][r]), int(every[r][1][s])
+            if sent != expected or sent < 0:                    # -1: split sizes that do not add up to the rows
+                raise SplitMismatch(f"rank {r} expects {expected} rows from rank {s}, which sends {sent}")
+        return real(output, input, output_split_sizes, input_split_sizes, group=group, async_op=async_op)
+    return checked
+
+
+def dispatch_case(answer: Callable[..., Any], counts: list[list[int]], width: int, seed: int) -> list | str:
+    """In a rank: tokens for rank j in ``counts[rank][j]`` shuffled rows; ``answer``'s rows or the splits' mismatch."""
+    rank = dist.get_rank()
+    dest = [j for j, n in enumerate(counts[rank]) for _ in range(n)]
+    random.Random(seed + rank).shuffle(dest)
+    dest = dest[::-1] if dest == sorted(dest) and len(set(dest)) > 1 else dest     # never already in order
+    tokens = torch.arange(len(dest) * width, dtype=torch.float32).view(len(dest), width) + 1000.0 * rank + seed
+    dist.all_to_all_single, real = _checked_all_to_all(dist.all_to_all_single), dist.all_to_all_single   # this call
+    try:
+        out = answer(tokens, torch.tensor(dest, dtype=torch.int64))
+    except SplitMismatch as err:
+        return f"split sizes that disagree between ranks: {err}"
+    finally:
+        dist.all_to_all_single = real
+    if not isinstance(out, torch.Tensor):
+        raise TypeError(f"the function returned {type(out).__name__}, not a tensor of the rows this rank received")
+    return out.tolist()
+
+
+def dispatch_cases(seed: int = 151, ranks: int = 3) -> list[dict]:
+    """Three seeded cases on ``ranks`` ranks: uneven and zero counts, never symmetric, never even splits."""
+    rng, cases = random.Random(seed), []
+    while len(cases) < 3:
+        counts = [[rng.choice([0, 0, 1, 2, 3, 5]) for _ in range(ranks)] for _ in range(ranks)]
+        even = [[len(c) for c in torch.arange(sum(row)).tensor_split(ranks)] for row in counts]
+        if counts != [list(c) for c in zip(*counts)] and counts != even and any(row.count(0) < 2 for row in counts):
+            cases.append({"counts": counts, "width": rng.choice([2, 3]), "seed": rng.randrange(1000)})
+    return cases
+
+
+def dispatch_tokens(tokens: torch.Tensor, dest_rank: torch.Tensor) -> torch.Tensor:
+    """Send row i of tokens to rank dest_rank[i]; return the rows this rank received, in source-rank order."""
+    world_size = dist.get_world_size()
+    order = torch.sort(dest_rank, stable=True).indices       # rows grouped by destination, each group in its order
+    send = torch.bincount(dest_rank, minlength=world_size)   # rows for each rank
+    recv = torch.empty_like(send)
+    dist.all_to_all_single(recv, send)                       # 1. the counts: recv[j] rows will come from rank j
+    out = tokens.new_empty(int(recv.sum()), tokens.shape[1])
+    dist.all_to_all_single(out, tokens[order], output_split_sizes=recv.tolist(), input_split_sizes=send.tolist())
+    return out                                               # 2. the rows, block j from rank j
+
+
+def _sent(tokens: torch.Tensor, order: torch.Tensor, send: torch.Tensor) -> torch.Tensor:
+    """tokens[order] out, ``send[j]`` rows to rank j, counts first: the kit's dispatch, one expert per rank."""
+    recv = exchange_counts(send, len(send)).sum(1)
+    return exchange(tokens[order], send.tolist(), recv.tolist())
+
+
+def kit_dispatch(tokens: torch.Tensor, dest_rank: torch.Tensor) -> torch.Tensor:
+    """The kit's answer: rows sorted by destination, counted, sent."""
+    send = torch.bincount(dest_rank, minlength=dist.get_world_size())
+    return _sent(tokens, torch.sort(dest_rank, stable=True).indices, send)
+
+
+def _even_splits(tokens: torch.Tensor, dest_rank: torch.Tensor) -> torch.Tensor:
+    """Mistake: the sorted rows cut into equal blocks, whatever each rank's count."""
+    send = torch.tensor([len(c) for c in torch.arange(len(dest_rank)).tensor_split(dist.get_world_size())])
+    return _sent(tokens, torch.sort(dest_rank, stable=True).indices, send)
+
+
+def _unsorted(tokens: torch.Tensor, dest_rank: torch.Tensor) -> torch.Tensor:
+    """Mistake: the right counts, the rows in their own order."""
+    return _sent(tokens, torch.arange(len(dest_rank)), torch.bincount(dest_rank, minlength=dist.get_world_size()))
+
+
+def _no_counts(tokens: torch.Tensor, dest_rank: torch.Tensor) -> torch.Tensor:
+    """Mistake: no exchange of counts; each rank expects from rank j what it sends to rank j."""
+    send = torch.bincount(dest_rank, minlength=dist.get_world_size()).tolist()
+    out = tokens.new_empty(sum(send), tokens.shape[1])
+    dist.all_to_all_single(out, tokens[torch.sort(dest_rank, stable=True).indices], send, send)
+    return out
+
+
+DISPATCH = RankExercise(
+    "moe_dispatch", "write dispatch_tokens(tokens, dest_rank): send row i of tokens (T, h) to rank dest_rank[i] with "
+    "dist.all_to_all_single and uneven split sizes (first an all_to_all_single of the counts, then the rows); "
+    "return the rows this rank received, rank 0's first, each rank's rows in their original order",
+    dispatch_tokens, kit_dispatch, dispatch_case, dispatch_cases,
+    (Mistake("even_splits", _even_splits, "your rows were cut into equal blocks, the rival 'even splits': rank j must "
+             "get exactly the rows bound for it, so input_split_sizes = torch.bincount(dest_rank, minlength=world)"),
+     Mistake("unsorted", _unsorted, "the counts are right but the rows went in their own order, the rival 'unsorted "
+             "rows': all_to_all_single sends block j to rank j, so sort the rows by dest_rank first (stable)"),
+     Mistake("no_counts", _no_counts, "your ranks never told each other their counts, the rival 'what I send is what "
+             "I get': all_to_all_single a tensor of per-rank counts first, and use it as output_split_sizes")),
+    "count the rows per destination (torch.bincount), sort them by destination (stable), all_to_all_single the "
+    "counts, then the rows with input_split_sizes=counts, output_split_sizes=received counts", world_size=3, case_s=5.0)
