@@ -242,7 +242,17 @@ def run_replicas(cfg: ReplicaConfig | None = None) -> ReplicaRecord:
         shutil.rmtree(folder, ignore_errors=True)
     pids = {p.pid for p in procs.values()} | {r["pid"] for rs in rows.values() for r in rs}     # all reaped by now
     return ReplicaRecord(cfg, rows, victim, 0, kill_step, kill_t, now_s() - start, quorums, str(folder), port,
-                         sorted(filter(psutil.pid_exists, pids)))
+                         sorted(pid for pid in pids if still_ours(pid, folder)))
+
+
+def still_ours(pid: int, folder: Path) -> bool:
+    """Is ``pid`` still one of this run's processes? Every one ran a script in ``folder`` (the replicas forked from
+    it), so its command line names the folder; a pid the kernel has since given to another program does not (a
+    busy machine reuses pids within seconds, and a bare pid_exists called that a leftover)."""
+    try:
+        return str(folder) in " ".join(psutil.Process(pid).cmdline())
+    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+        return False
 
 
 def steps_after_kill(record: ReplicaRecord, replica: int) -> list[dict]:

@@ -108,3 +108,23 @@ def test_without_torchft_the_run_says_how_to_install_it(monkeypatch):
     assert "pip install torchft" in replicas.torchft_missing_reason()
     with pytest.raises(RuntimeError, match="torchft is not installed"):
         run_replicas(CFG)
+
+
+def test_a_pid_reused_by_another_program_is_not_a_leftover(tmp_path):
+    """Only a process whose command line names the run's folder is this run's; the kernel reuses pids."""
+    import subprocess
+    import sys
+
+    from labkit.checkpoint.replicas import still_ours
+
+    script = tmp_path / "replicas.py"
+    script.write_text("import time\ntime.sleep(30)\n")
+    ours = subprocess.Popen([sys.executable, str(script)])
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        assert still_ours(ours.pid, tmp_path) and not still_ours(other.pid, tmp_path)
+    finally:
+        for proc in (ours, other):
+            proc.kill()
+            proc.wait()
+    assert not still_ours(ours.pid, tmp_path)          # gone (or another program's now)
