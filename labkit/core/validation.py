@@ -16,6 +16,8 @@ def checked_int(value: object, name: str, *, minimum: int = 1, maximum: int | No
     Rejects bools, floats (even 2.0: a float batch size is a bug upstream) and strings. ``maximum`` comes with
     a ``hint`` that names the limit's source, e.g. ``"the dataset has 1797 samples"``.
     """
+    if type(value) is int and value >= minimum and (maximum is None or value <= maximum):
+        return value            # the common case, first: the planner validates about a million counts a plan
     if value is None and allow_none:
         return None
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
@@ -30,6 +32,8 @@ def checked_int(value: object, name: str, *, minimum: int = 1, maximum: int | No
 
 def positive_int(value: object, name: str, *, maximum: int | None = None, hint: str = "") -> int:
     """``checked_int`` with minimum 1: the common case (batch size, steps, world size)."""
+    if type(value) is int and value >= 1 and maximum is None:
+        return value
     return checked_int(value, name, minimum=1, maximum=maximum, hint=hint)  # type: ignore[return-value]
 
 

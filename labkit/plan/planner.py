@@ -27,6 +27,7 @@ from __future__ import annotations
 import itertools
 import math
 from dataclasses import dataclass
+from functools import cached_property
 
 from labkit.comm.collectives import allreduce_cost
 from labkit.comm.mesh import seq_divisor
@@ -48,14 +49,14 @@ class Prediction:
     time: dict
     device_memory_bytes: float
 
-    @property
+    @cached_property
     def memory_bytes(self) -> float:
-        """The busiest rank's total."""
+        """The busiest rank's total (summed once: ranking 80,000 layouts asks for it again and again)."""
         return float(sum(self.memory.values()))
 
-    @property
+    @cached_property
     def step_s(self) -> float:
-        """Predicted seconds per training step."""
+        """Predicted seconds per training step (summed once)."""
         return float(sum(self.time.values()))
 
     @property
