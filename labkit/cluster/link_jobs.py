@@ -57,7 +57,8 @@ def tx_bytes() -> int:
 def timed_placements(steps: dict, rounds: int) -> tuple[dict, float]:
     """Each placement's step (a :class:`labkit.core.step.TrainStep` with its ``feed``) warmed up once, then timed in
     interleaved rounds, the order rotating every round so no placement always runs first: seconds per step between
-    two barriers (the slowest rank's) and this node's eth0 bytes per step -> ({name: {"step_s", "tx_bytes"}}, this
+    two barriers (the slowest rank's) and this node's eth0 bytes per step, its counter read between two barriers
+    (a rank that read it after the other rank of its node began sending missed those bytes: 521,578 of 524,288) -> ({name: {"step_s", "tx_bytes"}}, this
     rank's CPU share over the rounds). One loop for the TP and the EP placements (:mod:`labkit.cluster.tp_mesh`,
     :mod:`labkit.cluster.ep_mesh`)."""
     names = list(steps)
@@ -69,7 +70,9 @@ def timed_placements(steps: dict, rounds: int) -> tuple[dict, float]:
             shift = r % len(names)
             for name in names[shift:] + names[:shift]:
                 dist.barrier()
-                before, start = tx_bytes(), now_s()
+                before = tx_bytes()
+                dist.barrier()          # every rank of the node has read its counter before any of them sends
+                start = now_s()
                 steps[name](*steps[name].feed)
                 dist.barrier()
                 out[name]["step_s"].append(now_s() - start)
@@ -139,7 +142,9 @@ def _timed(fn: object, tensor_fn: object) -> tuple[float, int, bool]:
     """Seconds until this rank holds the result, this node's eth0 bytes sent, and whether it is the exact sum."""
     tensor, expected = tensor_fn()
     dist.barrier()
-    before, start = tx_bytes(), now_s()
+    before = tx_bytes()
+    dist.barrier()                              # the node's other rank must not send before this counter is read
+    start = now_s()
     fn(tensor)
     elapsed = now_s() - start
     dist.barrier()                              # every rank done: the node's counter holds the whole exchange
