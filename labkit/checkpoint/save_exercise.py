@@ -98,7 +98,7 @@ def _torch_save_on_rank_0(model: nn.Module, fresh: nn.Module, folder: str) -> No
     if dist.get_rank() == 0:
         torch.save(model.state_dict(), f"{folder}/model.pt")
     dist.barrier()
-    fresh.load_state_dict(torch.load(f"{folder}/model.pt"))
+    fresh.load_state_dict(torch.load(f"{folder}/model.pt", weights_only=True))   # tensors only: no pickled code
 
 
 def _saved_not_loaded(model: nn.Module, fresh: nn.Module, folder: str) -> None:
