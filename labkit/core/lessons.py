@@ -34,22 +34,26 @@ class LessonLog:
     inconclusive_reasons: dict[str, str] = field(default_factory=dict)
     inconclusive_kinds: dict[str, str] = field(default_factory=dict)    # claim -> load / spread / statistics
     rivals: dict[str, str] = field(default_factory=dict)                # checked claim -> the rival it ruled out
+    no_rivals: dict[str, str] = field(default_factory=dict)             # checked claim -> why no rival applies
 
-    def check(self, claim: str, holds: bool, detail: str = "", *, rival: str = "") -> None:
+    def check(self, claim: str, holds: bool, detail: str = "", *, rival: str = "", no_rival: str = "") -> None:
         """Assert one lesson claim on live numbers; ``detail`` says what was measured (printed when it passes, in
-        the error when it fails); ``rival``: the wrong answer the check rejected on this run (issue 51)."""
+        the error when it fails); ``rival``: the wrong answer the check rejected on this run (issue 51), or
+        ``no_rival``: the one line saying why none applies (an exact equality with an independent computation)."""
+        _one_of(rival, no_rival)
         if not holds:
             raise AssertionError(f"lesson not shown on this run: {claim}" + (f" ({detail})" if detail else ""))
-        self._record(claim, detail, rival)
+        self._record(claim, detail, rival, no_rival)
 
     @contextmanager
-    def lesson(self, claim: str) -> Iterator[None]:
+    def lesson(self, claim: str, *, rival: str = "", no_rival: str = "") -> Iterator[None]:
         """Group several plain ``assert`` statements under one claim: ``with log.lesson("..."): assert ...``."""
+        _one_of(rival, no_rival)
         try:
             yield
         except AssertionError as err:
             raise AssertionError(f"lesson not shown on this run: {claim} ({err or 'assert failed'})") from None
-        self._record(claim)
+        self._record(claim, rival=rival, no_rival=no_rival)
 
     def not_checked(self, claim: str, reason: str) -> None:
         """Say, visibly, that a lesson could not be checked on this machine and why."""
@@ -81,22 +85,24 @@ class LessonLog:
             self.checked.remove(claim)
         self.not_checked_reasons.pop(claim, None)
         self.rivals.pop(claim, None)
+        self.no_rivals.pop(claim, None)
         self.inconclusive_reasons[claim] = reason
         self.inconclusive_kinds[claim] = kind
         print(f"INCONCLUSIVE ({kind or 'kind not said'}): {claim} ({reason})")
 
-    def decide(self, verdict: Verdict) -> Verdict:
+    def decide(self, verdict: Verdict, *, no_rival: str = "") -> Verdict:
         """Record a verdict: checked counts (and prints its figures and rival), INCONCLUSIVE and NOT CHECKED print
-        their reasons, failed raises."""
+        their reasons, failed raises; ``no_rival`` says why a verdict without a rival needs none."""
         if verdict.state == INCONCLUSIVE:
             self.inconclusive(verdict.claim, verdict.detail, verdict.kind)
         elif verdict.state == NOT_CHECKED:
             self.not_checked(verdict.claim, verdict.detail)
         else:
-            self.check(verdict.claim, verdict.state == CHECKED, verdict.detail, rival=verdict.rival)
+            self.check(verdict.claim, verdict.state == CHECKED, verdict.detail, rival=verdict.rival,
+                       no_rival="" if verdict.rival else no_rival)
         return verdict
 
-    def _record(self, claim: str, detail: str = "", rival: str = "") -> None:
+    def _record(self, claim: str, detail: str = "", rival: str = "", no_rival: str = "") -> None:
         if claim not in self.checked:
             self.checked.append(claim)
             text = detail if isinstance(detail, str) else str(detail)     # notebooks pass numbers and tables too
@@ -105,6 +111,8 @@ class LessonLog:
             print(f"\u2713 {claim}" + (f" ({said})" if said else ""))           # a passing check says what it showed
         if rival:
             self.rivals[claim] = rival
+        if no_rival:
+            self.no_rivals[claim] = no_rival
         self.not_checked_reasons.pop(claim, None)
         self.inconclusive_reasons.pop(claim, None)
         self.inconclusive_kinds.pop(claim, None)
@@ -117,8 +125,9 @@ class LessonLog:
         """Print and return 'N of M lessons checked (R rejected a named rival)', INCONCLUSIVE by kind; append it to
         ``$LABKIT_LESSON_LOG`` when that is set."""
         rivals = sum(c in self.rivals for c in self.checked)
+        exact = sum(c in self.no_rivals and c not in self.rivals for c in self.checked)
         line = (f"{self.notebook}: {len(self.checked)} of {self.total} lessons checked "
-                f"({rivals} rejected a named rival)")
+                f"({rivals} rejected a named rival, {exact} need none)")
         if self.not_checked_reasons:
             line += "; not checked: " + "; ".join(f"{c} ({r})" for c, r in self.not_checked_reasons.items())
         if self.inconclusive_reasons:
@@ -129,8 +138,15 @@ class LessonLog:
         append_to_lesson_log({"notebook": self.notebook, "checked": self.checked,
                               "not_checked": self.not_checked_reasons,
                               "inconclusive": self.inconclusive_reasons,
-                              "inconclusive_kinds": self.inconclusive_kinds, "rivals": self.rivals})
+                              "inconclusive_kinds": self.inconclusive_kinds, "rivals": self.rivals,
+                              "no_rivals": self.no_rivals})
         return line
+
+
+def _one_of(rival: str, no_rival: str) -> None:
+    """A claim names its rival or says why none applies, not both."""
+    if rival and no_rival:
+        raise ValueError("a claim names its rival or says why none applies (no_rival), not both")
 
 
 def by_kind(kinds: Iterable[str]) -> str:
@@ -209,7 +225,8 @@ def last_record_per_notebook(path: str | Path, kind: str | None) -> dict[str, di
                           "not_checked": dict(record["not_checked"]),
                           "inconclusive": dict(record.get("inconclusive") or {}),
                           "inconclusive_kinds": dict(record.get("inconclusive_kinds") or {}),
-                          "rivals": dict(record.get("rivals") or {})}
+                          "rivals": dict(record.get("rivals") or {}),
+                          "no_rivals": dict(record.get("no_rivals") or {})}
             except (KeyError, TypeError, ValueError) as err:
                 raise LessonLogError(f"{log} line {number} is not a lesson tally ({type(err).__name__}: {err}); "
                                      "it may be cut short: rerun the notebooks to write it again") from None
@@ -227,9 +244,10 @@ def summarize_lesson_log(path: str | Path) -> str:
     inconclusive = sum(len(r.get("inconclusive", {})) for r in by_notebook.values())
     total = checked + inconclusive + sum(len(r["not_checked"]) for r in by_notebook.values())
     rivals = sum(sum(c in r["rivals"] for c in r["checked"]) for r in by_notebook.values())
+    exact = sum(sum(c in r["no_rivals"] and c not in r["rivals"] for c in r["checked"]) for r in by_notebook.values())
     kinds = [r["inconclusive_kinds"].get(c, "") for r in by_notebook.values() for c in r["inconclusive"]]
     lines = [f"lessons: {checked} of {total} checked in {len(by_notebook)} notebooks; {rivals} of the {checked} "
-             "rejected a named rival",
+             f"rejected a named rival, {exact} need none (said why), {checked - rivals - exact} say neither",
              f"INCONCLUSIVE: {inconclusive} ({by_kind(kinds)})"]
     for name, record in sorted(by_notebook.items()):
         for claim, reason in record["not_checked"].items():

@@ -13,7 +13,7 @@ def test_check_passes_and_counts(capsys):
     log.check("bigger batches are faster", 2.0 > 1.0)
     with log.lesson("ring sends 2(R-1)/R"):
         assert 1 + 1 == 2
-    assert log.tally() == "demo: 2 of 2 lessons checked (0 rejected a named rival)"
+    assert log.tally() == "demo: 2 of 2 lessons checked (0 rejected a named rival, 0 need none)"
     out = capsys.readouterr().out
     assert "2 of 2" in out and "\u2713 bigger batches are faster\n" in out     # a passing check says so
 
@@ -34,7 +34,7 @@ def test_not_checked_is_printed_and_tallied(capsys):
     log.not_checked("MPI beats gloo", "mpiexec not found: pip install -e '.[mpi]'")
     out = capsys.readouterr().out
     assert "NOT CHECKED: MPI beats gloo (mpiexec not found" in out
-    assert log.tally().startswith("06b: 1 of 2 lessons checked (0 rejected a named rival); not checked: MPI beats gloo")
+    assert log.tally().startswith("06b: 1 of 2 lessons checked (0 rejected a named rival, 0 need none); not checked: MPI beats gloo")
     with pytest.raises(ValueError, match="reason"):
         log.not_checked("b", "  ")
 
@@ -51,7 +51,7 @@ def test_tally_appends_to_log_file_and_summary_totals(tmp_path, monkeypatch):
     second.tally()
     assert [json.loads(line)["notebook"] for line in path.read_text().splitlines()] == ["01", "02"]
     summary = summarize_lesson_log(path)
-    assert summary.splitlines()[0] == "lessons: 2 of 3 checked in 2 notebooks; 0 of the 2 rejected a named rival"
+    assert summary.splitlines()[0] == "lessons: 2 of 3 checked in 2 notebooks; 0 of the 2 rejected a named rival, 0 need none (said why), 2 say neither"
     assert "NOT CHECKED in 02: z (needs 2 GPUs)" in summary
     with pytest.raises(LessonLogError, match="missing.jsonl does not exist"):
         summarize_lesson_log(tmp_path / "missing.jsonl")
@@ -99,10 +99,10 @@ def test_inconclusive_is_printed_tallied_on_its_own_line_and_never_counted_as_ch
     assert verdict.state == "INCONCLUSIVE"
     assert "INCONCLUSIVE (load): it pays (predicted 1.65x" in capsys.readouterr().out
     first, second = log.tally().splitlines()
-    assert first == "07: 1 of 2 lessons checked (0 rejected a named rival)"
+    assert first == "07: 1 of 2 lessons checked (0 rejected a named rival, 0 need none)"
     assert second.startswith("07: 1 INCONCLUSIVE (load 1, spread 0, statistics 0)") and "rank 0 got 0.46 of a core" in second
     summary = summarize_lesson_log(path).splitlines()
-    assert summary[0] == "lessons: 1 of 2 checked in 1 notebooks; 0 of the 1 rejected a named rival"
+    assert summary[0] == "lessons: 1 of 2 checked in 1 notebooks; 0 of the 1 rejected a named rival, 0 need none (said why), 1 say neither"
     assert summary[1] == "INCONCLUSIVE: 1 (load 1, spread 0, statistics 0)"
     assert summary[2].startswith("  INCONCLUSIVE in 07: it pays (")
     log.decide(judge_agreement("it pays", predicted=1.65, measured=1.6, tolerance=0.25, load=busy))
@@ -117,7 +117,7 @@ def test_summary_reads_tallies_written_before_inconclusive_existed(tmp_path):
     path = tmp_path / "old.jsonl"
     path.write_text(json.dumps({"notebook": "01", "checked": ["x"], "not_checked": {}}) + "\n")
     assert summarize_lesson_log(path).splitlines()[:2] == [
-        "lessons: 1 of 1 checked in 1 notebooks; 0 of the 1 rejected a named rival",
+        "lessons: 1 of 1 checked in 1 notebooks; 0 of the 1 rejected a named rival, 0 need none (said why), 1 say neither",
         "INCONCLUSIVE: 0 (load 0, spread 0, statistics 0)"]
 
 
@@ -210,7 +210,7 @@ def test_a_statistical_agreement_too_wide_to_reject_its_rival_is_inconclusive_fo
     log.decide(tight.__class__("other", "checked", tight.detail, rival=tight.rival))
     assert "INCONCLUSIVE (statistics): B agrees" in capsys.readouterr().out
     tally = log.tally()
-    assert tally.startswith("02b: 1 of 2 lessons checked (1 rejected a named rival)")
+    assert tally.startswith("02b: 1 of 2 lessons checked (1 rejected a named rival, 0 need none)")
     assert "02b: 1 INCONCLUSIVE (load 0, spread 0, statistics 1)" in tally          # each kind counted on its own
 
 
@@ -234,3 +234,20 @@ def test_a_passing_check_prints_the_rival_it_ruled_out(capsys):
     assert out.count("rules out none = 2") == 1
     log.check("a figure, not a sentence", True, 0.297, rival="FLOPs from all parameters")    # details may be numbers
     assert "(0.297; rules out FLOPs from all parameters)" in capsys.readouterr().out
+
+
+def test_a_claim_says_why_no_rival_applies_and_the_totals_count_it_apart(tmp_path, monkeypatch, capsys):
+    log_file = tmp_path / "lessons.jsonl"
+    monkeypatch.setenv("LABKIT_LESSON_LOG", str(log_file))
+    log = LessonLog("demo")
+    log.check("the ranks' sum equals one process's", True, "max diff 0", no_rival="an exact equality")
+    with log.lesson("the gradients match", no_rival="compared with an independent computation"):
+        assert True
+    log.check("a speed-up", True, "2.0x", rival="no speed-up (1.0x)")
+    log.check("a bare claim", True)
+    assert log.tally() == "demo: 4 of 4 lessons checked (1 rejected a named rival, 2 need none)"
+    assert summarize_lesson_log(log_file).splitlines()[0] == (
+        "lessons: 4 of 4 checked in 1 notebooks; 1 of the 4 rejected a named rival, 2 need none (said why), "
+        "1 say neither")
+    with pytest.raises(ValueError, match="not both"):
+        log.check("both", True, rival="x", no_rival="y")
