@@ -3,10 +3,14 @@ and a glossary of the words the notebooks use before they define them. Notebook 
 
 Every notebook in ``notebooks/`` must have an entry (:func:`course_rows` refuses a folder that has one without),
 and the learning path must read each notebook after its prerequisites (:func:`check_course`). Reading minutes are
-never typed: they are counted from each notebook's prose (:func:`labkit.core.prose.reading_minutes`). Torch-free.
+never typed: they are counted from each notebook's prose (:func:`labkit.core.prose.reading_minutes`). Run times are
+the fast-mode wall times ``scripts/notebook_budget.py`` measured, read from the README's budget table beside the
+notebooks folder (:func:`measured_run_seconds`; none where the README is absent, as in an installed package).
+Torch-free.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -136,6 +140,7 @@ class CourseRow:
     lesson: Lesson
     prerequisite_files: tuple[str, ...]
     reading_minutes: float
+    run_seconds: float | None = None        # fast mode, measured by scripts/notebook_budget.py; None: not measured
 
 
 def find_cycle(prerequisites: dict[str, tuple[str, ...]]) -> list[str] | None:
@@ -186,9 +191,35 @@ def course_rows(folder: str | Path | None = None, lessons: dict[str, Lesson] | N
         raise ValueError(f"notebooks {missing} have no entry in labkit.core.course.LESSONS: add one")
     if absent := sorted(set(lessons) - set(found)):
         raise ValueError(f"the course lists notebooks {absent} that are not in {where}")
+    run = measured_run_seconds(where.parent / "README.md")
     return [CourseRow(i, found[n].file, found[n].title, lessons[n],
-                      tuple(found[p].file for p in lessons[n].prerequisites), reading_minutes(where / found[n].file))
-            for i, n in enumerate(path, start=1)]
+                      tuple(found[p].file for p in lessons[n].prerequisites), reading_minutes(where / found[n].file),
+                      run.get(n)) for i, n in enumerate(path, start=1)]
+
+
+def measured_run_seconds(readme: Path) -> dict[str, float]:
+    """Notebook number -> fast-mode wall seconds, from the README table whose header has a ``time`` column
+    (``scripts/notebook_budget.py --markdown`` writes its figures there); empty when there is no README."""
+    try:
+        lines = readme.read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return {}
+    seconds: dict[str, float] = {}
+    column = None
+    for line in lines:
+        cells = [c.strip() for c in line.strip().strip("|").split("|")] if line.startswith("|") else []
+        if not cells:
+            column = None
+        elif cells[0] == "#" and "time" in cells:
+            column = cells.index("time")
+        elif column is not None and len(cells) > column and (m := re.fullmatch(r"(\d+) s", cells[column])):
+            seconds[cells[0]] = float(m.group(1))
+    return seconds
+
+
+def run_text(row: CourseRow) -> str:
+    """'31 s', or 'not measured' where the README has no figure for the notebook."""
+    return "not measured" if row.run_seconds is None else f"{row.run_seconds:.0f} s"
 
 
 def needs_text(lesson: Lesson) -> str:
@@ -201,11 +232,13 @@ def _link(file: str) -> str:
 
 
 def path_markdown(rows: list[CourseRow]) -> str:
-    """The learning path as a Markdown table: order, notebook, skill, prerequisites, needs, reading minutes."""
-    lines = ["| # | Notebook | Skill | Read first | Needs | Reading |", "|---|---|---|---|---|---|"]
+    """The learning path as a Markdown table: order, notebook, skill, prerequisites, needs, reading minutes and
+    the measured fast-mode run time."""
+    lines = ["| # | Notebook | Skill | Read first | Needs | Reading | Run (fast mode, measured) |",
+             "|---|---|---|---|---|---|---|"]
     lines += [f"| {r.order} | {_link(r.file)} {r.lesson.topic} | {r.lesson.skill} | "
               f"{', '.join(_link(p) for p in r.prerequisite_files) or '—'} | {needs_text(r.lesson)} | "
-              f"{r.reading_minutes:.0f} min |" for r in rows]
+              f"{r.reading_minutes:.0f} min | {run_text(r)} |" for r in rows]
     return "\n".join(lines)
 
 
@@ -216,7 +249,9 @@ def parts_markdown(rows: list[CourseRow]) -> str:
         mine = [r for r in rows if r.lesson.part == part]
         if mine:
             minutes = sum(r.reading_minutes for r in mine)
-            lines.append(f"- **{part}**: {', '.join(_link(r.file) for r in mine)} (about {minutes:.0f} min to read)")
+            run = sum(r.run_seconds or 0.0 for r in mine) / 60
+            lines.append(f"- **{part}**: {', '.join(_link(r.file) for r in mine)} (about {minutes:.0f} min to read, "
+                         f"{run:.0f} min to run in fast mode)")
     return "\n".join(lines)
 
 

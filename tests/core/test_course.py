@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from labkit.core.course import (GLOSSARY, LEARNING_PATH, LESSONS, MPI, NAMESPACES, PARTS, TENSORFLOW, Lesson,
-                                check_course, course_rows, find_cycle, glossary_markdown, needs_text, parts_markdown,
-                                path_markdown)
+                                check_course, course_rows, find_cycle, glossary_markdown, measured_run_seconds,
+                                needs_text, parts_markdown, path_markdown)
 from labkit.core.prose import reading_minutes
 
 REPO = Path(__file__).resolve().parents[2]
@@ -153,3 +153,21 @@ def test_the_tables_have_a_row_per_notebook_in_reading_order_and_link_each_one()
 def test_the_course_module_loads_no_framework():
     code = "import sys, labkit.core.course; assert not {'torch', 'tensorflow', 'matplotlib'} & set(sys.modules)"
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60, cwd=REPO)
+
+
+def test_run_times_are_the_readme_budget_tables_measured_figures_not_typed(tmp_path):
+    table = measured_run_seconds(REPO / "README.md")
+    rows = course_rows()
+    assert set(table) == {r.lesson.number for r in rows}              # every notebook's budget was measured
+    assert all(r.run_seconds == table[r.lesson.number] > 0 for r in rows)
+    assert all(f"| {r.run_seconds:.0f} s |" in line for r, line in zip(rows, path_markdown(rows).splitlines()[2:]))
+    (tmp_path / "notebooks").mkdir()
+    for path in NOTEBOOKS.glob("[0-9]*.ipynb"):
+        shutil.copy(path, tmp_path / "notebooks" / path.name)
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    (tmp_path / "README.md").write_text(readme.replace("| 31 s |", "| 77 s |", 1), encoding="utf-8")
+    changed = {r.lesson.number: r.run_seconds for r in course_rows(tmp_path / "notebooks")}
+    assert sorted(n for n in changed if changed[n] != table[n]) == [n for n in table if table[n] == 31][:1]
+    (tmp_path / "README.md").unlink()                                 # an installed package has no README
+    rows = course_rows(tmp_path / "notebooks")
+    assert all(r.run_seconds is None for r in rows) and "| not measured |" in path_markdown(rows)
