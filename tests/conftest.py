@@ -14,6 +14,8 @@
    nothing named ``labkit-*`` is left in it), the tests of one file stay on one worker (a module's fixtures are built
    once), and the files that run MPI jobs share a worker (MPICH's Hydra writes to /tmp whatever TMPDIR says, and a
    test checks that file is gone after MPI_Abort).
+5. ``own_tmp``: a private temp folder for a test that launches ranks; after it, nothing named ``labkit-*`` may be
+   left there and no child process (the live-rank exercises' tests and the judge's own use it).
 """
 import os
 import shutil
@@ -21,6 +23,7 @@ import signal
 import tempfile
 from pathlib import Path
 
+import psutil
 import pytest
 
 import labkit  # noqa: F401
@@ -38,6 +41,15 @@ if _WORKER:
 
 if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+@pytest.fixture
+def own_tmp(tmp_path, monkeypatch):
+    """A private temp folder: after the test, nothing named labkit-* may be left in it, and no child process."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    yield tmp_path
+    assert not list(tmp_path.glob("labkit-*")), list(tmp_path.iterdir())
+    assert not psutil.Process().children(recursive=True)
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

@@ -4,14 +4,7 @@ on rank 0, saved but never loaded) caught with its own hint, hostile answers giv
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
-import inspect
-import json
-import re
-import tempfile
-from pathlib import Path
 
-import psutil
 import pytest
 import torch
 import torch.distributed as dist
@@ -21,18 +14,10 @@ from labkit.checkpoint import save_exercise as sx
 from labkit.comm import rank_answers as ra
 from labkit.comm.launch import launch
 from labkit.core.exercises import CORRECT, NOT_ATTEMPTED, WRONG
+from tests.exercise_support import assert_one_line_each, assert_timed_out, notebook_rank_stub
 
 SEED = 61
 FAST = dataclasses.replace(sx.SAVE_AND_LOAD, case_s=3.0, start_s=25.0)
-
-
-@pytest.fixture
-def own_tmp(tmp_path, monkeypatch):
-    """After the test: nothing named labkit-* left in a private temp folder, no child process."""
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
-    yield tmp_path
-    assert not list(tmp_path.glob("labkit-*")), list(tmp_path.iterdir())
-    assert not psutil.Process().children(recursive=True)
 
 
 def judge(answer, exercise=FAST):
@@ -115,7 +100,7 @@ def test_hostile_answers_each_get_one_line(own_tmp):
     said = {f.__name__: judge(f).text for f in (raises, exits)}
     assert "your code raised RuntimeError: no (case 1" in said["raises"]
     assert "process ended while running your code" in said["exits"] and "exit code 4" in said["exits"]
-    assert all(len(text.splitlines()) == 1 and text.startswith("[dcp_save_and_load] wrong") for text in said.values())
+    assert_one_line_each(said, "dcp_save_and_load")
 
 
 def test_an_answer_that_sleeps_forever_meets_the_timeout_and_leaves_no_file(own_tmp):
@@ -124,23 +109,11 @@ def test_an_answer_that_sleeps_forever_meets_the_timeout_and_leaves_no_file(own_
         time.sleep(600)
 
     verdict = judge(sleeps, dataclasses.replace(FAST, case_s=1.0, start_s=15.0))     # 21 s: 6 cases
-    assert verdict.status == WRONG and "within 21 s, the launcher's timeout" in verdict.text, verdict.text
-    assert len(verdict.text.splitlines()) == 1 and "every rank was killed" in verdict.text
+    assert_timed_out(verdict, 21)
 
 
 def test_the_notebooks_stub_is_not_attempted_and_its_check_cell_judges_it(tmp_path):
     """The stub tagged rank-exercise-stub has the model answer's arguments; the check cell hands it to
     ex.SAVE_AND_LOAD.check."""
-    nb = json.loads((Path(__file__).resolve().parents[2] / "notebooks" / "16_distributed_checkpoints.ipynb")
-                    .read_text())
-    cells = {tag: ["".join(c["source"]) for c in nb["cells"] if tag in c.get("metadata", {}).get("tags", [])]
-             for tag in ("rank-exercise-stub", "rank-exercise-check")}
-    assert len(cells["rank-exercise-stub"]) == len(cells["rank-exercise-check"]) == 1
-    (tmp_path / "stub.py").write_text(cells["rank-exercise-stub"][0])
-    spec = importlib.util.spec_from_file_location("notebook_stub", tmp_path / "stub.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    name = re.search(r"ex\.SAVE_AND_LOAD\.check\(book,\s*(\w+)\)", cells["rank-exercise-check"][0]).group(1)
-    stub = getattr(module, name)
-    assert list(inspect.signature(stub).parameters) == list(inspect.signature(sx.save_and_load).parameters)
+    stub = notebook_rank_stub("16_distributed_checkpoints.ipynb", "SAVE_AND_LOAD", sx.save_and_load, tmp_path)
     assert judge(stub).status == NOT_ATTEMPTED

@@ -8,10 +8,8 @@ from __future__ import annotations
 import dataclasses
 import os
 import random
-import tempfile
 import time
 
-import psutil
 import pytest
 import torch
 import torch.distributed as dist
@@ -48,15 +46,6 @@ def tensor_cases(seed: int = 7) -> list[dict]:
 SUM = ra.RankExercise("sum_on_ranks", "all-reduce the tensor (sum) and return it", summed, summed, tensor_case,
                       tensor_cases, (Mistake("local", local_only, "all-reduce it: these are this rank's numbers"),),
                       "call dist.all_reduce(tensor) and return tensor", case_s=4.0, start_s=20.0)
-
-
-@pytest.fixture
-def own_tmp(tmp_path, monkeypatch):
-    """A private temp folder: after the test, nothing named labkit-* may be left in it, and no child process."""
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
-    yield tmp_path
-    assert not list(tmp_path.glob("labkit-*")), list(tmp_path.iterdir())
-    assert not psutil.Process().children(recursive=True)
 
 
 def judge(answer, exercise=SUM):

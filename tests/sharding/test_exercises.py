@@ -2,14 +2,7 @@
 bytes task solvable as written; the live-rank zero_step exercise judged against one single-process SGD step on 2 gloo
 ranks, each rival caught with its own hint, a wrong return given one line and a hanging answer stopped in time."""
 import dataclasses
-import importlib.util
-import inspect
-import json
-import re
-import tempfile
-from pathlib import Path
 
-import psutil
 import pytest
 import torch
 import torch.distributed as dist
@@ -19,7 +12,7 @@ from labkit.comm.launch import launch
 from labkit.core.answers import FLOAT32_REL_TOL, mismatch
 from labkit.core.exercises import CORRECT, NOT_ATTEMPTED, WRONG, Exercise
 from labkit.sharding import exercises
-from tests.exercise_support import assert_sound
+from tests.exercise_support import assert_caught, assert_sound, notebook_rank_stub
 
 EXERCISES = [v for v in vars(exercises).values() if isinstance(v, Exercise)]
 
@@ -49,15 +42,6 @@ def test_following_the_zero_bytes_task_solves_every_case_however_it_divides():
 # ------------------------------------------------------------------ 11's live-rank exercise: zero_step
 SEED = 99
 ZERO = dataclasses.replace(exercises.ZERO_STEP, case_s=4.0, start_s=20.0)
-
-
-@pytest.fixture
-def own_tmp(tmp_path, monkeypatch):
-    """After the test: nothing named labkit-* left in a private temp folder, no child process."""
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
-    yield tmp_path
-    assert not list(tmp_path.glob("labkit-*")), list(tmp_path.iterdir())
-    assert not psutil.Process().children(recursive=True)
 
 
 def judge(answer, exercise=ZERO):
@@ -91,7 +75,7 @@ def test_a_learner_written_zero_step_is_correct_and_each_rival_gets_its_own_hint
     assert verdict.status == CORRECT and "on 2 live ranks" in verdict.text, verdict.text
     for wrong in exercises.ZERO_STEP.mistakes:
         verdict = judge(wrong.answer)
-        assert verdict.status == WRONG and verdict.mistake == wrong.name and wrong.hint in verdict.text, verdict.text
+        assert_caught(verdict, wrong)
 
 
 def test_hostile_answers_get_one_line_and_a_hanging_one_meets_the_timeout(own_tmp):
@@ -112,15 +96,5 @@ def test_hostile_answers_get_one_line_and_a_hanging_one_meets_the_timeout(own_tm
 def test_the_notebooks_stub_is_not_attempted_and_its_check_cell_judges_it(tmp_path):
     """The stub (tagged rank-exercise-stub) reads 'not attempted yet', launches nothing and has the model answer's
     arguments; the check cell (rank-exercise-check) hands it to ex.ZERO_STEP.check."""
-    nb = json.loads((Path(__file__).resolve().parents[2] / "notebooks" / "11_sharding_and_memory.ipynb").read_text())
-    cells = {tag: ["".join(c["source"]) for c in nb["cells"] if tag in c.get("metadata", {}).get("tags", [])]
-             for tag in ("rank-exercise-stub", "rank-exercise-check")}
-    assert len(cells["rank-exercise-stub"]) == len(cells["rank-exercise-check"]) == 1
-    (tmp_path / "stub.py").write_text(cells["rank-exercise-stub"][0])       # a file, so its source can be read
-    spec = importlib.util.spec_from_file_location("notebook_stub", tmp_path / "stub.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    name = re.search(r"ex\.ZERO_STEP\.check\(book,\s*(\w+)\)", cells["rank-exercise-check"][0]).group(1)
-    stub = getattr(module, name)
-    assert list(inspect.signature(stub).parameters) == list(inspect.signature(exercises.zero_step).parameters)
+    stub = notebook_rank_stub("11_sharding_and_memory.ipynb", "ZERO_STEP", exercises.zero_step, tmp_path)
     assert judge(stub).status == NOT_ATTEMPTED

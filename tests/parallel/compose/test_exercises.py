@@ -1,23 +1,16 @@
 """Notebook 18's exercises: each reference is right on a hand-worked case and each planted mistake is caught; the
 live one, mesh_groups, judged on 4 gloo ranks against init_device_mesh's groups, hostile answers given one line."""
 import dataclasses
-import importlib.util
-import inspect
-import json
-import re
-import tempfile
-from pathlib import Path
 
-import psutil
 import pytest
 import torch
 
 from labkit.comm import rank_answers as ra
 from labkit.comm.launch import launch
 from labkit.comm.mesh import Mesh
-from labkit.core.exercises import CORRECT, NOT_ATTEMPTED, WRONG, Exercise
+from labkit.core.exercises import CORRECT, NOT_ATTEMPTED, Exercise
 from labkit.parallel.compose import exercises as cx
-from tests.exercise_support import assert_sound
+from tests.exercise_support import assert_caught, assert_one_line_each, assert_sound, assert_timed_out, notebook_rank_stub
 
 
 def test_dp_group_by_hand():
@@ -50,15 +43,6 @@ def test_exercise_is_sound(exercise):
 # ------------------------------------------------------------------ mesh_groups, judged on 4 live gloo ranks
 SEED = 99
 FAST = dataclasses.replace(cx.MESH_GROUPS, case_s=4.0, start_s=25.0)
-
-
-@pytest.fixture
-def own_tmp(tmp_path, monkeypatch):
-    """After the test: nothing named labkit-* left in a private temp folder, no child process."""
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
-    yield tmp_path
-    assert not list(tmp_path.glob("labkit-*")), list(tmp_path.iterdir())
-    assert not psutil.Process().children(recursive=True)
 
 
 def judge_live(answer, exercise=FAST):
@@ -102,7 +86,7 @@ def test_a_learner_written_mesh_groups_is_correct(own_tmp):
 def test_each_rival_is_caught_on_live_ranks_with_its_own_hint(own_tmp, mistake):
     wrong = {m.name: m for m in cx.MESH_GROUPS.mistakes}[mistake]
     verdict = judge_live(wrong.answer)
-    assert verdict.status == WRONG and verdict.mistake == mistake and wrong.hint in verdict.text, verdict.text
+    assert_caught(verdict, wrong)
 
 
 def test_hostile_mesh_groups_each_get_one_line(own_tmp):
@@ -115,7 +99,7 @@ def test_hostile_mesh_groups_each_get_one_line(own_tmp):
     said = {f.__name__: judge_live(f).text for f in (raises, loses_a_rank)}
     assert "your code raised RuntimeError: no (case 1" in said["raises"]
     assert "must hold each of the 4 ranks once" in said["loses_a_rank"]
-    assert all(len(text.splitlines()) == 1 and text.startswith("[mesh_groups] wrong") for text in said.values())
+    assert_one_line_each(said, "mesh_groups")
 
 
 def test_a_mesh_groups_that_sleeps_forever_meets_the_timeout(own_tmp):
@@ -125,20 +109,9 @@ def test_a_mesh_groups_that_sleeps_forever_meets_the_timeout(own_tmp):
 
     one_case = dataclasses.replace(FAST, cases=lambda seed=0: cx.mesh_groups_cases(seed)[:1], case_s=2.0)
     verdict = judge_live(sleeps, one_case)                  # 2 cases: 25 + 2 x 2 = 29 s
-    assert verdict.status == WRONG and "within 29 s, the launcher's timeout" in verdict.text, verdict.text
-    assert len(verdict.text.splitlines()) == 1 and "every rank was killed" in verdict.text
+    assert_timed_out(verdict, 29)
 
 
 def test_the_notebooks_rank_stub_is_not_attempted_and_its_check_cell_judges_it(tmp_path):
-    nb = json.loads((Path(__file__).resolve().parents[3] / "notebooks" / "18_one_mesh.ipynb").read_text())
-    cells = {tag: ["".join(c["source"]) for c in nb["cells"] if tag in c.get("metadata", {}).get("tags", [])]
-             for tag in ("rank-exercise-stub", "rank-exercise-check")}
-    assert len(cells["rank-exercise-stub"]) == len(cells["rank-exercise-check"]) == 1
-    (tmp_path / "stub.py").write_text(cells["rank-exercise-stub"][0])       # a file, so its source can be read
-    spec = importlib.util.spec_from_file_location("notebook_stub", tmp_path / "stub.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    name = re.search(r"ex\.MESH_GROUPS\.check\(book,\s*(\w+)\)", cells["rank-exercise-check"][0]).group(1)
-    stub = getattr(module, name)
-    assert list(inspect.signature(stub).parameters) == list(inspect.signature(cx.mesh_groups).parameters)
+    stub = notebook_rank_stub("18_one_mesh.ipynb", "MESH_GROUPS", cx.mesh_groups, tmp_path)
     assert judge_live(stub).status == NOT_ATTEMPTED

@@ -2,14 +2,7 @@
 live-rank sync_gradients exercise judged against DDP's gradients on 2 gloo ranks, each rival caught with its own
 hint, a raising answer given one line and a hanging one stopped by the timeout."""
 import dataclasses
-import importlib.util
-import inspect
-import json
-import re
-import tempfile
-from pathlib import Path
 
-import psutil
 import pytest
 import torch.distributed as dist
 
@@ -17,7 +10,7 @@ from labkit.comm import rank_answers as ra
 from labkit.comm.launch import launch
 from labkit.core.exercises import CORRECT, NOT_ATTEMPTED, WRONG, Exercise
 from labkit.parallel.data import exercises
-from tests.exercise_support import assert_sound
+from tests.exercise_support import assert_caught, assert_sound, notebook_rank_stub
 
 EXERCISES = [v for v in vars(exercises).values() if isinstance(v, Exercise)]
 
@@ -35,15 +28,6 @@ def test_the_measured_case_comes_first_so_the_verdict_shows_it():
 # ------------------------------------------------------------------ 07's live-rank exercise: sync_gradients(model)
 SEED = 99
 SYNC = dataclasses.replace(exercises.SYNC_GRADIENTS, case_s=4.0, start_s=20.0)
-
-
-@pytest.fixture
-def own_tmp(tmp_path, monkeypatch):
-    """After the test: nothing named labkit-* left in a private temp folder, no child process."""
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
-    yield tmp_path
-    assert not list(tmp_path.glob("labkit-*")), list(tmp_path.iterdir())
-    assert not psutil.Process().children(recursive=True)
 
 
 def judge(answer, exercise=SYNC):
@@ -73,7 +57,7 @@ def test_a_learner_written_answer_is_correct_and_each_rival_gets_its_own_hint(ow
     assert verdict.status == CORRECT and "on 2 live ranks" in verdict.text, verdict.text
     for wrong in exercises.SYNC_GRADIENTS.mistakes:
         verdict = judge(wrong.answer)
-        assert verdict.status == WRONG and verdict.mistake == wrong.name and wrong.hint in verdict.text, verdict.text
+        assert_caught(verdict, wrong)
 
 
 def test_hostile_answers_get_one_line_and_a_hanging_one_meets_the_timeout(own_tmp):
@@ -94,15 +78,5 @@ def test_hostile_answers_get_one_line_and_a_hanging_one_meets_the_timeout(own_tm
 def test_the_notebooks_stub_is_not_attempted_and_its_check_cell_judges_it(tmp_path):
     """The stub (tagged rank-exercise-stub) reads 'not attempted yet', launches nothing and has the model answer's
     arguments; the check cell (rank-exercise-check) hands it to ex.SYNC_GRADIENTS.check."""
-    nb = json.loads((Path(__file__).resolve().parents[3] / "notebooks" / "07_synchronous_sgd.ipynb").read_text())
-    cells = {tag: ["".join(c["source"]) for c in nb["cells"] if tag in c.get("metadata", {}).get("tags", [])]
-             for tag in ("rank-exercise-stub", "rank-exercise-check")}
-    assert len(cells["rank-exercise-stub"]) == len(cells["rank-exercise-check"]) == 1
-    (tmp_path / "stub.py").write_text(cells["rank-exercise-stub"][0])       # a file, so its source can be read
-    spec = importlib.util.spec_from_file_location("notebook_stub", tmp_path / "stub.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    name = re.search(r"ex\.SYNC_GRADIENTS\.check\(book,\s*(\w+)\)", cells["rank-exercise-check"][0]).group(1)
-    stub = getattr(module, name)
-    assert list(inspect.signature(stub).parameters) == list(inspect.signature(exercises.sync_gradients).parameters)
+    stub = notebook_rank_stub("07_synchronous_sgd.ipynb", "SYNC_GRADIENTS", exercises.sync_gradients, tmp_path)
     assert judge(stub).status == NOT_ATTEMPTED

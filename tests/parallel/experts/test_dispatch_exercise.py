@@ -4,14 +4,7 @@ own hint, hostile answers given one line each, nothing left behind."""
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
-import inspect
-import json
-import re
-import tempfile
-from pathlib import Path
 
-import psutil
 import pytest
 import torch
 import torch.distributed as dist
@@ -20,18 +13,10 @@ from labkit.comm import rank_answers as ra
 from labkit.comm.launch import launch
 from labkit.core.exercises import CORRECT, NOT_ATTEMPTED, WRONG
 from labkit.parallel.experts import exercises as ex
+from tests.exercise_support import assert_one_line_each, assert_timed_out, notebook_rank_stub
 
 SEED = 77
 FAST = dataclasses.replace(ex.DISPATCH, case_s=3.0, start_s=25.0)
-
-
-@pytest.fixture
-def own_tmp(tmp_path, monkeypatch):
-    """After the test: nothing named labkit-* left in a private temp folder, no child process."""
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
-    yield tmp_path
-    assert not list(tmp_path.glob("labkit-*")), list(tmp_path.iterdir())
-    assert not psutil.Process().children(recursive=True)
 
 
 def judge(answer, exercise=FAST):
@@ -131,7 +116,7 @@ def test_hostile_answers_each_get_one_line(own_tmp):
     said = {f.__name__: judge(f).text for f in (raises, returns_none)}
     assert "your code raised RuntimeError: no (case 1" in said["raises"]
     assert "returned NoneType, not a tensor" in said["returns_none"]
-    assert all(len(text.splitlines()) == 1 and text.startswith("[moe_dispatch] wrong") for text in said.values())
+    assert_one_line_each(said, "moe_dispatch")
 
 
 def test_an_answer_that_sleeps_forever_meets_the_timeout(own_tmp):
@@ -140,22 +125,11 @@ def test_an_answer_that_sleeps_forever_meets_the_timeout(own_tmp):
         time.sleep(600)
 
     verdict = judge(sleeps, dataclasses.replace(FAST, case_s=1.0, start_s=15.0))     # 21 s: 6 cases
-    assert verdict.status == WRONG and "within 21 s, the launcher's timeout" in verdict.text, verdict.text
-    assert len(verdict.text.splitlines()) == 1 and "every rank was killed" in verdict.text
+    assert_timed_out(verdict, 21)
 
 
 def test_the_notebooks_stub_is_not_attempted_and_its_check_cell_judges_it(tmp_path):
     """The stub tagged rank-exercise-stub has the model answer's arguments; the check cell hands it to
     ex.DISPATCH.check."""
-    nb = json.loads((Path(__file__).resolve().parents[3] / "notebooks" / "15_expert_parallelism.ipynb").read_text())
-    cells = {tag: ["".join(c["source"]) for c in nb["cells"] if tag in c.get("metadata", {}).get("tags", [])]
-             for tag in ("rank-exercise-stub", "rank-exercise-check")}
-    assert len(cells["rank-exercise-stub"]) == len(cells["rank-exercise-check"]) == 1
-    (tmp_path / "stub.py").write_text(cells["rank-exercise-stub"][0])
-    spec = importlib.util.spec_from_file_location("notebook_stub", tmp_path / "stub.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    name = re.search(r"ex\.DISPATCH\.check\(book,\s*(\w+)\)", cells["rank-exercise-check"][0]).group(1)
-    stub = getattr(module, name)
-    assert list(inspect.signature(stub).parameters) == list(inspect.signature(ex.dispatch_tokens).parameters)
+    stub = notebook_rank_stub("15_expert_parallelism.ipynb", "DISPATCH", ex.dispatch_tokens, tmp_path)
     assert judge(stub).status == NOT_ATTEMPTED

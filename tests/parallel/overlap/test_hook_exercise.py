@@ -4,14 +4,7 @@ on paired rounds against the rival 'no overlap', INCONCLUSIVE (never failed) whe
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
-import inspect
-import json
-import re
-import tempfile
-from pathlib import Path
 
-import psutil
 import pytest
 import torch
 import torch.distributed as dist
@@ -22,18 +15,10 @@ from labkit.core.exercises import CORRECT, NOT_ATTEMPTED, WRONG
 from labkit.core.verdict import CHECKED, FAILED, INCONCLUSIVE
 from labkit.parallel.overlap import exercises as ovx
 from labkit.parallel.overlap import hook_exercise as hx
+from tests.exercise_support import assert_caught, assert_one_line_each, assert_timed_out, notebook_rank_stub
 
 SEED = 99
 GRADS = dataclasses.replace(hx.OVERLAP_HOOK, measure=None, case_s=4.0, start_s=20.0)   # gradients only: fast
-
-
-@pytest.fixture
-def own_tmp(tmp_path, monkeypatch):
-    """After the test: nothing named labkit-* left in a private temp folder, no child process."""
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
-    yield tmp_path
-    assert not list(tmp_path.glob("labkit-*")), list(tmp_path.iterdir())
-    assert not psutil.Process().children(recursive=True)
 
 
 def judge(answer, exercise=GRADS):
@@ -72,7 +57,7 @@ def test_a_learner_written_overlapping_hook_is_correct(own_tmp):
 def test_each_rival_is_caught_with_its_own_hint(own_tmp, mistake):
     wrong = {m.name: m for m in hx.OVERLAP_HOOK.mistakes}[mistake]
     verdict = judge(wrong.answer)
-    assert verdict.status == WRONG and verdict.mistake == mistake and wrong.hint in verdict.text, verdict.text
+    assert_caught(verdict, wrong)
 
 
 def test_a_hook_that_returns_the_right_kind_of_output_without_reducing_is_rank_local(own_tmp):
@@ -100,7 +85,7 @@ def test_hostile_hooks_each_get_one_line(own_tmp):
     assert "your code raised RuntimeError: no (case 1" in said["raises"]
     assert "the hook returned NoneType, not a torch.futures.Future" in said["returns_none"]
     assert "process ended while running your code" in said["exits"] and "exit code 4" in said["exits"]
-    assert all(len(text.splitlines()) == 1 and text.startswith("[overlap_hook] wrong") for text in said.values())
+    assert_one_line_each(said, "overlap_hook")
 
 
 def test_a_hook_that_sleeps_forever_meets_the_timeout(own_tmp):
@@ -109,8 +94,7 @@ def test_a_hook_that_sleeps_forever_meets_the_timeout(own_tmp):
         time.sleep(600)
 
     verdict = judge(sleeps, dataclasses.replace(GRADS, case_s=2.0, start_s=20.0))   # 28 s: the kit's answers, then it
-    assert verdict.status == WRONG and "within 28 s, the launcher's timeout" in verdict.text, verdict.text
-    assert len(verdict.text.splitlines()) == 1 and "every rank was killed" in verdict.text
+    assert_timed_out(verdict, 28)
 
 
 def rounds_of(none, default, waiting, answer, share=1.0, n=12):
@@ -169,15 +153,5 @@ def test_the_model_answer_timed_live_on_a_shaped_link_is_never_failed(own_tmp):
 def test_the_notebooks_stub_is_not_attempted_and_its_check_cell_judges_it(tmp_path):
     """The shipped stub (tagged rank-exercise-stub) reads 'not attempted yet' and has the model answer's arguments;
     the check cell (rank-exercise-check) hands that stub to ex.OVERLAP_HOOK.check."""
-    nb = json.loads((Path(__file__).resolve().parents[3] / "notebooks" / "17_overlap.ipynb").read_text())
-    cells = {tag: ["".join(c["source"]) for c in nb["cells"] if tag in c.get("metadata", {}).get("tags", [])]
-             for tag in ("rank-exercise-stub", "rank-exercise-check")}
-    assert len(cells["rank-exercise-stub"]) == len(cells["rank-exercise-check"]) == 1
-    (tmp_path / "stub.py").write_text(cells["rank-exercise-stub"][0])       # a file, so its source can be read
-    spec = importlib.util.spec_from_file_location("notebook_stub", tmp_path / "stub.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    name = re.search(r"ex\.OVERLAP_HOOK\.check\(book,\s*(\w+)\)", cells["rank-exercise-check"][0]).group(1)
-    stub = getattr(module, name)
-    assert list(inspect.signature(stub).parameters) == list(inspect.signature(hx.overlap_hook).parameters)
+    stub = notebook_rank_stub("17_overlap.ipynb", "OVERLAP_HOOK", hx.overlap_hook, tmp_path)
     assert judge(stub).status == NOT_ATTEMPTED
