@@ -6,6 +6,10 @@ by that same function: Llama 3 8B and 70B (``labkit.plan.published.TODAYS_SHAPES
 table, with the planner's default links between them. ``scripts/formula_sheet.py`` writes ``docs/formulas.md``;
 a test keeps the page equal to what this module computes. The worked problem at the end asks what every engineer
 asks first: does Llama 3 70B train with ZeRO-3 on 64 x 80 GB, and what does one layer's all-gather cost?
+
+Llama 3 is the course's running example on paper: each parallelism notebook ends its lessons with the rows it teaches
+worked at that scale (:func:`real_scale_markdown`), and notebook 11 poses the worked problem with its answer hidden
+until the learner asks (:data:`WORKED_ZERO3`, ``.reveal()``).
 """
 from __future__ import annotations
 
@@ -130,6 +134,53 @@ FORMULAS = (
 )
 
 
+@dataclass(frozen=True)
+class WorkedProblem:
+    """A real-scale question whose givens are printed, and whose answer is computed only when asked for."""
+
+    title: str
+    question: Callable[[], str]
+    answer: Callable[[], str]
+
+    def ask(self) -> None:
+        print(f"{self.title}\n{self.question()}\nWork it out, then run .reveal() for the kit's answer.")
+
+    def reveal(self) -> str:
+        text = self.answer()
+        print(text)
+        return text
+
+
+def _zero3_question() -> str:
+    m, link = LLAMA_70B, RACK.inter
+    return (f"{m.name}: {m.num_params / 1e9:.1f} B parameters, {m.layers} layers, hidden {m.hidden}, sequence "
+            f"{m.seq_len}. It trains with Adam in mixed precision on {RACK.world_size} H100s of 80 GB "
+            f"({RACK.nodes} nodes of {RACK.gpus_per_node}), ZeRO-3 over all {RACK.world_size} ranks, micro-batch 1, "
+            "every layer checkpointed.\n"
+            "1. Does one rank's memory fit in 80 GB? Count the bf16 parameters and gradients and the optimizer "
+            "state (K = 12 bytes per parameter, Rajbhandari et al. 2020, Figure 1), each sharded 64 ways, plus the "
+            "kept layer inputs, one layer recomputed and the fp32 logits.\n"
+            f"2. How long does one layer's all-gather of bf16 weights take on the inter-node link (alpha = "
+            f"{link.alpha_s * 1e6:.0f} us, {1 / link.beta_s_per_byte / 1e9:.0f} GB/s)? An all-gather is half a ring "
+            "all-reduce: (R-1)(alpha + n beta / R).")
+
+
+WORKED_ZERO3 = WorkedProblem("Worked problem: does Llama 3 70B fit with ZeRO-3 on 64 x 80 GB, and what does a "
+                             "layer's gather cost?", _zero3_question, _worked_zero3)
+
+
+def real_scale_markdown(notebook: str) -> str:
+    """The rows notebook ``notebook`` teaches, each worked at the running example's real scale, as a table; a
+    ValueError when the sheet has none for it."""
+    rows = [f for f in FORMULAS if notebook in f.notebook.split(", ")]
+    if not rows:
+        taught = sorted({n for f in FORMULAS for n in f.notebook.split(", ")})
+        raise ValueError(f"the formula sheet has no row taught in notebook {notebook!r}; it has {taught}")
+    lines = ["| what | formula | at real scale | source |", "|---|---|---|---|"]
+    lines += [f"| {f.topic} | {f.formula} | {f.worked()} | {f.source} |" for f in rows]
+    return "\n".join(lines)
+
+
 def sheet_markdown() -> str:
     """The formula sheet as one markdown page: a table (topic, formula, kit function, notebook, source, worked value)
     and the worked problem."""
@@ -141,7 +192,8 @@ def sheet_markdown() -> str:
              "|---|---|---|---|---|---|"]
     lines += [f"| {f.topic} | {f.formula} | `{f.where}` | {f.notebook} | {f.source} | {f.worked()} |"
               for f in FORMULAS]
-    lines += ["", "## Worked problem: does it fit, and what does a gather cost?", "", _worked_zero3(), "",
+    lines += ["", "## Worked problem: does it fit, and what does a gather cost?", "", _zero3_question(), "",
+              "**Answer.** " + _worked_zero3(), "",
               "Computed with `labkit.plan.planner.predict` (memory by term) and `labkit.comm.collectives."
               "allreduce_cost` (an all-gather is half a ring all-reduce); notebook 14 scores the planner on live "
               "ranks.", ""]

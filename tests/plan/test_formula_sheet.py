@@ -5,6 +5,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from labkit.comm.collectives import allreduce_cost
 from labkit.parallel.pipeline.schedule_sim import predicted_bubble
 from labkit.plan import formula_sheet as sheet
@@ -43,3 +45,21 @@ def test_worked_values_are_the_functions_values_worked_by_hand():
 def test_the_worked_problem_answers_fit_and_gather_time():
     text = sheet.sheet_markdown()
     assert "## Worked problem" in text and "fits in 80 GB" in text and "ms, twice a step" in text
+
+
+def test_each_notebook_gets_the_rows_it_teaches_worked_at_real_scale():
+    table = sheet.real_scale_markdown("13").splitlines()
+    taught = [f for f in sheet.FORMULAS if "13" in f.notebook.split(", ")]
+    assert len(table) == 2 + len(taught) == 4 and "tensor-parallel traffic" in table[2] and "GiB" in table[2]
+    assert "pipeline bubble" in sheet.real_scale_markdown("05b")
+    with pytest.raises(ValueError, match="no row taught in notebook '09'"):
+        sheet.real_scale_markdown("09")
+
+
+def test_the_worked_problem_gives_its_givens_and_hides_its_answer_until_revealed(capsys):
+    sheet.WORKED_ZERO3.ask()
+    asked = capsys.readouterr().out
+    assert "70.6 B parameters" in asked and "80 layers" in asked and "GB/s" in asked
+    assert "fits" not in asked and " ms" not in asked                      # the answer is not in the question
+    answer = sheet.WORKED_ZERO3.reveal()
+    assert "fits in 80 GB" in answer and answer in capsys.readouterr().out
