@@ -89,7 +89,7 @@ def _worked_zero3() -> str:
 
 
 FORMULAS = (
-    Formula("ring all-reduce time", "T = 2(R-1)(alpha + n beta / R)", allreduce_cost, "06",
+    Formula("ring all-reduce time", "T = 2(R-1)(alpha + n beta / R)", allreduce_cost, "06, 07",
             "Patarasuk & Yuan 2009 (J. Parallel Distrib. Comput. 69(2))", _ring_all_reduce),
     Formula("bus bandwidth", "busbw = algbw x 2(R-1)/R (all-reduce)", busbw_factor, "06",
             "NVIDIA nccl-tests, doc/PERFORMANCE.md",
