@@ -143,9 +143,11 @@ class WorkedProblem:
     answer: Callable[[], str]
 
     def ask(self) -> None:
+        """Print the title and the givens, and how to see the answer."""
         print(f"{self.title}\n{self.question()}\nWork it out, then run .reveal() for the kit's answer.")
 
     def reveal(self) -> str:
+        """Compute, print and return the kit's answer."""
         text = self.answer()
         print(text)
         return text
