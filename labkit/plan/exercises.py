@@ -1,5 +1,6 @@
 """Checked exercises for notebook 14 (which parallelism?): the tensor-parallel size that makes a layer fit, the
-model state of ZeRO-3 + TP per rank, and the time TP's all-reduces take inside a node and across nodes.
+model state of ZeRO-3 + TP per rank, and the time TP's all-reduces take inside a node and across nodes; and, judged
+on live ranks, ring attention's loop (:mod:`labkit.parallel.context.ring_exercise`, checked as ``ex.RING_ATTENTION``).
 
 References: the planner's pieces (:mod:`labkit.plan.specs`, :mod:`labkit.plan.planner`), ZeRO's formula
 (:func:`labkit.sharding.memory.zero_paper_bytes`) and the alpha-beta ring (:func:`labkit.comm.collectives.allreduce_cost`).
@@ -10,6 +11,7 @@ import random
 
 from labkit.comm.collectives import allreduce_cost
 from labkit.core.exercises import Exercise, Mistake
+from labkit.parallel.context.ring_exercise import RING_ATTENTION  # noqa: F401 - notebook 14 checks it as ex.
 from labkit.parallel.tensor.cost import ALL_REDUCES_PER_LAYER
 from labkit.sharding.memory import zero_paper_bytes
 

@@ -13,7 +13,7 @@ import statistics
 import torch
 
 from labkit.core.clock import paired_median
-from labkit.core.verdict import Load, Verdict, judge_at_least, relative_spread
+from labkit.core.verdict import Load, Rival, Verdict, judge_at_least, relative_spread
 from labkit.parallel.context.ring_attention import (INPUT_TERMS, PACKING_TERMS, all_gather_peak_bytes, full_attention,
                                                     ring_peak_bytes, zigzag_unshard)
 from labkit.parallel.context.ring_runs import RingConfig, reference_inputs
@@ -71,9 +71,11 @@ def overlap_summary(results: list[dict]) -> dict[str, float]:
 
 
 def overlap_verdict(results: list[dict]) -> Verdict:
-    """Does overlapping hide at least half of what it could (ratio >= 1 + half the ideal gain)?"""
+    """Does overlapping hide at least half of what it could (ratio >= 1 + half the ideal gain)? The rival is 'no
+    overlap' (serial / overlapped = 1.0: the transfer waits for the compute); the threshold is always above it."""
     s = overlap_summary(results)
     ratios = [a / b for a, b in zip(slowest_per_round(results, "serial"), slowest_per_round(results, "overlapped"))]
     load = Load.of_ranks(results, spread=relative_spread(ratios))
     return judge_at_least("sending the next K/V block during the block compute hides at least half of the "
-                          "hideable time", s["serial/overlapped"], 1.0 + 0.5 * (s["ideal ratio"] - 1.0), load=load)
+                          "hideable time", s["serial/overlapped"], 1.0 + 0.5 * (s["ideal ratio"] - 1.0), load=load,
+                          rival=Rival("no overlap (serial / overlapped)", 1.0))

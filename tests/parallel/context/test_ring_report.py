@@ -15,6 +15,13 @@ def test_perfect_overlap_is_checked_and_none_fails_on_a_quiet_machine():
     assert overlap_verdict(_ranks([0.10] * 3, [0.10] * 3)).state == "failed"
 
 
+def test_the_rival_no_overlap_is_named_rejected_when_overlap_hides_and_fails_the_claim_when_true():
+    hides = overlap_verdict(_ranks([0.10, 0.10, 0.10], [0.06, 0.061, 0.06]))
+    assert hides.rival.startswith("no overlap") and "rules out no overlap" in hides.detail, hides.detail
+    none = overlap_verdict(_ranks([0.10, 0.101, 0.10], [0.10, 0.10, 0.101]))    # the rival true: serial = overlapped
+    assert none.state == "failed" and none.rival.startswith("no overlap"), none.detail
+
+
 def test_a_starved_run_is_inconclusive_with_its_reason():
     verdict = overlap_verdict(_ranks([0.10] * 3, [0.095] * 3, share=0.2))
     assert verdict.state == "INCONCLUSIVE" and "0.20 of a core" in verdict.detail
