@@ -291,6 +291,10 @@ def test_no_import_cycles_between_labkit_modules():
 OWN_STEP_ALLOWED = {
     "core.step.TrainStep._one": "the one step's backward",
     "core.step.TrainStep._update": "the one step's update",
+    "parallel.pipeline.stage_exercise.one_f_one_b_step.backward": "1F1B by hand (05b's exercise): each stage's "
+                                                                  "backward on the gradient its neighbour sent",
+    "parallel.pipeline.stage_exercise._step_in_order": "05b's exercise: the unsplit model's micro-batches stepped in a "
+                                                       "given order (the kit's expected answer and its rivals)",
     "parallel.data.sync_sgd.micro_batch_gradients": "the derivation: each replica's gradient kept, no update, compared "
                                                "with the combined batch's",
     "parallel.pipeline.gpipe._run_pipeline": "GPipe by hand: each stage's backward on the gradient its neighbour sent",

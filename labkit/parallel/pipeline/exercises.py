@@ -1,6 +1,7 @@
 """Checked exercises for notebooks 05 and 05b: the pipeline bubble, the micro-batches a bubble target needs, the
-activations a stage holds and a stage's 1F1B action order; notebook 05's two-stage forward with send/recv, judged on
-live ranks, lives in :mod:`labkit.parallel.pipeline.stage_exercise` (``PIPELINE_FORWARD``, re-exported here).
+activations a stage holds and a stage's 1F1B action order; notebook 05's two-stage forward with send/recv and 05b's
+1F1B training loop, judged on live ranks, live in :mod:`labkit.parallel.pipeline.stage_exercise`
+(``PIPELINE_FORWARD`` and ``ONE_F_ONE_B_STEP``, re-exported here).
 
 References: the GPipe schedule simulator (:mod:`labkit.parallel.pipeline.gpipe`), and the schedules' action
 orders and bubble formula (:mod:`labkit.parallel.pipeline.schedule_sim`, the orders checked against torch's live
@@ -15,7 +16,7 @@ from labkit.core.exercises import Exercise, Mistake
 from labkit.parallel.pipeline.gpipe import simulate_gpipe
 from labkit.parallel.pipeline.schedule_sim import (bubble_of_total, gpipe_order, micro_batches_for_bubble,
                                                    one_f_one_b_order, peak_in_flight)
-from labkit.parallel.pipeline.stage_exercise import PIPELINE_FORWARD  # noqa: F401 - notebook 05 checks it as ex.
+from labkit.parallel.pipeline.stage_exercise import ONE_F_ONE_B_STEP, PIPELINE_FORWARD  # noqa: F401 - 05, 05b: ex.
 
 # ------------------------------------------------------------------------------------ 05: the bubble
 def bubble_reference(stages: int, micro_batches: int) -> float:
