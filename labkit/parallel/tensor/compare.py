@@ -108,8 +108,13 @@ def comparison_rows(ranks: list[dict]) -> list[dict]:
     return rows
 
 
+def step_ratios(ranks: list[dict], slower: str = "tp", faster: str = "dp") -> list[float]:
+    """``slower``'s step over ``faster``'s, round by round (each round's figure is its slowest rank's): the paired
+    rounds a timing verdict reads."""
+    return [max(r["times_s"][slower][i] for r in ranks) / max(r["times_s"][faster][i] for r in ranks)
+            for i in range(len(ranks[0]["times_s"][faster]))]
+
+
 def comparison_load(ranks: list[dict]) -> Load:
     """How busy the timed rounds were: each rank's CPU share, and the spread of TP's per-round time over DP's."""
-    ratios = [max(r["times_s"]["tp"][i] for r in ranks) / max(r["times_s"]["dp"][i] for r in ranks)
-              for i in range(len(ranks[0]["times_s"]["dp"]))]
-    return Load.of_ranks(ranks, spread=relative_spread(ratios))
+    return Load.of_ranks(ranks, spread=relative_spread(step_ratios(ranks)))

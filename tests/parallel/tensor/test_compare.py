@@ -34,3 +34,10 @@ def test_the_load_has_every_rank_s_share_and_the_rounds_spread(ranks):
 def test_a_layer_that_does_not_split_is_refused_before_any_process_starts():
     with pytest.raises(ValueError, match=r"heads=4 must be divisible by tp=3 .*fix: tp in \[1, 2, 4\]"):
         tp_compare.run_comparison(SHAPE, 3)
+
+
+def test_step_ratios_pair_each_round_by_its_slowest_rank():
+    fake = [{"times_s": {"tp": [0.030, 0.050], "dp": [0.020, 0.040]}},
+            {"times_s": {"tp": [0.033, 0.045], "dp": [0.030, 0.025]}}]
+    assert tp_compare.step_ratios(fake) == pytest.approx([0.033 / 0.030, 0.050 / 0.040])
+    assert tp_compare.step_ratios(fake, "dp", "tp") == pytest.approx([0.030 / 0.033, 0.040 / 0.050])
