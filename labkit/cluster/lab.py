@@ -30,10 +30,11 @@ from labkit.core.env import Mode, get_mode
 from labkit.core.results import ResultStream, keep_finished
 from labkit.core.rundirs import run_path
 from labkit.core.validation import positive_int, positive_ints
-from labkit.core.verdict import Load, Verdict, judge_agreement
+from labkit.core.verdict import Load, Rival, Verdict, judge_agreement
 
 MARGIN = 1.3        # the model must predict one algorithm this much faster before the clock is asked to agree
 NOISY_SPREAD = 1.5  # paired ratios that move more than this between rounds: too busy a machine to compare links
+BITS_PER_BYTE = 8   # the link rate's rival: a rate in Mbit/s read as MB/s is 8x the shaped payload rate
 
 
 @dataclass(frozen=True)
@@ -142,7 +143,8 @@ def link_rate_verdict(claim: str, results: Sequence[dict], rate_mbit_s: float, t
     shaped = expected_payload_bytes_s(rate_mbit_s)
     return judge_agreement(claim, 1.0, fitted / shaped, tolerance=tolerance, load=load,
                            unit=" x the shaped payload rate",
-                           by_round=[(1.0, rate / shaped) for rate in rates_by_repeat(sweep)])
+                           by_round=[(1.0, rate / shaped) for rate in rates_by_repeat(sweep)],
+                           rival=Rival("Mbit/s read as MB/s (bits taken for bytes)", BITS_PER_BYTE))
 
 
 def simulated_link_bytes(nbytes: int, nodes: int, per_node: int) -> dict[str, int]:

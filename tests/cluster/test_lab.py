@@ -116,3 +116,7 @@ def test_the_fitted_link_rate_is_judged_with_the_pairs_shares_and_the_repeats_sp
     straddled = [_pinged(0, [2.0, 4.0, 4.0], {"inter": 1.0}), _pinged(2, [2.0, 4.0, 4.0], {"inter": 1.0})]
     verdict = lab.link_rate_verdict("1/beta is the shaped rate", straddled, 200)   # one repeat at the shaped rate
     assert verdict.state == "INCONCLUSIVE" and "3 paired rounds do not settle it" in verdict.detail
+    assert lab.link_rate_verdict("1/beta is the shaped rate", right, 200).rival.startswith("Mbit/s read as MB/s")
+    bits_for_bytes = [_pinged(0, [1.125] * 3, {"inter": 1.0}), _pinged(2, [1.125] * 3, {"inter": 1.0})]   # 8x
+    verdict = lab.link_rate_verdict("1/beta is the shaped rate", bits_for_bytes, 200)   # the rival is true
+    assert verdict.state == "failed" and "cannot tell" in verdict.detail

@@ -5,8 +5,8 @@ from dataclasses import asdict
 
 import pytest
 
-from labkit.cluster.link_scaling import (combined_load, judge_slow_link_costs, judge_speedup, sgd_load, sgd_row,
-                                         sgd_runs)
+from labkit.cluster.link_scaling import (combined_load, judge_slow_link_costs, judge_speedup, link_free_speedup,
+                                         sgd_load, sgd_row, sgd_runs)
 from labkit.cluster.linkfit import LinkFit
 from labkit.parallel.data.scaling import StepTimes
 
@@ -70,3 +70,34 @@ def test_the_slow_link_costs_speedup_in_the_model_and_on_the_clock():
     assert judge_slow_link_costs("slow costs", slow, slowed, load).state == "checked"
     assert set(load.shares) == {"the worst of 1 rank(s) (1)", "the worst of 2 rank(s) (1)",
                                 "the worst of 1 rank(s) (2)", "the worst of 2 rank(s) (2)"}
+
+
+def test_a_clock_that_shows_a_free_link_fails_and_a_cheap_link_is_not_checked():
+    results = _results({"200": _runs(0.010, 0.040)})
+    row = sgd_row(results, SLOW, 200, cores=2)
+    free = link_free_speedup(row)
+    assert free == pytest.approx(2.0) and row["speedup model"] == pytest.approx(0.4, rel=0.01)
+    verdict = judge_speedup("agrees", row, sgd_load(results, 200, 2))
+    assert verdict.state == "checked" and verdict.rival.startswith("the link costs nothing")
+    rival_true = dict(row, **{"speedup measured": free})                    # the clock shows no link cost
+    assert judge_speedup("agrees", rival_true, sgd_load(results, 200, 2)).state == "failed"
+    cheap = sgd_row(_results({"800": _runs(0.010, 0.0001)}), LinkFit(1e-6, 1e-11, 0.99), 800, cores=2)
+    verdict = judge_speedup("agrees", cheap, sgd_load(results, 200, 2))
+    assert verdict.state == "NOT CHECKED" and "too cheap" in verdict.detail
+
+
+def test_speed_ups_that_the_link_speed_leaves_equal_fail_the_slow_link_claim():
+    results = _results({"200": _runs(0.010, 0.040), "800": _runs(0.010, 0.010)})
+    slow, fast = sgd_row(results, SLOW, 200, 2), sgd_row(results, FAST, 800, 2)
+    load = combined_load([sgd_load(results, 200, 2), sgd_load(results, 800, 2)])
+    same = dict(slow, **{"speedup measured": fast["speedup measured"]})     # the rival: the link speed does not matter
+    verdict = judge_slow_link_costs("slow costs", same, fast, load)
+    assert verdict.state == "failed" and verdict.rival.startswith("the link speed does not matter")
+
+
+def test_links_the_model_prices_alike_leave_the_slow_link_claim_not_checked():
+    results = _results({"200": _runs(0.010, 0.040), "800": _runs(0.010, 0.010)})
+    slow, fast = sgd_row(results, SLOW, 200, 2), sgd_row(results, SLOW, 800, 2)   # the same fitted link at both speeds
+    load = combined_load([sgd_load(results, 200, 2), sgd_load(results, 800, 2)])
+    verdict = judge_slow_link_costs("slow costs", slow, fast, load)
+    assert verdict.state == "NOT CHECKED" and "within 10%" in verdict.detail
