@@ -17,10 +17,12 @@ import torch
 from torch import nn
 from torch.utils.flop_counter import flop_registry
 
+from labkit.core.claims import judge_band
 from labkit.core.clock import now_s
 from labkit.core.step import TrainStep
 from labkit.core.timing import synchronize
 from labkit.core.torch_compat import TorchDispatchMode, tensor_leaves
+from labkit.core.verdict import Load, Rival, Verdict, judge_at_least, judge_at_most, rival_check
 from labkit.profile.roofline import Roofs
 
 NORM_WORDS = ("norm",)
@@ -184,6 +186,46 @@ def roof_ratio(rows: Sequence[OpStats]) -> float:
     """Measured over predicted time for a group of operators (time-weighted: sum over sum); 1 = on the roof."""
     predicted = sum(r.predicted_s for r in rows)
     return sum(r.time_s for r in rows) / predicted if predicted > 0 else float("inf")
+
+
+ROOFS_PRICED = ("bandwidth", "compute")
+
+
+def rival_roof_ratio(rows: Sequence[OpStats], roofs: Roofs, priced_at: str, dtype: str = "fp32") -> float:
+    """What :func:`roof_ratio` would read if every operator of ``rows`` ran at one roof only, ``priced_at``
+    'bandwidth' (bytes / the bandwidth of the level they fit in) or 'compute' (FLOPs / peak): that time over the
+    roofline's. At most 1, since the roofline takes the larger of the two; a rival, not a bound."""
+    if priced_at not in ROOFS_PRICED:
+        raise ValueError(f"priced_at is one of {ROOFS_PRICED}, got {priced_at!r}")
+    predicted = sum(r.predicted_s for r in rows)
+    if priced_at == "bandwidth":
+        rival_s = sum(r.bytes_moved / roofs.bandwidth_for(r.bytes_moved) for r in rows)
+    else:
+        rival_s = sum(r.flops for r in rows) / roofs.peak_flops_per_s(dtype)
+    return rival_s / predicted if predicted > 0 else 0.0
+
+
+def judge_near_roof(claim: str, rows: Sequence[OpStats], roofs: Roofs, band: tuple[float, float], load: Load,
+                    priced_at: str, dtype: str = "fp32") -> Verdict:
+    """Is the group's measured/roofline ratio inside ``band``, and does it reject the rival 'every operator priced at
+    the ``priced_at`` roof' (issue 51)? The band's low edge rises, where needed, to the rival's ratio times (1 + the
+    roofs' measured spread, best repeat over median): closer than that the run cannot tell the roofline from its
+    rival. Outside the band, INCONCLUSIVE only where this run's load explains the gap."""
+    measured = roof_ratio(rows)
+    rival = Rival(f"every operator priced at the {priced_at} roof", max(rival_roof_ratio(rows, roofs, priced_at,
+                                                                                          dtype), 1e-12))
+    spread = roofs.measurement_spread(dtype)
+    low, high = max(band[0], rival.value * (1.0 + spread)), band[1]
+    unit = "x the roofline's time"
+    if low > high:
+        return rival_check(claim, rival, True, f"{band[0]:g}-{band[1]:g}{unit}", unit)
+    if low <= measured <= high:
+        return judge_band(claim, measured, low, high, rival=rival, unit=unit,
+                          source=f"the lesson's band, its low edge at least the rival's ratio + the roofs' measured "
+                                 f"spread ({spread:.0%})")
+    if measured < low:
+        return judge_at_least(claim, max(measured, 1e-12), low, load=load, rival=rival, unit=unit)
+    return judge_at_most(claim, measured, high, load=load, unit=unit)    # above the band: never checked
 
 
 def step_roof_times(calls: Sequence[OpCall], steps: int, roofs: Roofs,

@@ -6,8 +6,10 @@ import torch
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
-from labkit.profile.operators import (OpCall, OperatorRecorder, aggregate, as_table, bytes_moved, heaviest, kind_of,
-                                      record_training_steps, roof_ratio, share_of_time, step_roof_times)
+from labkit.core.verdict import Load
+from labkit.profile.operators import (OpCall, OperatorRecorder, OpStats, aggregate, as_table, bytes_moved, heaviest,
+                                      judge_near_roof, kind_of, record_training_steps, rival_roof_ratio, roof_ratio,
+                                      share_of_time, step_roof_times)
 from labkit.profile.roofline import RoofMeasurement, Roofs
 
 CPU = torch.device("cpu")
@@ -95,3 +97,33 @@ def test_operators_that_fit_the_cache_meet_the_cache_roof():
     big = [OpCall("relu", "b", 0.0, 2**22, 1.0, False)]
     assert step_roof_times(small, 1, roofs)[1] == pytest.approx(2**20 / 50e9)
     assert step_roof_times(big, 1, roofs)[1] == pytest.approx(2**22 / 10e9)
+
+
+def _row(flops, nbytes, time_s, roofs=ROOFS):
+    return OpStats("op", "1", "matmul/conv", 1.0, flops, nbytes, time_s, roofs.predict_time_s(flops, nbytes),
+                   roofs.bound(flops, nbytes))
+
+
+def test_the_rival_prices_every_operator_at_one_roof():
+    rows = [_row(100e9, 1e9, 1.0)]          # 1 s at the compute roof, 0.1 s at the bandwidth roof
+    assert rival_roof_ratio(rows, ROOFS, "bandwidth") == pytest.approx(0.1)
+    assert rival_roof_ratio(rows, ROOFS, "compute") == pytest.approx(1.0)
+    with pytest.raises(ValueError, match="priced_at"):
+        rival_roof_ratio(rows, ROOFS, "cache")
+
+
+def test_near_the_roof_is_checked_and_rejects_the_other_roof():
+    on_roof = judge_near_roof("near", [_row(100e9, 1e9, 1.1)], ROOFS, (0.5, 10.0), Load(), "bandwidth")
+    assert on_roof.state == "checked" and on_roof.rival == "every operator priced at the bandwidth roof"
+    assert "rules out" in on_roof.detail
+
+
+def test_when_the_rival_is_true_the_band_fails_it():
+    # compute-bound operators timed at the bandwidth roof's price (0.1 of the roofline's time): the rival is true
+    at_rival = judge_near_roof("near", [_row(100e9, 1e9, 0.1)], ROOFS, (0.05, 10.0), Load(), "bandwidth")
+    assert at_rival.state == "failed"       # the low edge rose from 0.05 to the rival's 0.1 x (1 + spread)
+    # a band whose top sits below the rival cannot tell them apart at all
+    assert judge_near_roof("near", [_row(100e9, 1e9, 0.1)], ROOFS, (0.01, 0.05), Load(), "bandwidth").state == "failed"
+    # the memory band's rival: elementwise bytes priced at the compute roof instead
+    stream = [_row(1e6, 1e9, 1e-5)]         # 0.1 s of bytes, 1e-5 s of FLOPs: timed at the compute price
+    assert judge_near_roof("near", stream, ROOFS, (1e-6, 10.0), Load(), "compute").state == "failed"

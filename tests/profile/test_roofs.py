@@ -152,3 +152,18 @@ def test_the_size_gain_times_the_smallest_and_largest_swept_sizes_back_to_back()
     assert seen == [16, 64] * 3 and len(gains) == 3 and all(g > 0 for g in gains)
     with pytest.raises(ValueError, match="two sizes"):
         roofs_mod.matmul_size_gain("x", _swept([64]), "cpu")
+
+
+def test_copy_and_triad_reject_the_rival_two_roofs_a_factor_of_2_apart():
+    quiet = types.SimpleNamespace(share=1.0, gpu_neighbours={})
+    near = roofs_mod.copy_triad_agreement("one memory", _bandwidths((9e9, 9e9, 9e9), (10e9, 10e9, 10e9)), quiet)
+    assert near.state == "checked" and near.rival == "two different roofs, a factor of 2 apart"
+    # the rival true: copy reads half of triad's bandwidth every round, on a steady machine: failed
+    twice = _bandwidths((5e9, 5e9, 5e9), (10e9, 10e9, 10e9))
+    assert roofs_mod.copy_triad_agreement("one memory", twice, quiet).state == "failed"
+    # the same with a starved kernel: the band admits the rival only because the run was busy -> INCONCLUSIVE (load)
+    busy = types.SimpleNamespace(share=0.3, gpu_neighbours={})
+    ratio_07 = _bandwidths((7e9, 7e9, 7e9), (10e9, 10e9, 10e9))
+    verdict = roofs_mod.copy_triad_agreement("one memory", ratio_07, busy)
+    assert verdict.state == "INCONCLUSIVE" and verdict.kind == "load" and "also holds the rival" in verdict.detail
+    assert roofs_mod.copy_triad_agreement("one memory", ratio_07, quiet).state == "failed"     # steady: failed

@@ -5,7 +5,7 @@ import warnings
 
 import pytest
 
-from labkit.training.batch_rules import per_replica_batch, scaled_lr
+from labkit.training.batch_rules import accuracy_gap, per_replica_batch, scaled_lr
 
 
 def test_lr_scaling():
@@ -74,3 +74,18 @@ def test_torch_free_import(module):
     code = f"import sys, {module}; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and out.stdout.strip() == "False", out.stderr[-500:]
+
+
+def test_accuracy_gap_checks_a_gap_beyond_the_sampling_error_and_names_its_rival():
+    won = accuracy_gap("big learns less", 0.97, 0.35, 128, rival="no difference")
+    assert won.state == "checked" and won.rival == "no difference" and "rules out no difference" in won.detail
+    assert accuracy_gap("big learns less", 0.35, 0.97, 128, rival="no difference").state == "failed"
+
+
+def test_accuracy_gap_when_the_rival_is_true_is_inconclusive_with_the_images_it_would_take():
+    same = accuracy_gap("big learns less", 0.50, 0.50, 128, rival="no difference")     # the rival holds: no gap
+    assert same.state == "INCONCLUSIVE" and same.kind == "statistics" and "no gap" in same.detail
+    near = accuracy_gap("big learns less", 0.55, 0.50, 128, rival="no difference")     # 0.8 standard errors
+    assert near.state == "INCONCLUSIVE" and "validation images would settle it" in near.detail
+    with pytest.raises(ValueError, match="accuracy in"):
+        accuracy_gap("x", 1.5, 0.5, 128, rival="no difference")

@@ -63,3 +63,26 @@ def test_throughput_peak_loses_uses_the_load_and_needs_a_peak_above_b_crit():
     assert throughput_peak_loses({16: 1.0, 64: 0.8, 256: 0.82}, rates, _fit(), Load({"k": 0.3})).state == INCONCLUSIVE
     low_peak = throughput_peak_loses(times, {16: 100.0, 64: 50.0, 256: 10.0}, _fit(), Load())
     assert low_peak.state == "NOT CHECKED" and "not above" in low_peak.detail
+
+
+def test_each_rival_when_true_is_not_passed():
+    """Issue 51: feed each verdict a run where its rival is true; none of them may come out checked."""
+    # 'a factor of 2 apart': B_simple twice B_crit with tight errors fails (the old factor-10 band passed it)
+    twice = noise_scale_agrees(_fit(b_crit=40.0, low=39.0, high=41.0), _ns(90, 1))
+    assert twice.state == FAILED and twice.rival == "a factor of 2 apart"
+    assert noise_scale_agrees(_fit(), _ns(30, 5)).rival == "a factor of 2 apart"      # named when checked too
+    # 'the noise scale stays put': no growth is never checked, and says what would settle it
+    flat = noise_grows(_ns(40, 3), _ns(40, 3))
+    assert flat.state == INCONCLUSIVE and flat.kind == "statistics" and "stays put" in flat.detail
+    assert noise_grows(_ns(20, 3), _ns(80, 10)).rival.startswith("the noise scale stays put")
+    # 'perfect scaling' above B_crit: 0.5x the steps per doubling fails the 'buys little' claim
+    perfect = CriticalBatchFit(1.0, 10.0, 10.0, 8.0, 12.0, {b: 1000.0 / b for b in (2, 4, 32, 64, 128)}, 3)
+    _, above = doubling_verdicts(perfect)
+    assert above.state == FAILED and above.rival.startswith("perfect scaling")
+    # 'the batch does not matter' below B_crit: 1.0x per doubling fails the 'nearly halves' claim
+    still = CriticalBatchFit(1.0, 10.0, 1000.0, 900.0, 1100.0, {b: 50.0 for b in (2, 4, 8, 16)}, 3)
+    below, _ = doubling_verdicts(still)
+    assert below.state == FAILED and below.rival.startswith("the batch does not matter")
+    # 'the highest-throughput batch is the fastest': equal times fail on a quiet machine
+    same = throughput_peak_loses({16: 1.0, 64: 0.8, 256: 0.8}, {16: 100.0, 64: 300.0, 256: 900.0}, _fit(), Load())
+    assert same.state == FAILED and same.rival == "the highest-throughput batch is the fastest to the target"
