@@ -9,6 +9,7 @@ gloo over loopback TCP here; NCCL over NVLink/PCIe/InfiniBand when there is one 
 """
 from __future__ import annotations
 
+import math
 import statistics
 from dataclasses import asdict, dataclass
 from typing import Sequence
@@ -207,18 +208,22 @@ def fit_latency_bandwidth(rows: Sequence[BenchRow]) -> tuple[float, float]:
 
 
 def judge_link_fit(claim: str, rows: Sequence[BenchRow]) -> Verdict:
-    """Do both terms of t = a + b*S matter (a > 0 and b > 0, where a one-term line has the other at 0)? Under
-    load a fit at a bound is INCONCLUSIVE with the worst rank's measured share; on a quiet run it failed."""
+    """Do both terms of t = a + b*S matter? Each must carry the time at one end of the measured sizes: the latency
+    a above the bytes' b*S at the smallest message, the bytes above a at the largest. The rival, one term alone
+    (a line with b*S negligible everywhere, or a = 0), fails that. Under load a miss is INCONCLUSIVE with the worst
+    rank's measured share; on a quiet run it failed."""
     a, b = fit_latency_bandwidth(rows)
-    detail = f"a = {a:.2e} s, b = {b:.2e} s/byte"
-    rival = "one term alone (a = 0 or b = 0)"
-    if a > 0 and b > 0:
+    smallest, largest = min(r.size_bytes for r in rows), max(r.size_bytes for r in rows)
+    detail = (f"a = {a:.2e} s, b = {b:.2e} s/byte: b*S is {b * smallest / a if a > 0 else math.inf:.2g}x a at "
+              f"{smallest} B and {b * largest / a if a > 0 else math.inf:.3g}x a at {largest} B")
+    rival = "one term alone (a = 0, or b*S below a at every size)"
+    if a > 0 and b * smallest < a < b * largest:
         return Verdict(claim, CHECKED, f"{detail}; rules out {rival}", rival=rival)
     worst = min(rows, key=lambda r: r.cpu_share)
     load = Load.measured({f"the worst rank at {worst.size_bytes} B": worst.cpu_share})
     if load.busy:
-        return Verdict(claim, INCONCLUSIVE, f"{detail}; {load.reason()}", kind=LOAD)
-    return Verdict(claim, FAILED, detail)
+        return Verdict(claim, INCONCLUSIVE, f"{detail}; {load.reason()}", kind=LOAD, rival=rival)
+    return Verdict(claim, FAILED, f"{detail}; cannot tell the fit from {rival}", rival=rival)
 
 
 def format_nccl_tests_table(rows: Sequence[BenchRow]) -> str:

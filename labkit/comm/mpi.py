@@ -296,5 +296,5 @@ def mpi_allreduce_benchmark(world_size: int, sizes_bytes: Sequence[int] | None =
     for r in run.results[0]["rows"]:
         algbw, busbw = bandwidths_gb_s(r["size_bytes"], r["time_s"], world_size)
         rows.append(BenchRow(r["size_bytes"], r["count"], "float32", world_size, f"MPI ({info.implementation})",
-                             r["time_s"], algbw, busbw, r["wrong"], device))
+                             r["time_s"], algbw, busbw, r["wrong"], device, float(r.get("cpu_share", 1.0))))
     return rows

@@ -29,6 +29,7 @@ import numpy as np
 
 from labkit.comm.launch_env import detect_launcher_env
 from labkit.core.clock import now_s, timestamp_s
+from labkit.core.contention import share_mark, share_since
 
 RESULT_DIR_ENV = "LABKIT_MPI_RESULT_DIR"
 
@@ -113,8 +114,8 @@ def bench(comm: Any, sizes_bytes: list[int] | None = None, iters: int = 20, warm
 
     Per size: check the sum once (fill with rank+1, count wrong elements), warm up, Barrier, then time ``iters``
     back-to-back calls on the kit's one clock (``labkit.core.clock.now_s``, a steady high-resolution timer, as
-    ``MPI.Wtime`` is); the time per call is averaged over ranks. Bandwidths are derived by the caller
-    (``labkit.comm.mpi.mpi_allreduce_benchmark``) with the same formulas as the gloo benchmark.
+    ``MPI.Wtime`` is); the time per call is averaged over ranks, the CPU share is the worst rank's. Bandwidths are
+    derived by the caller (``labkit.comm.mpi.mpi_allreduce_benchmark``) with the same formulas as the gloo benchmark.
     """
     from mpi4py import MPI
 
@@ -128,13 +129,14 @@ def bench(comm: Any, sizes_bytes: list[int] | None = None, iters: int = 20, warm
         for _ in range(warmup):
             comm.Allreduce(MPI.IN_PLACE, [buf, MPI.FLOAT], op=MPI.SUM)
         comm.Barrier()
-        start_s = now_s()
+        mark, start_s = share_mark(), now_s()
         for _ in range(iters):
             comm.Allreduce(MPI.IN_PLACE, [buf, MPI.FLOAT], op=MPI.SUM)
         per_call_s = (now_s() - start_s) / iters
+        share = share_since(mark).share          # a waiting MPI rank busy-polls: below 1, it was kept off a core
         rows.append({"size_bytes": int(buf.nbytes), "count": int(buf.size),
                      "time_s": comm.allreduce(per_call_s, op=MPI.SUM) / size,
-                     "wrong": comm.allreduce(wrong, op=MPI.SUM)})
+                     "wrong": comm.allreduce(wrong, op=MPI.SUM), "cpu_share": comm.allreduce(share, op=MPI.MIN)})
     return {"rows": rows}
 
 

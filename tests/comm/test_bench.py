@@ -97,8 +97,18 @@ def test_a_fit_that_would_slope_down_stays_on_the_physical_bound():
 
 def test_the_link_fit_is_checked_failed_or_inconclusive_with_the_measured_load():
     from labkit.comm.bench import judge_link_fit
-    good = judge_link_fit("both terms matter", _rows([1e-4 + s * 2e-9 for s in (16, 64, 256, 1024, 4096)]))
+    good = judge_link_fit("both terms matter", _rows([1e-4 + s * 1e-7 for s in (16, 64, 256, 1024, 4096)]))
     assert good.state == "checked" and "rules out one term alone" in good.detail
     assert judge_link_fit("both terms matter", _rows([8e-4, 7e-4, 6e-4, 5e-4, 6e-4])).state == "failed"   # quiet
     busy = judge_link_fit("both terms matter", _rows([8e-4, 7e-4, 6e-4, 5e-4, 6e-4], share=0.3))
     assert busy.state == "INCONCLUSIVE" and busy.kind == "load" and "0.30 of a core" in busy.detail
+
+
+def test_a_fit_whose_bytes_term_never_matters_fails_its_rival_one_term_alone():
+    """b > 0 but b*S below a even at the largest size: the rival 'latency alone' is true, so the claim fails."""
+    from labkit.comm.bench import judge_link_fit
+    flat = judge_link_fit("both terms matter", _rows([1e-4 + s * 1e-12 for s in (16, 64, 256, 1024, 4096)]))
+    assert flat.state == "failed" and "cannot tell the fit from one term alone" in flat.detail
+    busy = judge_link_fit("both terms matter", _rows([1e-4 + s * 1e-12 for s in (16, 64, 256, 1024, 4096)],
+                                                     share=0.3))
+    assert busy.state == "INCONCLUSIVE" and busy.rival.startswith("one term alone")

@@ -74,6 +74,7 @@ def test_bench_reports_busbw_by_the_nccl_tests_definition():
         assert r.wrong == 0 and r.time_s > 0 and r.world_size == 2 and r.backend.startswith("MPI")
         assert r.algbw_gb_s == pytest.approx(r.size_bytes / r.time_s / 1e9)
         assert r.busbw_gb_s == pytest.approx(r.algbw_gb_s * 2 * (2 - 1) / 2)
+        assert 0 < r.cpu_share <= 1      # the worst rank's measured share, for the verdict's load
 
 
 def test_bench_rejects_bad_sizes():

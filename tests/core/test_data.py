@@ -229,3 +229,13 @@ def test_absurd_num_workers_is_rejected_with_a_hint(offline, monkeypatch):
                               "process; this machine has 2 CPUs, and more workers than 4x that only add start-up "
                               "time and memory")
     assert data.validate_num_workers(8) == 8
+
+
+def test_make_loader_pins_memory_only_where_there_is_a_cuda_copy(monkeypatch):
+    """pin_memory=True is kept with CUDA and dropped without it (notebook 04 prints the value; this checks it)."""
+    dataset = data.synthetic_data(n_train=8, n_val=4, image_shape=(1, 4, 4)).train
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert data.make_loader(dataset, 4, pin_memory=True).pin_memory is False
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert data.make_loader(dataset, 4, pin_memory=True).pin_memory is True
+    assert data.make_loader(dataset, 4, pin_memory=False).pin_memory is False

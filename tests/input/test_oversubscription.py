@@ -64,3 +64,14 @@ def test_one_child_per_wait_policy_measures_each_of_its_settings(monkeypatch):
     assert [r["threads_seen"] for r in run.rounds["matched"]] == [1, 1]
     assert [r["threads_seen"] for r in run.rounds["oversubscribed, sleeping"]] == [2, 2]
     assert run.slowdown("oversubscribed, spinning") == pytest.approx(2.0)
+
+
+def test_a_slowdown_or_cpu_cost_near_the_rival_no_difference_fails():
+    """Steady rounds 1.1x slower and 1.1x the CPU: above 1.0 but not clear of the rival 'no difference' (1.0x)."""
+    close = _run(spin_step_s=(0.22, 0.275), spin_cpu_s=0.22)
+    verdicts = ov.judge_oversubscription(close)
+    assert [v.state for v in verdicts] == ["failed", "failed"]
+    assert [v.rival for v in verdicts] == ["oversubscription costs nothing (1.0x)",
+                                           "spinning threads burn no extra CPU (1.0x)"]
+    assert [v.state for v in ov.judge_oversubscription(close, min_slowdown=1.05, min_cpu_ratio=1.05)] == [
+        "checked", "checked"]
