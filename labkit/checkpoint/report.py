@@ -75,6 +75,27 @@ def shard_mismatches(saved: list[dict], resumed: list[dict]) -> list[str]:
     return bad
 
 
+def remainder_on_last_rows(rows: int, world_size: int, rank: int) -> list[int]:
+    """[start, stop) under the rival cut: rows // world_size on each rank, the remainder on the last one."""
+    base = rows // world_size
+    return [rank * base, rows if rank == world_size - 1 else (rank + 1) * base]
+
+
+def rival_cut_differs(saved: list[dict], resumed: list[dict]) -> list[str]:
+    """The shards where the rival cut (the remainder on the last rank) gives other rows than torch.chunk: where this
+    run can tell the two apart ('1.weight on rank 2 of 3: rows 4:8, not 6:8')."""
+    full, world_size = saved[0]["saved_state"]["model"], len(resumed)
+    differ = []
+    for name in resumed[0]["shards"]:
+        for rank in range(world_size):
+            chunk = shard_rows_reference(full[name].shape[0], world_size, rank)
+            rival = remainder_on_last_rows(full[name].shape[0], world_size, rank)
+            if chunk != rival:
+                differ.append(f"{name} on rank {rank} of {world_size}: rows {rival[0]}:{rival[1]}, not "
+                              f"{chunk[0]}:{chunk[1]}")
+    return differ
+
+
 def timeline_figure(results: list[dict]) -> plt.Figure:
     """Rank 0's last round of each mode: steps and the time training spent in the save, on one time axis."""
     colors = {"step": "tab:blue", "save (training waits)": "tab:red", "async_save returns": "tab:orange",

@@ -1,4 +1,4 @@
-from labkit.checkpoint.async_saves import ASYNC_SPEEDUP_FLOOR, MODES, async_verdict, waits_by_round
+from labkit.checkpoint.async_saves import ASYNC_SPEEDUP_FLOOR, MODES, RIVAL_SAME_COST, async_verdict, waits_by_round
 from labkit.core.verdict import CHECKED, FAILED
 
 
@@ -8,8 +8,10 @@ def _fake(blocking, asynchronous, share=1.0):
 
 
 def test_the_verdict_rejects_the_rival_on_a_quiet_machine_and_passes_a_real_gap():
-    assert async_verdict(_fake([0.1] * 4, [0.1] * 4)).state == FAILED            # rival: same cost, 1.0x
-    assert async_verdict(_fake([0.1] * 4, [0.02] * 4)).state == CHECKED
+    same = async_verdict(_fake([0.1] * 4, [0.1] * 4))                         # the rival true: same cost, 1.0x
+    assert same.state == FAILED and same.rival == RIVAL_SAME_COST, same.detail
+    ok = async_verdict(_fake([0.1] * 4, [0.02] * 4))
+    assert ok.state == CHECKED and ok.rival == RIVAL_SAME_COST and "rules out" in ok.detail, ok.detail
     assert waits_by_round(_fake([0.1, 0.2], [0.01, 0.02])) == [(0.1, 0.01), (0.2, 0.02)]
 
 

@@ -11,9 +11,13 @@ import math
 import statistics
 from typing import Any, Mapping, Sequence
 
-from labkit.core.verdict import Load, Verdict, judge_at_least, judge_at_most, relative_spread
+from labkit.core.verdict import Load, Rival, Verdict, judge_at_least, judge_at_most, relative_spread
 from labkit.parallel.overlap.exposed import (best_cap, bucket_ready_s, describe_cap, overlappable_s,
                                              schedule_buckets)
+
+
+RIVAL_NO_OVERLAP = "no overlap (exposed = T_comm, the naive sync's wait)"
+RIVAL_SIZE_DOES_NOT_MATTER = "bucket size does not matter (1.0x)"
 
 
 def median_of(results: Sequence[Mapping], variant: str, key: str) -> float:
@@ -118,7 +122,8 @@ def hidden_verdict(results: Sequence[Mapping], cap: float, claim: str) -> Verdic
     pairs = [(w, bound * c) for w, c in zip(waits, comm) if w > 0 and c > 0]
     ratios = [w / c for w, c in pairs]
     return judge_at_most(claim, statistics.median(waits) * 1e3, bound * statistics.median(comm) * 1e3,
-                         load=_load(results, ratios), unit=" ms", by_round=pairs)
+                         load=_load(results, ratios), unit=" ms", by_round=pairs,
+                         rival=Rival(RIVAL_NO_OVERLAP, statistics.median(comm) * 1e3))
 
 
 def one_bucket_verdict(results: Sequence[Mapping], cap: float, claim: str) -> Verdict:
@@ -131,7 +136,7 @@ def one_bucket_verdict(results: Sequence[Mapping], cap: float, claim: str) -> Ve
     big, best = (per_round(results, variant_of(results, c), "step_s") for c in (math.inf, cap))
     ratios = [b / s for b, s in zip(big, best)]
     return judge_at_least(claim, statistics.median(ratios), threshold, load=_load(results, ratios),
-                          by_round=[(r, threshold) for r in ratios])
+                          by_round=[(r, threshold) for r in ratios], rival=Rival(RIVAL_SIZE_DOES_NOT_MATTER, 1.0))
 
 
 def plot_timeline(result: Mapping, variant: str, ax: Any = None) -> Any:

@@ -51,16 +51,26 @@ def test_overlap_is_checked_when_the_wait_is_near_the_model_and_fails_at_the_riv
     # model: 2 of 4 ms exposed -> hidden half -> bound 0.75 x T_comm (4 ms) = 3 ms
     ok = report.hidden_verdict([_rank(0, 0.002), _rank(1, 0.002)], 0.0, "overlap hides communication")
     assert ok.state == CHECKED, ok.detail
+    assert ok.rival == report.RIVAL_NO_OVERLAP and "rules out" in ok.detail, ok.detail
     rival = report.hidden_verdict([_rank(0, 0.004), _rank(1, 0.004)], 0.0, "overlap hides communication")
     assert rival.state == FAILED, rival.detail
+
+
+def test_a_model_that_predicts_no_hiding_cannot_tell_overlap_from_the_rival():
+    # backward ends at 10 ms and one bucket is ready only then: the model hides nothing, its bound is T_comm itself
+    verdict = report.hidden_verdict([_rank(0, 0.004), _rank(1, 0.004)], math.inf, "overlap hides communication")
+    assert verdict.state == FAILED and "cannot tell" in verdict.detail, verdict.detail
 
 
 def test_one_bucket_must_lose_by_half_the_predicted_margin():
     # predicted (20 + 4) / (20 + 2) = 1.09 -> threshold 1.045; measured 24 / 22 = 1.09 passes; equal steps fail
     ok = report.one_bucket_verdict([_rank(0, 0.002), _rank(1, 0.002)], 0.0, "one bucket loses")
     assert ok.state == CHECKED, ok.detail
+    assert ok.rival == report.RIVAL_SIZE_DOES_NOT_MATTER and "rules out" in ok.detail, ok.detail
     same = report.one_bucket_verdict([_rank(0, 0.004), _rank(1, 0.004)], 0.0, "one bucket loses")
-    assert same.state == FAILED, same.detail
+    assert same.state == FAILED, same.detail                      # the rival true: equal steps
+    tie = report.one_bucket_verdict([_rank(0, 0.004), _rank(1, 0.004)], math.inf, "one bucket loses")
+    assert tie.state == FAILED and "cannot tell" in tie.detail, tie.detail   # the model itself predicts 1.0x
 
 
 def test_the_figures_draw_from_the_results():
