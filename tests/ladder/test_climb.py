@@ -174,3 +174,20 @@ def test_the_climb_runs_with_threads_matched_to_the_free_cpus(data, monkeypatch)
     res = run_ladder(smoke(skip=("ddp",), device="cpu"), model_fn=tiny_mlp, data=data, trainer=counting_trainer)
     assert seen and set(seen) == {1} and torch.get_num_threads() == before
     assert any(n.startswith("intra-op threads: 1 of the") for n in res.notes)
+
+
+def test_a_dropped_rung_is_left_out_later_and_nothing_kept_lost_accuracy(fake_result):
+    """Notebook 10 once asserted these live; they are the ladder's own bookkeeping, so they live here (issue 51):
+    a rung not carried forward is absent from every later rung's recipe, and a kept rung is within the tolerance."""
+    toggles = {"input_pipeline": "num_workers", "device_data": "device_data", "no_sync": "sync_every_step",
+               "tf32": "tf32", "mixed_precision": "precision", "channels_last": "channels_last", "compile": "compile"}
+    naive = fake_result.rung(0).recipe
+    dropped = [r for r in fake_result.rows if r.key in toggles and r.measured and not r.kept]
+    assert {r.key for r in dropped} >= {"input_pipeline", "mixed_precision"}
+    for r in dropped:
+        later = [x for x in fake_result.rows if x.rung > r.rung and x.measured]
+        assert later and all(x.recipe[toggles[r.key]] == naive[toggles[r.key]] for x in later), r.title
+    acc0, tol = fake_result.rung(0).val_accuracy, LadderConfig.smoke().accuracy_tolerance
+    for r in fake_result.rows[1:]:
+        if r.val_accuracy is not None:
+            assert r.kept <= (r.val_accuracy >= acc0 - tol), r.title

@@ -28,7 +28,7 @@ from labkit.core.models import mlp
 from labkit.core.step import TrainStep
 from labkit.core.timing import Stopwatch, synchronize
 from labkit.core.validation import checked_int, positive_int, positive_ints
-from labkit.core.verdict import Load
+from labkit.core.verdict import Load, Rival
 from labkit.core.verdict import Verdict as TimingVerdict
 from labkit.core.verdict import judge_at_least, judge_at_most
 from labkit.parallel.data.costmodel import core_sharing_slowdown, fit_alpha_beta, predicted_speedup
@@ -240,6 +240,11 @@ def sized_cases(backend: str) -> dict:
     return NCCL_SIZED_CASES if backend == "nccl" else SIZED_CASES
 
 
+# 1.2: a speed-up within 20% of 1 changes no decision to add a replica, and a quiet run's step times spread ~10%
+# (StepTimes.step_noise ~1.1); beyond it the rival, 1.0x, lies outside the band
+PAYS_MARGIN = 1.2
+
+
 @dataclass(frozen=True)
 class Verdict:
     """Does adding replicas pay? The model's call (from R=1 compute and the fitted all-reduce) vs the clock."""
@@ -266,14 +271,27 @@ class Verdict:
         return Load.measured(shares, spread=max(0.0, self.step_noise - 1))
 
     def judge_pays(self, claim: str) -> TimingVerdict:
-        """The model says adding replicas pays, and the clock agrees (or the load explains why it could not)."""
-        if self.predicted_speedup <= 1:
-            return TimingVerdict(claim, "failed", f"the model predicted {self.predicted_speedup:.2f}x: no pay-off")
-        return judge_at_least(claim, self.measured_speedup, 1.0, load=self.load())
+        """The model says adding replicas pays, and the clock agrees by PAYS_MARGIN (rival: it gains nothing)."""
+        if self.predicted_speedup <= PAYS_MARGIN:
+            return TimingVerdict(claim, "failed", f"the model predicted {self.predicted_speedup:.2f}x: no clear gain")
+        return judge_at_least(claim, self.measured_speedup, PAYS_MARGIN, load=self.load(),
+                              rival=Rival("a second replica gains nothing", 1.0))
 
     def judge_slows(self, claim: str) -> TimingVerdict:
-        """The clock shows adding replicas slows this job down (measured speedup below one)."""
-        return judge_at_most(claim, self.measured_speedup, 1.0, load=self.load())
+        """The clock shows adding replicas slows this job down by PAYS_MARGIN (rival: it costs nothing)."""
+        return judge_at_most(claim, self.measured_speedup, 1.0 / PAYS_MARGIN, load=self.load(),
+                             rival=Rival("a second replica costs nothing", 1.0))
+
+    def judge_ranks_above(self, other: "Verdict", claim: str) -> TimingVerdict:
+        """The model ranks this job's speed-up above ``other``'s and the clock agrees by PAYS_MARGIN (rival: the
+        replica count alone sets the speed-up, so both jobs scale alike)."""
+        if self.predicted_speedup <= other.predicted_speedup:
+            return TimingVerdict(claim, "failed", f"the model ranks them the other way: predicted "
+                                                  f"{self.predicted_speedup:.2f}x vs {other.predicted_speedup:.2f}x")
+        load = Load.measured({"this job's worst rank": min(self.cpu_shares), "the other's": min(other.cpu_shares)},
+                             spread=max(0.0, max(self.step_noise, other.step_noise) - 1))
+        return judge_at_least(claim, self.measured_speedup / other.measured_speedup, PAYS_MARGIN, load=load,
+                              rival=Rival("both jobs scale alike", 1.0))
 
 
 def verdict_worker(cases: dict, world_size: int, rounds: int, steps: int) -> dict:

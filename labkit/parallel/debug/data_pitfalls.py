@@ -89,7 +89,17 @@ def samples_per_s_by_batch(model: nn.Module, batch_sizes: tuple[int, ...] = (2, 
     On a CPU it uses ``cpu_threads`` torch threads (default 1, restored afterwards): multi-threaded ops on a
     shared, busy machine stall waiting for descheduled threads, which would drown the batch-size effect.
     """
+    return samples_per_s_rounds(model, batch_sizes, rounds=1, image_shape=image_shape, repeats=repeats,
+                                cpu_threads=cpu_threads)[0]
+
+
+def samples_per_s_rounds(model: nn.Module, batch_sizes: tuple[int, ...] = (2, 64), *, rounds: int = 5,
+                         image_shape: tuple[int, int, int] = (3, 32, 32), repeats: int = 3,
+                         cpu_threads: int | None = 1) -> list[dict[int, float]]:
+    """Training-step samples/s per batch size in interleaved paired rounds, one dict per round: each round times
+    every batch size in turn (median of ``repeats`` steps), so a burst of other work hits every batch size alike."""
     batch_sizes = positive_ints(batch_sizes, "batch_sizes")
+    rounds = positive_int(rounds, "rounds")
     checked_int(cpu_threads, "cpu_threads", allow_none=True)
     device = next(model.parameters()).device
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
@@ -97,7 +107,7 @@ def samples_per_s_by_batch(model: nn.Module, batch_sizes: tuple[int, ...] = (2, 
     if cpu_threads is not None and device.type == "cpu":
         torch.set_num_threads(cpu_threads)
     try:
-        return _throughputs(model, opt, batch_sizes, image_shape, repeats, device)
+        return [_throughputs(model, opt, batch_sizes, image_shape, repeats, device) for _ in range(rounds)]
     finally:
         torch.set_num_threads(before)
 

@@ -61,7 +61,8 @@ def test_pays_verdicts_real_processes_call_both_sized_cases():
     assert comm.predicted_speedup < compute.predicted_speedup
     assert all(0 < share <= 1.0 for v in verdicts for share in v.cpu_shares), verdicts   # clamped at one core
     decide(compute.judge_pays("the model says the compute-bound job pays, and the clock agrees"),
-           comm.judge_slows("a second replica slows the communication-bound job down"))
+           comm.judge_slows("a second replica slows the communication-bound job down"),
+           compute.judge_ranks_above(comm, "the model ranks the two jobs as the clock does"))
 
 
 def test_pays_verdict_is_inconclusive_only_when_the_measured_load_explains_it():
@@ -79,6 +80,28 @@ def test_pays_verdict_is_inconclusive_only_when_the_measured_load_explains_it():
     model_says_no = Verdict("c", 2, 1, 0.01, 0.1, 0.9, 1.3)
     assert model_says_no.judge_pays("pays").state == "failed"
     assert Verdict("c", 2, 1, 0.01, 0.1, 0.5, 0.4).judge_slows("slows").state == "checked"
+
+
+def test_each_pays_verdict_fails_on_a_quiet_run_where_its_rival_is_true():
+    """The rivals (issue 51): a second replica that gains nothing, costs nothing, or scales both jobs alike (1.0x)
+    fails on a quiet machine; the passing verdicts name the rival they ruled out."""
+    from labkit.parallel.data.scaling import PAYS_MARGIN, Verdict
+
+    quiet = dict(cpu_shares=(0.99, 0.97), step_noise=1.05)
+    no_gain = Verdict("compute-bound", 2, 1, 0.01, 0.001, 1.9, 1.0, **quiet)
+    assert no_gain.judge_pays("pays").state == "failed"
+    assert Verdict("c", 2, 1, 0.01, 0.001, 1.9, 1.0 / PAYS_MARGIN * 1.01, **quiet).judge_slows("slows").state == \
+        "failed"                                                        # just short of the margin: no clear slow-down
+    assert Verdict("c", 2, 1, 0.01, 0.001, 1.15, 1.9, **quiet).judge_pays("pays").state == "failed"  # model: no gain
+    alike = Verdict("communication-bound", 2, 1, 0.04, 0.02, 1.3, 1.0, **quiet)
+    assert no_gain.judge_ranks_above(alike, "ranks").state == "failed"          # the clock: both 1.0x
+    assert alike.judge_ranks_above(no_gain, "ranks").state == "failed"          # the model ranks them the other way
+    pays = Verdict("compute-bound", 2, 1, 0.01, 0.001, 1.9, 1.8, **quiet)
+    slows = Verdict("communication-bound", 2, 1, 0.04, 0.02, 1.3, 0.5, **quiet)
+    for verdict, rival in ((pays.judge_pays("pays"), "a second replica gains nothing"),
+                           (slows.judge_slows("slows"), "a second replica costs nothing"),
+                           (pays.judge_ranks_above(slows, "ranks"), "both jobs scale alike")):
+        assert verdict.state == "checked" and verdict.rival == rival and "rules out" in verdict.detail
 
 
 @pytest.mark.parametrize("backend, factor", [("gloo", 20), ("nccl", 20)])

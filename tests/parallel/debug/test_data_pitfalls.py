@@ -6,7 +6,7 @@ import torch
 
 from labkit.core.models import MLP
 from labkit.parallel.debug.data_pitfalls import (lr_scaling_run, padded_eval_accuracy, samples_per_s_by_batch,
-                                           shard_coverage, torch_uneven_last_batch)
+                                                 samples_per_s_rounds, shard_coverage, torch_uneven_last_batch)
 
 
 def test_torch_uneven_last_batch():
@@ -50,6 +50,10 @@ def test_bad_batches_are_one_clear_error():
 def test_samples_per_s_by_batch_and_lr_scaling_run():
     sps = samples_per_s_by_batch(MLP(10, in_features=12, hidden=8), batch_sizes=(2, 8), image_shape=(12,), repeats=2)
     assert set(sps) == {2, 8} and all(v > 0 for v in sps.values())
+    rounds = samples_per_s_rounds(MLP(10, in_features=12, hidden=8), (2, 8), rounds=3, image_shape=(12,), repeats=1)
+    assert len(rounds) == 3 and all(set(r) == {2, 8} and min(r.values()) > 0 for r in rounds)   # one dict a round
+    with pytest.raises(ValueError, match=r"^rounds must be an integer >= 1"):
+        samples_per_s_rounds(MLP(10, in_features=12, hidden=8), (2,), rounds=0, image_shape=(12,))
     gen = torch.Generator().manual_seed(0)
     x = torch.randn(64, 4, generator=gen)
     y = (x[:, 0] > 0).long()
