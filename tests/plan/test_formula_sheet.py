@@ -1,6 +1,7 @@
 """The formula sheet: every row is computed by the kit's own function, and docs/formulas.md is what it computes now."""
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -63,3 +64,13 @@ def test_the_worked_problem_gives_its_givens_and_hides_its_answer_until_revealed
     assert "fits" not in asked and " ms" not in asked                      # the answer is not in the question
     answer = sheet.WORKED_ZERO3.reveal()
     assert "fits in 80 GB" in answer and answer in capsys.readouterr().out
+
+
+def test_every_notebook_a_row_is_taught_in_works_it_at_real_scale_on_the_page():
+    taught = {n for f in sheet.FORMULAS for n in f.notebook.split(", ")}
+    for number in sorted(taught):
+        path = next((REPO / "notebooks").glob(f"{number}_*.ipynb"))
+        code = "".join("".join(c["source"]) for c in json.loads(path.read_text())["cells"] if c["cell_type"] == "code")
+        assert f'real_scale_markdown("{number}")' in code, f"{path.name} does not work its rows at real scale"
+    eleven = next((REPO / "notebooks").glob("11_*.ipynb")).read_text()
+    assert "WORKED_ZERO3.ask()" in eleven and "# WORKED_ZERO3.reveal()" in eleven     # asked, answer on request
