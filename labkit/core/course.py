@@ -217,6 +217,11 @@ def measured_run_seconds(readme: Path) -> dict[str, float]:
     return seconds
 
 
+def time_line(row: CourseRow) -> str:
+    """The header's time line, the map's two figures: '**Time:** 31 s to run in fast mode, about 7 min to read.'"""
+    return f"**Time:** {run_text(row)} to run in fast mode, about {max(row.reading_minutes, 1):.0f} min to read."
+
+
 def run_text(row: CourseRow) -> str:
     """'31 s', or 'not measured' where the README has no figure for the notebook."""
     return "not measured" if row.run_seconds is None else f"{row.run_seconds:.0f} s"
