@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,8 +30,9 @@ from labkit.parallel.debug.flight_recorder import (Divergence, StallWatchdog, di
 DETAIL_ENV = {"TORCH_DISTRIBUTED_DEBUG": "DETAIL"}
 
 
-def diagnosed_rank(target: str, folder: str, stall_s: float) -> dict:
-    """One rank: call ``target`` under the watchdog; dump the flight record when it raises; fingerprint a model."""
+def diagnosed_rank(target: str, folder: str, stall_s: float, hold_s: float = 0.0) -> dict:
+    """One rank: call ``target`` under the watchdog; dump the flight record when it raises; fingerprint a model.
+    A rank that finished holds its sockets open for its peers (:func:`hold_for_peers`), at most ``hold_s``."""
     fn = resolve_target(*target_name(target))
     with StallWatchdog(folder, stall_s):
         try:
@@ -39,8 +41,20 @@ def diagnosed_rank(target: str, folder: str, stall_s: float) -> dict:
             dump_rank(folder, {"rank": dist.get_rank(), "error": f"{type(err).__name__}: {err}"[:4000]})
             raise
     dump_rank(folder, {"rank": dist.get_rank(), "error": None})
+    hold_for_peers(folder, dist.get_world_size(), hold_s)
     prints = fingerprints(value) if isinstance(value, nn.Module) else None
     return {"fingerprints": prints, "value": None if isinstance(value, nn.Module) else value}
+
+
+def hold_for_peers(folder: str | Path, world_size: int, hold_s: float, poll_s: float = 0.05) -> None:
+    """Wait until every rank has finished or raised (each writes its note, ``rank<R>.json``), for at most ``hold_s``.
+    A finished rank that closed its sockets at once would fail a peer stuck in a collective with gloo's 'Connection
+    closed by peer' within milliseconds, before its watchdog wrote the stack; held, the peer reaches its collective
+    timeout, so the report's outcome does not depend on which rank the scheduler ran first."""
+    notes = [Path(folder) / f"rank{r}.json" for r in range(world_size)]
+    deadline = now_s() + hold_s
+    while now_s() < deadline and not all(note.exists() for note in notes):
+        time.sleep(poll_s)
 
 
 @dataclass(frozen=True)
@@ -86,8 +100,9 @@ def run_diagnosed(target: str, world_size: int = 2, *, pg_timeout_s: float = 10.
     start = now_s()
     with tempfile.TemporaryDirectory(prefix="labkit-diagnose-") as folder:
         try:
-            results = launch(diagnosed_rank, world_size, args=(target, folder, stall_s), backend=choice.backend,
-                             timeout_s=timeout_s, pg_timeout_s=pg_timeout_s, env=env, show_output=False)
+            results = launch(diagnosed_rank, world_size, args=(target, folder, stall_s, pg_timeout_s + stall_s),
+                             backend=choice.backend, timeout_s=timeout_s, pg_timeout_s=pg_timeout_s, env=env,
+                             show_output=False)
         except (RankFailedError, LaunchTimeout) as err:
             said = str(err).splitlines()[0]
         verdict = diagnose(read_dumps(folder, world_size))

@@ -7,7 +7,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from labkit.parallel.debug.diagnose import run_diagnosed
+from labkit.core.clock import now_s
+from labkit.parallel.debug.diagnose import hold_for_peers, run_diagnosed
 
 LOOP = "labkit.parallel.debug.hang_exercises:uneven_shards_loop"
 
@@ -28,3 +29,14 @@ def test_the_uneven_loop_is_reported_by_rank_call_and_stack():
     assert len(text.splitlines()) < 25
     assert [p.pid for p in psutil.Process().children(recursive=True) if p.pid not in before] == []
     assert list(Path(tempfile.gettempdir()).glob("labkit-diagnose-*")) == []
+
+
+def test_a_finished_rank_holds_its_sockets_until_every_rank_wrote_its_note_or_the_hold_ends(tmp_path):
+    for rank in (0, 1):
+        (tmp_path / f"rank{rank}.json").write_text("{}")
+    start = now_s()
+    hold_for_peers(tmp_path, 2, hold_s=30.0)                     # everyone is done: no wait
+    assert now_s() - start < 1.0
+    start = now_s()
+    hold_for_peers(tmp_path, 3, hold_s=0.5)                      # rank 2 never wrote its note: wait the hold, no more
+    assert 0.5 <= now_s() - start < 5.0
