@@ -7,7 +7,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from labkit.comm.torchrun import run_torchrun, torchrun_command
+from labkit.comm.torchrun import run_script_on_ranks, run_torchrun, torchrun_command
 
 
 def _torchrun_leftovers() -> set[Path]:
@@ -37,3 +37,31 @@ def test_torchrun_command_checks_its_input():
     with pytest.raises(ValueError, match="node_rank"):
         torchrun_command("labkit.comm.demos:all_reduce_sum", 2, nnodes=2, node_rank=2)
     assert "--nnodes=2" in torchrun_command("labkit.comm.demos:all_reduce_sum", 8, nnodes=2, master_port=29500)
+
+
+SCRIPT = """
+import torch
+import torch.distributed as dist
+
+
+def summed():
+    t = torch.tensor([float(dist.get_rank() + 1)])
+    dist.all_reduce(t)
+    return t.item()
+
+
+if __name__ == "__main__":
+    dist.init_process_group("gloo")
+    print(summed())
+    dist.destroy_process_group()
+"""
+
+
+def test_a_written_torchrun_script_runs_on_the_kits_ranks_and_leaves_nothing(own_tmp):
+    import sys
+
+    path_before = list(sys.path)
+    assert run_script_on_ranks(SCRIPT, "summed", 2, module="sum_script", timeout_s=90) == [3.0, 3.0]
+    assert sys.path == path_before and "sum_script" not in sys.modules
+    with pytest.raises(ValueError):
+        run_script_on_ranks(SCRIPT, "not a name", 2)
