@@ -26,7 +26,7 @@ import psutil
 import torch
 from torch import nn
 
-from labkit.comm.launch import free_port
+from labkit.comm.ports import free_port
 from labkit.comm.stop import stop_group
 from labkit.core.clock import Deadline, now_s, timestamp_s
 from labkit.core.validation import checked_int, positive_int, positive_number

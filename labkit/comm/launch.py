@@ -20,7 +20,6 @@ import os
 import pickle
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -30,6 +29,7 @@ from typing import Any, Callable, Mapping
 
 from labkit.comm.backend import check_world_size, choose_backend, world_size_limit
 from labkit.comm.forkserver import ForkedRank, RankForkServer, uses_forkserver
+from labkit.comm.ports import reserved_port
 from labkit.comm.rank_watch import RankWatch
 from labkit.comm.stop import pid_has_exited, stop_group
 from labkit.core.clock import Deadline
@@ -94,13 +94,6 @@ def resolve_target(module: str, qualname: str) -> Any:
     return obj
 
 
-def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port that was free a moment ago (the OS picks it)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
-
-
 # ---------------------------------------------------------------------------------------------- launch
 def launch(fn: Callable | str, world_size: int, args: tuple = (), kwargs: dict | None = None, *,
            backend: str = "auto", timeout_s: float = 120.0, pg_timeout_s: float | None = None,
@@ -130,10 +123,11 @@ def launch(fn: Callable | str, world_size: int, args: tuple = (), kwargs: dict |
         raise ValueError(f"the args/kwargs for {module}:{qualname} cannot be pickled for the worker processes "
                          f"({type(err).__name__}: {err}); pass plain data (numbers, arrays, tensors, dicts)") from None
     remove_orphaned_run_dirs()
-    with sigterm_as_interrupt(), tempfile.TemporaryDirectory(prefix=f"{RUN_DIR_PREFIX}{os.getpid()}-") as tmp:
+    with sigterm_as_interrupt(), tempfile.TemporaryDirectory(prefix=f"{RUN_DIR_PREFIX}{os.getpid()}-") as tmp, \
+            reserved_port() as port:        # held until the ranks are gone: rank 0's store cannot lose it to a peer
         run_dir = Path(tmp)
         (run_dir / "payload.pkl").write_bytes(blob)
-        child_env = _child_env(env, world_size, threads_per_rank)
+        child_env = _child_env(env, world_size, threads_per_rank, port)
         return _run(run_dir, f"{module}:{qualname}", world_size, timeout_s, child_env, show_output,
                     preload=module if forked else None, on_result=on_result)
 
@@ -149,13 +143,13 @@ def remove_orphaned_run_dirs(tmp_root: str | Path | None = None) -> list[Path]:
     return removed
 
 
-def _child_env(extra: Mapping[str, str] | None, world_size: int, threads: int) -> dict[str, str]:
+def _child_env(extra: Mapping[str, str] | None, world_size: int, threads: int, port: int) -> dict[str, str]:
     env = dict(os.environ)
     env.update({k: str(v) for k, v in (extra or {}).items()})
     paths = [p or os.getcwd() for p in sys.path]  # the children import what this process can import
     env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
     env.setdefault("OMP_NUM_THREADS", str(threads))
-    env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), WORLD_SIZE=str(world_size),
+    env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), WORLD_SIZE=str(world_size),
                LOCAL_WORLD_SIZE=str(world_size), PYTHONUNBUFFERED="1", LABKIT_PARENT_PID=str(os.getpid()))
     for stale in ("TORCHELASTIC_RUN_ID", "PMI_RANK", "PMI_SIZE", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
                   "MV2_COMM_WORLD_RANK", "MV2_COMM_WORLD_SIZE", "PMIX_RANK"):

@@ -28,7 +28,7 @@ from labkit.comm.backend import check_world_size
 from labkit.comm.bench import DEFAULT_SIZES_BYTES, BenchRow, bandwidths_gb_s, check_sizes
 from labkit.comm.collectives import allreduce
 from labkit.comm.leftovers import removing_mpi_leftovers
-from labkit.comm.launch import free_port
+from labkit.comm.ports import reserved_port
 from labkit.comm.stop import stop_group
 from labkit.core.clock import Deadline, now_s
 from labkit.core.machine import cpu_count
@@ -161,13 +161,13 @@ def mpiexec_command(info: MpiInfo, world_size: int, oversubscribe: bool) -> list
     return cmd
 
 
-def _child_env(result_dir: Path, extra: Mapping[str, str] | None) -> dict[str, str]:
+def _child_env(result_dir: Path, extra: Mapping[str, str] | None, port: int) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in STALE_VARIABLES}
     repo_root = str(Path(mpi_demos.__file__).resolve().parents[2])
     env["PYTHONPATH"] = os.pathsep.join([repo_root] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
     env.setdefault("OMP_NUM_THREADS", "1")
     # TMPDIR: the run's folder, deleted after it, so torchrun's torchelastic_* folders and error files go with it
-    env.update(PYTHONUNBUFFERED="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), TMPDIR=str(result_dir),
+    env.update(PYTHONUNBUFFERED="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), TMPDIR=str(result_dir),
                **{mpi_demos.RESULT_DIR_ENV: str(result_dir)})
     env.update({k: str(v) for k, v in (extra or {}).items()})
     return env
@@ -202,10 +202,10 @@ def run_demo(demo: str, world_size: int, *, launcher: str = "mpiexec", timeout_s
     # backstop if this Python process dies mid-run: Hydra's mpiexec then ends the job by itself
     extra = {"MPIEXEC_TIMEOUT": str(int(timeout_s) + 10), **(env or {})}
     command = wrap(command) if wrap is not None else command
-    with tempfile.TemporaryDirectory(prefix="labkit-mpi-") as tmp, removing_mpi_leftovers():
+    with tempfile.TemporaryDirectory(prefix="labkit-mpi-") as tmp, removing_mpi_leftovers(), reserved_port() as port:
         result_dir = Path(tmp)
         os.chmod(result_dir, 0o777)          # ranks in another user namespace write here too
-        wall_s, code = _launch(command, result_dir, _child_env(result_dir, extra), timeout_s, demo, world_size)
+        wall_s, code = _launch(command, result_dir, _child_env(result_dir, extra, port), timeout_s, demo, world_size)
         run = DemoRun(demo, launcher, world_size, *_collect(result_dir, world_size, demo, code), wall_s, command)
     if echo:
         run.show()

@@ -16,7 +16,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from labkit.comm.launch import free_port, launch, target_name
+from labkit.comm.launch import launch, target_name
+from labkit.comm.ports import free_port
 from labkit.comm.launch_nodes import run_torchrun, torchrun_argv
 
 __all__ = ["run_script_on_ranks", "run_torchrun", "torchrun_command"]
@@ -24,7 +25,9 @@ __all__ = ["run_script_on_ranks", "run_torchrun", "torchrun_command"]
 
 def torchrun_command(target: str, nproc_per_node: int, *, nnodes: int = 1, node_rank: int = 0,
                      master_addr: str = "127.0.0.1", master_port: int | None = None) -> list[str]:
-    """The torchrun command line that runs ``target`` ('package.module:function') through ``labkit launch``."""
+    """The torchrun command line that runs ``target`` ('package.module:function') through ``labkit launch``.
+    Run it inside ``with reserved_port() as port`` and pass ``master_port=port``: a port chosen here may be taken
+    by another program before torchrun listens on it."""
     target_name(target)
     return torchrun_argv(target, nnodes, nproc_per_node, node_rank, f"--master-addr={master_addr}",
                          f"--master-port={master_port or free_port()}")

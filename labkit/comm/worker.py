@@ -28,7 +28,8 @@ import torch
 import torch.distributed as dist
 
 from labkit.comm.backend import choose_backend
-from labkit.comm.launch import LaunchError, free_port, resolve_target, target_name
+from labkit.comm.launch import LaunchError, resolve_target, target_name
+from labkit.comm.ports import free_port
 from labkit.comm.launch_env import detect_launcher_env
 from labkit.core.clock import timestamp_s
 

@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from labkit.cli import main as cli
-from labkit.comm.launch import free_port
+from labkit.comm.ports import free_port
 
 TARGET = "labkit.comm.demos:all_reduce_sum"
 LAUNCHER_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "TORCHELASTIC_RUN_ID", "PMI_RANK",

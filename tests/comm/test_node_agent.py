@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from labkit.comm.launch import free_port
+from labkit.comm.ports import free_port
 from labkit.comm.node_agent import run_forked_agent
 
 TARGET = "labkit.comm.demos:all_reduce_sum"

@@ -7,6 +7,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from labkit.comm.ports import reserved_port
 from labkit.comm.torchrun import run_script_on_ranks, run_torchrun, torchrun_command
 
 
@@ -16,7 +17,8 @@ def _torchrun_leftovers() -> set[Path]:
 
 def test_same_entry_point_runs_under_torchrun():
     before = _torchrun_leftovers()
-    out = run_torchrun(torchrun_command("labkit.comm.demos:all_reduce_sum", 2), timeout_s=120)
+    with reserved_port() as port:
+        out = run_torchrun(torchrun_command("labkit.comm.demos:all_reduce_sum", 2, master_port=port), timeout_s=120)
     assert out.returncode == 0, out.stderr[-2000:]
     assert _torchrun_leftovers() - before == set(), "torchrun's log folder outlived the run"
     for rank in range(2):

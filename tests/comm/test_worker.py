@@ -12,7 +12,8 @@ import torch
 import torch.distributed as dist
 
 from labkit.comm import worker
-from labkit.comm.launch import free_port, launch
+from labkit.comm.launch import launch
+from labkit.comm.ports import free_port
 from labkit.comm.worker import init_from_env
 from labkit.comm.stop import wait_vanished
 from tests.launch_support import parent_of_sleeping_ranks
