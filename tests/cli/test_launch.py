@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from labkit.cli import main as cli
-from labkit.comm.ports import free_port
+from labkit.comm.ports import free_port, reserved_port
 
 TARGET = "labkit.comm.demos:all_reduce_sum"
 LAUNCHER_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "TORCHELASTIC_RUN_ID", "PMI_RANK",
@@ -84,8 +84,9 @@ def test_every_copy_under_mpiexec_is_one_rank_of_one_group():
     if not info.available:
         pytest.skip(f"MPI lane not installed: {info.reason}")
     command = mpiexec_command(info, 2, oversubscribe=True) + [sys.executable, "-m", "labkit", "launch", TARGET]
-    env = {**ENV, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())}
-    proc = subprocess.run(command, capture_output=True, text=True, env=env, timeout=240)
+    with reserved_port() as port:
+        env = {**ENV, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
+        proc = subprocess.run(command, capture_output=True, text=True, env=env, timeout=240)
     assert proc.returncode == 0, proc.stderr[-2000:]
     for rank in range(2):
         assert f"[rank {rank}/2] {TARGET} -> {{'rank': {rank}," in proc.stdout
@@ -106,11 +107,12 @@ def test_a_whole_torchrun_environment_left_over_is_one_line_naming_its_variables
     """TORCHELASTIC_RUN_ID copied along with RANK/MASTER_*: the rank waits for peers that never come; one line.
     Each case has a port of its own: run side by side on two test workers, ranks 0 and 1 on one port would meet
     and form the group (a CI run here did: both exited 0)."""
-    port = str(free_port())
-    stale = {"TORCHELASTIC_RUN_ID": "old", "RANK": rank, "LOCAL_RANK": rank, "WORLD_SIZE": "2",
-             "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port}
-    proc = subprocess.run([sys.executable, "-m", "labkit", "launch", "--timeout", "3", TARGET], capture_output=True,
-                          text=True, env={**ENV, **stale}, timeout=120)
+    with reserved_port() as reserved:
+        port = str(reserved)
+        stale = {"TORCHELASTIC_RUN_ID": "old", "RANK": rank, "LOCAL_RANK": rank, "WORLD_SIZE": "2",
+                 "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port}
+        proc = subprocess.run([sys.executable, "-m", "labkit", "launch", "--timeout", "3", TARGET],
+                              capture_output=True, text=True, env={**ENV, **stale}, timeout=120)
     assert proc.returncode == 1 and proc.stdout == "" and "Traceback" not in proc.stderr, proc.stderr
     last = proc.stderr.strip().splitlines()[-1]     # a client's c10d socket logs its own [E] lines before it
     assert last.startswith("error: ") and f"rank {rank} of 2 could not join the torchrun group at 127.0.0.1:{port}" in last
@@ -172,17 +174,9 @@ def test_nodes_flags_are_in_the_help_and_incomplete_ones_are_one_line_exit_2(cap
         assert match in err and len(err.splitlines()) == 1, err
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _fork_workers_job(tmp_path, nnodes: int, target: str, timeout_s: float) -> tuple[subprocess.Popen, str]:
     """`launch --nnodes ... --fork-workers` on this machine, its temporary folder ``tmp_path``; (process, endpoint)."""
-    endpoint = f"127.0.0.1:{_free_port()}"
+    endpoint = f"127.0.0.1:{free_port()}"
     argv = [sys.executable, "-m", "labkit", "launch", "--nnodes", str(nnodes), "--node-rank", "0",
             "--nproc-per-node", "2", "--rdzv-endpoint", endpoint, "--timeout", f"{timeout_s:g}", "--fork-workers",
             target]

@@ -7,8 +7,8 @@ import sys
 
 import pytest
 
-from labkit.comm.ports import free_port
 from labkit.comm.node_agent import run_forked_agent
+from labkit.comm.ports import reserved_port
 
 TARGET = "labkit.comm.demos:all_reduce_sum"
 ENV = {k: v for k, v in {**os.environ, "OMP_NUM_THREADS": "1"}.items()
@@ -21,9 +21,10 @@ def test_only_a_labkit_launch_command_is_accepted():
 
 
 def test_a_one_node_job_with_forked_ranks_runs_every_rank():
-    proc = subprocess.run([sys.executable, "-m", "labkit", "launch", "--nnodes", "1", "--node-rank", "0",
-                           "--nproc-per-node", "2", "--rdzv-endpoint", f"127.0.0.1:{free_port()}", "--local-addr",
-                           "127.0.0.1", "--fork-workers", "--timeout", "120", TARGET],
-                          capture_output=True, text=True, env=ENV, timeout=180)
+    with reserved_port() as port:
+        proc = subprocess.run([sys.executable, "-m", "labkit", "launch", "--nnodes", "1", "--node-rank", "0",
+                               "--nproc-per-node", "2", "--rdzv-endpoint", f"127.0.0.1:{port}", "--local-addr",
+                               "127.0.0.1", "--fork-workers", "--timeout", "120", TARGET],
+                              capture_output=True, text=True, env=ENV, timeout=180)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.count(f"{TARGET} -> ") == 2, proc.stdout

@@ -13,7 +13,6 @@ import torch.distributed as dist
 
 from labkit.comm import worker
 from labkit.comm.launch import launch
-from labkit.comm.ports import free_port
 from labkit.comm.worker import init_from_env
 from labkit.comm.stop import wait_vanished
 from tests.launch_support import parent_of_sleeping_ranks
@@ -110,10 +109,9 @@ def test_ranks_on_torchruns_agent_store_join_under_a_prefix_per_start_of_the_wor
     """After a restart the agent's store still holds the dead attempt's keys: each start gets its own prefix,
     counted by arrivals, so agents whose restart counts differ still agree."""
     monkeypatch.delenv("LABKIT_START", raising=False)          # restored (unset) after the test
-    port = free_port()
-    server = dist.TCPStore("127.0.0.1", port, 1, is_master=True, timeout=timedelta(seconds=10))
+    server = dist.TCPStore("127.0.0.1", 0, 1, is_master=True, timeout=timedelta(seconds=10))   # the OS's port
     monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
-    monkeypatch.setenv("MASTER_PORT", str(port))
+    monkeypatch.setenv("MASTER_PORT", str(server.port))
     starts = []
     for _ in range(4):                                   # two starts of a 2-rank job
         store = worker._attempt_store(2, 10.0)
