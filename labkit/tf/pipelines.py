@@ -34,6 +34,13 @@ def _tf():
     return tf
 
 
+def _as_written(fn):
+    """``fn`` traced as written, without AutoGraph. These functions have no Python control flow on tensors, and
+    AutoGraph writes each function it converts to a file in /tmp that only a clean interpreter exit deletes: a
+    kernel that nbval or a restart kills leaves them behind."""
+    return _tf().autograph.experimental.do_not_convert(fn)
+
+
 @dataclass
 class Comparison:
     """One experiment: variants with their timings (a table and a plot)."""
@@ -102,8 +109,8 @@ def map_vs_batch(images: np.ndarray, batch_size: int = 32, repeats: int = 3, epo
     positive_int(epochs, "epochs")
     n = len(images) * epochs   # enough elements that per-element cost, not iterator start-up, dominates
     base = tf.data.Dataset.from_tensor_slices(images).repeat(epochs)
-    variants = {"map then batch": base.map(parse).batch(batch_size),
-                "batch then map (vectorised)": base.batch(batch_size).map(parse)}
+    variants = {"map then batch": base.map(_as_written(parse)).batch(batch_size),
+                "batch then map (vectorised)": base.batch(batch_size).map(_as_written(parse))}
     first = [next(iter(ds)).numpy() for ds in variants.values()]
     if not np.allclose(first[0], first[1], atol=1e-5):
         raise AssertionError("the two orderings must produce the same batches")
@@ -133,6 +140,7 @@ def cache_and_shuffle(images: np.ndarray, decode_s: float = 0.002, seed: int = 0
     tf, images = _tf(), _check_images(images)
     base = tf.data.Dataset.from_tensor_slices((np.arange(len(images)), images))
 
+    @_as_written
     def decode(i, x):
         return i, parse(sleep_op(x, decode_s))
 
@@ -161,6 +169,7 @@ def prefetch_overlap(n: int = 32, read_s: float = 0.01, step_s: float = 0.01, re
     tf = _tf()
     options = tf.data.Options()
     options.experimental_optimization.inject_prefetch = False   # TF would otherwise add a prefetch by itself
+    @_as_written
     def read(i):
         return sleep_op(i, read_s)
 
@@ -184,6 +193,7 @@ def parallel_map(n: int = 32, decode_s: float = 0.01, parallel: int | None = Non
     parallel = parallel or tf.data.AUTOTUNE
     base = tf.data.Dataset.range(n)
 
+    @_as_written
     def decode(i):
         return sleep_op(i, decode_s)
 
@@ -222,9 +232,11 @@ def interleave_files(paths: list[str], record_s: float = 0.002, cycle_length: in
         raise ValueError("paths is empty; write some files first with write_shards(...)")
     files = tf.data.Dataset.from_tensor_slices(paths)
 
+    @_as_written
     def slow(record):
         return sleep_op(record, record_s)
 
+    @_as_written
     def read(path):   # remote storage simulated as a latency per record
         return tf.data.TFRecordDataset(path).map(slow)
 
@@ -245,6 +257,7 @@ def shard_order(n: int = 64, world_size: int = 2, decode_s: float = 0.002) -> Co
     checked_int(world_size, "world_size", minimum=2, hint="sharding needs two or more workers")
     calls = {"n": 0}
 
+    @_as_written
     def decode(i):
         def work(v):
             calls["n"] += 1
@@ -278,6 +291,7 @@ def cache_repeat_order(images: np.ndarray, epochs: int = 3, cache_dir: str | Pat
     checked_int(epochs, "epochs", minimum=2, hint="comparing the orderings needs two or more epochs")
     calls = {"n": 0}
 
+    @_as_written
     def counted_parse(x):
         def work(v):
             calls["n"] += 1

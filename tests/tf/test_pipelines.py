@@ -84,3 +84,31 @@ def test_cache_before_repeat_decodes_once_and_holds_one_epoch(tmp_path):
     assert not list(tmp_path.iterdir())                                        # the cache files are cleaned up
     with pytest.raises(ValueError, match="epochs must be an integer >= 2"):
         tfp.cache_repeat_order(images(4), epochs=1)
+
+
+def _autograph_files(folder) -> list:
+    return sorted(p.name for p in folder.glob("__autograph_generated_file*"))
+
+
+def test_the_experiments_leave_no_autograph_file_for_a_killed_kernel_to_strand(tmp_path, monkeypatch):
+    """AutoGraph writes each function it converts to a file that only a clean exit deletes; nbval kills kernels."""
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
+    x = images(8)
+    tfp.map_vs_batch(x, batch_size=4, repeats=1, epochs=1)
+    tfp.cache_and_shuffle(x, decode_s=0.0)
+    tfp.prefetch_overlap(n=4, read_s=0.0, step_s=0.0, repeats=1)
+    tfp.parallel_map(n=4, decode_s=0.0, repeats=1)
+    tfp.interleave_files(tfp.write_shards(x, tmp_path / "shards", num_files=2), record_s=0.0, repeats=1)
+    tfp.shard_order(n=4, decode_s=0.0)
+    tfp.cache_repeat_order(x, epochs=2, cache_dir=tmp_path)
+    assert _autograph_files(tmp_path) == []
+
+
+def test_the_rival_a_plain_map_function_is_written_to_a_temp_file(tmp_path, monkeypatch):
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
+
+    def scale(v):
+        return v * 2
+
+    list(tf.data.Dataset.range(3).map(scale))
+    assert _autograph_files(tmp_path) != []
