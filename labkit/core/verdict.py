@@ -14,7 +14,9 @@ and the spread of its paired rounds) and decides:
   can explain. A wrong model is never hidden behind a busy machine.
 
 A claim names its **rival** (:class:`Rival`, issue 51): the plausible wrong answer, predicted on the same run. A
-band that also admits the rival fails, busy or quiet: the check could not tell the lesson from its wrong answer.
+band that also admits the rival fails, busy or quiet, when the same band around the prediction admits it: the check
+could not tell the lesson from its wrong answer by design. One that admits it only because a busy run's load moved
+the measurement toward it (by no more than that load explains) is INCONCLUSIVE: a quiet run decides.
 Torch-free.
 """
 from __future__ import annotations
@@ -205,12 +207,16 @@ def _decide(claim: str, gap: float, allowed: float, load: Load, detail: str,
     if unsettled:
         return Verdict(claim, INCONCLUSIVE, f"{detail}; {unsettled}", kind=SPREAD, rival=name)
     if load.busy and gap <= allowed * load.explainable_factor:
-        kind = LOAD if load.worst_share < BUSY_SHARE or load.gpu_neighbours else SPREAD
-        return Verdict(claim, INCONCLUSIVE, f"{detail}; {load.reason()}", kind=kind, rival=name)
+        return Verdict(claim, INCONCLUSIVE, f"{detail}; {load.reason()}", kind=_load_kind(load), rival=name)
     why = "larger than this run's load can explain" if load.busy else "on a quiet machine"
     return Verdict(claim, FAILED, f"{detail}; off by {gap / allowed:.2f}x beyond the band, {why}"
                                   f" (worst CPU share {load.worst_share:.2f}, rounds spread {load.spread:.0%})",
                    rival=name)
+
+
+def _load_kind(load: Load) -> str:
+    """LOAD where a process was starved or shared the GPU, else SPREAD (the rounds disagreed)."""
+    return LOAD if load.worst_share < BUSY_SHARE or load.gpu_neighbours else SPREAD
 
 
 def _round_ratios(name: str, by_round: Sequence[tuple[float, float]]) -> list[float]:
@@ -226,16 +232,24 @@ def judge_agreement(claim: str, predicted: float, measured: float, *, tolerance:
                     rival: Rival | None = None) -> Verdict:
     """Does ``measured`` agree with ``predicted`` within a factor of ``1 + tolerance`` (either way)? ``by_round``:
     each paired round's (predicted, measured), read on the side the median missed (see :func:`median_bounds`).
-    ``rival``: the wrong model's prediction on this run; a band that also holds it fails ('cannot tell')."""
+    ``rival``: the wrong model's prediction on this run; a band that also holds it fails ('cannot tell'), busy or
+    quiet, where the same band around the prediction holds it too (the check cannot separate them by design). Where
+    only the measurement moved toward the rival, on a busy run whose load explains that distance, it is
+    INCONCLUSIVE by the load's kind."""
     if not (predicted > 0 and measured > 0 and tolerance >= 0):
         raise ValueError(f"judge_agreement needs predicted > 0, measured > 0, tolerance >= 0; "
                          f"got {predicted!r}, {measured!r}, {tolerance!r}")
     low, high = measured / (1.0 + tolerance), measured * (1.0 + tolerance)
     cannot_tell = rival_check(claim, rival, rival is not None and low <= rival.value <= high,
                               f"{low:.3g}-{high:.3g}{unit} around the measured {measured:.3g}{unit}", unit)
+    gap = max(measured / predicted, predicted / measured)
+    by_design = rival is not None and predicted / (1.0 + tolerance) <= rival.value <= predicted * (1.0 + tolerance)
+    if cannot_tell and not by_design and load.busy and gap <= (1.0 + tolerance) * load.explainable_factor:
+        # a perfect measurement would reject the rival: this busy run's load moved it there (a quiet run decides)
+        return Verdict(claim, INCONCLUSIVE, f"{cannot_tell.detail}; {load.reason()}", kind=_load_kind(load),
+                       rival=cannot_tell.rival)
     if cannot_tell:
         return cannot_tell
-    gap = max(measured / predicted, predicted / measured)
     detail = f"predicted {predicted:.3g}{unit}, measured {measured:.3g}{unit} (band ±{tolerance:.0%})"
     ratios = [1.0 / r for r in _round_ratios("judge_agreement", by_round)]          # measured / predicted
     gaps = [r if measured >= predicted else 1.0 / r for r in ratios]                # > 1: off on the median's side

@@ -1,8 +1,8 @@
 """The verdict protocol, decided with stand-in CPU shares and spreads: a wrong model fails, busy or quiet."""
 import pytest
 
-from labkit.core.verdict import (CHECKED, FAILED, INCONCLUSIVE, QUIET, Load, judge_agreement, judge_at_least,
-                                 judge_at_most, median_bounds, relative_spread)
+from labkit.core.verdict import (CHECKED, FAILED, INCONCLUSIVE, LOAD, QUIET, Load, Rival, judge_agreement,
+                                 judge_at_least, judge_at_most, median_bounds, relative_spread)
 
 BUSY = Load({"rank 0": 0.46, "rank 1": 0.93}, spread=0.1)   # one rank shared its core with a spinning neighbour
 NOISY = Load({"kernel": 0.97}, spread=0.6)
@@ -41,6 +41,25 @@ def test_a_deliberately_wrong_model_fails_under_load_too():
     very_busy = Load({"rank 0": 0.3}, spread=0.3)
     assert judge_at_least("a wrong threshold", 1.0, 10.0, load=very_busy).state == FAILED
     assert judge_at_least("a plausible one", 1.0, 3.0, load=very_busy).state == INCONCLUSIVE
+
+
+def test_a_band_that_holds_its_rival_is_undecided_on_a_busy_run_and_a_failure_on_a_quiet_one():
+    """05's bubble at m=2 under load (CI, a core kept busy): (p-1)/(m+p-1) = 0.333 predicted, 0.402 measured, a band
+    of 26.6 % from the rounds' spread that also holds the rival (p-1)/m = 0.5. The load moved the measurement."""
+    args = dict(predicted=1 / 3, measured=0.402, tolerance=0.266, unit="", rival=Rival("(p-1)/m", 0.5))
+    busy = judge_agreement("the bubble follows (p-1)/(m+p-1)", load=BUSY, **args)
+    assert busy.state == INCONCLUSIVE and busy.kind == LOAD and "cannot tell" in busy.detail, busy
+    assert "rank 0 got 0.46 of a core" in busy.detail and busy.rival == "(p-1)/m"
+    quiet = judge_agreement("the bubble follows (p-1)/(m+p-1)", load=QUIET, **args)
+    assert quiet.state == FAILED and "cannot tell" in quiet.detail
+    # a band that holds the rival around the prediction itself fails, busy or not: no measurement could tell
+    by_design = judge_agreement("c", predicted=0.4, measured=0.45, tolerance=0.3, unit="", rival=Rival("r", 0.5),
+                                load=BUSY)
+    assert by_design.state == FAILED and "cannot tell" in by_design.detail
+    # a measurement further from the prediction than the load explains still fails, busy or not
+    far = judge_agreement("c", predicted=0.1, measured=0.5, tolerance=0.2, unit="", rival=Rival("r", 0.55),
+                          load=Load({"rank 0": 0.8}))
+    assert far.state == FAILED and "cannot tell" in far.detail
 
 
 def test_load_validation_and_spread():
