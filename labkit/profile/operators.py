@@ -22,7 +22,8 @@ from labkit.core.clock import now_s
 from labkit.core.step import TrainStep
 from labkit.core.timing import synchronize
 from labkit.core.torch_compat import TorchDispatchMode, tensor_leaves
-from labkit.core.verdict import Load, Rival, Verdict, judge_at_least, judge_at_most, rival_check
+from labkit.core.verdict import (ADVICE, INCONCLUSIVE, SPREAD, Load, Rival, Verdict, judge_at_least, judge_at_most,
+                                 rival_check)
 from labkit.profile.roofline import Roofs
 
 NORM_WORDS = ("norm",)
@@ -217,8 +218,13 @@ def judge_near_roof(claim: str, rows: Sequence[OpStats], roofs: Roofs, band: tup
     spread = roofs.measurement_spread(dtype)
     low, high = max(band[0], rival.value * (1.0 + spread)), band[1]
     unit = "x the roofline's time"
-    if low > high:
+    if rival.value > high:                  # by design: no run could tell the band from its rival
         return rival_check(claim, rival, True, f"{band[0]:g}-{band[1]:g}{unit}", unit)
+    if low > high:                          # the roofs' spread pushed the low edge past the top: this run's fault
+        return Verdict(claim, INCONCLUSIVE, f"the roofs were measured through load: their best repeat is "
+                       f"{1 + spread:.3g}x their median, so the low edge that rejects {rival.name} "
+                       f"({rival.value:.3g} x {1 + spread:.3g}) passes the band's top ({high:g}){unit}; {ADVICE}",
+                       kind=SPREAD, rival=rival.name)
     if low <= measured <= high:
         return judge_band(claim, measured, low, high, rival=rival, unit=unit,
                           source=f"the lesson's band, its low edge at least the rival's ratio + the roofs' measured "

@@ -124,6 +124,10 @@ def test_when_the_rival_is_true_the_band_fails_it():
     assert at_rival.state == "failed"       # the low edge rose from 0.05 to the rival's 0.1 x (1 + spread)
     # a band whose top sits below the rival cannot tell them apart at all
     assert judge_near_roof("near", [_row(100e9, 1e9, 0.1)], ROOFS, (0.01, 0.05), Load(), "bandwidth").state == "failed"
+    # the rival sits below the band's top, but the roofs' spread lifts the low edge past it: this run cannot judge
+    disturbed = Roofs("test", ROOFS.compute, {"triad": RoofMeasurement("triad", "B/s", (10e9, 0.05e9, 0.05e9), 1)})
+    unsure = judge_near_roof("near", [_row(100e9, 1e9, 1.1)], disturbed, (0.5, 10.0), Load(), "bandwidth")
+    assert unsure.state == "INCONCLUSIVE" and unsure.kind == "spread" and "200x their median" in unsure.detail, unsure
     # the memory band's rival: elementwise bytes priced at the compute roof instead
     stream = [_row(1e6, 1e9, 1e-5)]         # 0.1 s of bytes, 1e-5 s of FLOPs: timed at the compute price
     assert judge_near_roof("near", stream, ROOFS, (1e-6, 10.0), Load(), "compute").state == "failed"
