@@ -218,7 +218,7 @@ def judge_near_roof(claim: str, rows: Sequence[OpStats], roofs: Roofs, band: tup
     spread = roofs.measurement_spread(dtype)
     low, high = max(band[0], rival.value * (1.0 + spread)), band[1]
     unit = "x the roofline's time"
-    if rival.value > high:                  # by design: no run could tell the band from its rival
+    if rival.value >= band[0]:              # inside or above the lesson's band: no run could tell them apart
         return rival_check(claim, rival, True, f"{band[0]:g}-{band[1]:g}{unit}", unit)
     if low > high:                          # the roofs' spread pushed the low edge past the top: this run's fault
         return Verdict(claim, INCONCLUSIVE, f"the roofs were measured through load: their best repeat is "

@@ -128,6 +128,9 @@ def test_when_the_rival_is_true_the_band_fails_it():
     disturbed = Roofs("test", ROOFS.compute, {"triad": RoofMeasurement("triad", "B/s", (10e9, 0.05e9, 0.05e9), 1)})
     unsure = judge_near_roof("near", [_row(100e9, 1e9, 1.1)], disturbed, (0.5, 10.0), Load(), "bandwidth")
     assert unsure.state == "INCONCLUSIVE" and unsure.kind == "spread" and "200x their median" in unsure.detail, unsure
+    # a rival inside the lesson's band fails by design, however the spread moved the low edge
+    inside = judge_near_roof("near", [_row(100e9, 1e9, 1.1)], disturbed, (0.05, 10.0), Load(), "bandwidth")
+    assert inside.state == "failed" and "cannot tell" in inside.detail, inside
     # the memory band's rival: elementwise bytes priced at the compute roof instead
     stream = [_row(1e6, 1e9, 1e-5)]         # 0.1 s of bytes, 1e-5 s of FLOPs: timed at the compute price
     assert judge_near_roof("near", stream, ROOFS, (1e-6, 10.0), Load(), "compute").state == "failed"
