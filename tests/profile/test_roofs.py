@@ -129,14 +129,44 @@ def _swept(sizes):
     return Roofs("cpu", {"fp32": fp32}, {"copy": RoofMeasurement("copy", "B/s", (1e9,), 2**20)})
 
 
+def _meter_at(fraction: float):
+    """A ShareMeter that reports ``fraction`` of a core: the mocked rounds take no time, so the real meter would read
+    whatever the test machine's neighbours did in those microseconds (a busy CI run read a share that made 'failed'
+    INCONCLUSIVE)."""
+    from labkit.core.contention import CpuShare
+
+    class Meter:
+        result = CpuShare(on_cpu_s=fraction, waiting_s=1.0 - fraction, wall_s=1.0)
+        share_value = fraction
+        gpu_neighbours: dict = {}
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return None
+
+        @property
+        def share(self):
+            return self.share_value
+
+    return Meter
+
+
 def test_the_size_gain_is_judged_on_paired_rounds_against_size_does_not_matter():
     roofs = _swept([64, 128, 256])
     gains = iter([3.0, 2.8, 3.1, 2.9, 3.0])
-    with mock.patch.object(roofs_mod, "size_gain_by_round", lambda *a, **k: [next(gains) for _ in range(5)]):
+    with mock.patch.object(roofs_mod, "ShareMeter", _meter_at(1.0)), \
+            mock.patch.object(roofs_mod, "size_gain_by_round", lambda *a, **k: [next(gains) for _ in range(5)]):
         verdict = roofs_mod.matmul_size_gain("big beats small", roofs, "cpu", rounds=5)
     assert verdict.state == "checked" and verdict.rival == "size does not matter"
-    with mock.patch.object(roofs_mod, "size_gain_by_round", lambda *a, **k: [1.0, 1.02, 0.98, 1.0, 1.01]):
+    flat = lambda *a, **k: [1.0, 1.02, 0.98, 1.0, 1.01]  # noqa: E731 - the rival's numbers
+    with mock.patch.object(roofs_mod, "ShareMeter", _meter_at(1.0)), \
+            mock.patch.object(roofs_mod, "size_gain_by_round", flat):
         assert roofs_mod.matmul_size_gain("big beats small", roofs, "cpu", rounds=5).state == "failed"   # quiet: fails
+    with mock.patch.object(roofs_mod, "ShareMeter", _meter_at(0.3)), \
+            mock.patch.object(roofs_mod, "size_gain_by_round", flat):
+        assert roofs_mod.matmul_size_gain("big beats small", roofs, "cpu", rounds=5).state == "INCONCLUSIVE"   # busy
 
 
 def test_the_size_gain_times_the_smallest_and_largest_swept_sizes_back_to_back():

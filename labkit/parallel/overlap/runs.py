@@ -120,25 +120,49 @@ def run_gradient_check(cfg: OverlapConfig, world_size: int = 2, timeout_s: float
                   show_output=False)
 
 
+FIT_TRIES = 3     # a fit whose slope comes out flat is re-measured with twice the repeats, at most this many times
+
+
 def fit_allreduce(sizes_bytes: tuple[int, ...] = FIT_SIZES_BYTES, repeats: int = 5) -> dict:
     """Median seconds of a blocking all-reduce per size and its alpha-beta fit, as :func:`labkit.cluster.linkfit.fit_links`
-    fits a link: alpha from the tiniest message, beta the slope through the larger ones (on every rank)."""
-    times = {}
-    for nbytes in sizes_bytes:
-        t = torch.ones(nbytes // 4)
+    fits a link: alpha from the tiniest message, beta the slope through the larger ones.
+
+    The sizes are interleaved within each repeat, so a burst of load lands on all of them alike, and every rank fits
+    the same numbers: per size the slowest rank's median (an all-reduce ends when its last rank does). A slope that
+    still comes out flat (a busy CI run measured beta < 0 once) is measured again with twice the repeats; the ranks
+    take that decision together, so none waits in a collective the others skipped."""
+    for attempt in range(FIT_TRIES):
+        times = _allreduce_medians(sizes_bytes, repeats << attempt)
+        sizes = sorted(times)
+        try:
+            slope = fit_alpha_beta(sizes[1:], [times[n] for n in sizes[1:]])   # beta: the slope through the larger
+        except ValueError:
+            if attempt == FIT_TRIES - 1:
+                raise ValueError(f"the all-reduce's time did not grow with its size in {FIT_TRIES} tries (medians "
+                                 f"{', '.join(f'{n} B: {1e6 * t:.0f} us' for n, t in times.items())}): the machine "
+                                 "is too busy to fit alpha-beta; close other programs and rerun") from None
+            continue
+        alpha = max(0.0, times[sizes[0]] - sizes[0] * slope.beta_s_per_byte)  # alpha: the tiny message's own time
+        return {"times_s": times, "alpha_s": alpha, "beta_s_per_byte": slope.beta_s_per_byte,
+                "r_squared": slope.r_squared, "repeats": repeats << attempt}
+    raise AssertionError("unreachable")
+
+
+def _allreduce_medians(sizes_bytes: tuple[int, ...], repeats: int) -> dict[int, float]:
+    """Per size, the slowest rank's median seconds of a blocking all-reduce, sizes interleaved in every repeat."""
+    tensors = {n: torch.ones(n // 4) for n in sizes_bytes}
+    for t in tensors.values():
         dist.all_reduce(t)                                      # warm-up: the connection, the buffer
-        runs = []
-        for _ in range(repeats):
+    runs: dict[int, list[float]] = {n: [] for n in sizes_bytes}
+    for _ in range(repeats):
+        for nbytes, t in tensors.items():
             dist.barrier()
             start = now_s()
             dist.all_reduce(t)
-            runs.append(now_s() - start)
-        times[nbytes] = statistics.median(runs)
-    sizes = sorted(times)
-    slope = fit_alpha_beta(sizes[1:], [times[n] for n in sizes[1:]])   # beta: the slope through the larger sizes
-    alpha = max(0.0, times[sizes[0]] - sizes[0] * slope.beta_s_per_byte)  # alpha: the tiny message's own time
-    return {"times_s": times, "alpha_s": alpha, "beta_s_per_byte": slope.beta_s_per_byte,
-            "r_squared": slope.r_squared}
+            runs[nbytes].append(now_s() - start)
+    medians = torch.tensor([statistics.median(runs[n]) for n in sizes_bytes], dtype=torch.float64)
+    dist.all_reduce(medians, op=dist.ReduceOp.MAX)              # one set of numbers on every rank: one decision
+    return dict(zip(sizes_bytes, medians.tolist()))
 
 
 def variant_names(cfg: OverlapConfig) -> list[str]:

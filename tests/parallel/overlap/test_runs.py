@@ -90,3 +90,38 @@ def unused_parameter_worker() -> str:
 def test_a_parameter_left_out_of_the_loss_is_named_not_waited_for():
     said = launch(unused_parameter_worker, 2, timeout_s=60, show_output=False)
     assert all("never received all their gradients" in s for s in said), said
+
+
+@pytest.fixture
+def world_of_one():
+    import torch.distributed as dist
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    yield
+    dist.destroy_process_group()
+
+
+def test_a_flat_all_reduce_fit_is_measured_again_with_more_repeats_then_named(world_of_one):
+    """A busy CI run once measured the all-reduce's slope below zero and the rank died; the fit is now re-measured
+    with twice the repeats, and a third flat slope is one line that names the medians."""
+    from unittest import mock
+
+    from labkit.parallel.overlap import runs as runs_mod
+    flat = {n: 1e-3 - n * 1e-11 for n in runs_mod.FIT_SIZES_BYTES}     # a slope below zero
+    seen = []
+
+    def medians(sizes, repeats):
+        seen.append(repeats)
+        return flat if len(seen) < 3 else {n: 1e-4 + n * 1e-9 for n in sizes}
+
+    with mock.patch.object(runs_mod, "_allreduce_medians", medians):
+        fit = runs_mod.fit_allreduce(repeats=2)
+    assert seen == [2, 4, 8] and fit["repeats"] == 8 and fit["beta_s_per_byte"] == pytest.approx(1e-9)
+    with mock.patch.object(runs_mod, "_allreduce_medians", lambda sizes, repeats: flat), \
+            pytest.raises(ValueError, match="did not grow with its size in 3 tries"):
+        runs_mod.fit_allreduce(repeats=2)
+
+
+def test_the_all_reduce_medians_cover_every_size_on_a_real_group(world_of_one):
+    from labkit.parallel.overlap.runs import _allreduce_medians
+    times = _allreduce_medians((4 << 10, 64 << 10), 3)
+    assert list(times) == [4 << 10, 64 << 10] and all(t > 0 for t in times.values())
