@@ -12,6 +12,8 @@ hidden, heads), not figures from a paper.
 Today's shapes (GQA, SwiGLU, untied embeddings, mixtures of experts) are held against their published parameter
 counts (:func:`parameter_rows`), and the planner's ep axis against DeepSeek-V3's published training layout
 (:func:`published_run_rank`): it must fit and be in the list; where it ranks is reported, nothing is fitted to it.
+Narayanan et al. SC21's Table 1 is the speed test (:func:`sc21_rows`): the published meshes, their TFLOP/s per GPU
+predicted with a large GEMM at a traced CUDA 11 rate (the paper's era) and, beside it, at today's cited rate.
 """
 from __future__ import annotations
 
@@ -175,14 +177,24 @@ SC21_TABLE1 = ((1.7, 24, 2304, 24, 1, 1, 32, 512, 137), (3.6, 32, 3072, 30, 2, 1
                (529.6, 128, 20480, 105, 8, 35, 2520, 2520, 163), (1008.0, 160, 25600, 128, 8, 64, 3072, 3072, 163))
 SC21_LINKS = {"intra_gb_s": 300, "inter_gb_s": 25}
 SPEED_BAND = 0.25     # the issue's bar: predicted TFLOP/s per GPU within 25 % of the published
+# The paper ran on the CUDA 11 stack of its day (CUDA 12.0 came out in December 2022). The kit's default A100 rate
+# (rates.MAMF) was measured with torch 2.6 on CUDA 12.6. The nearest traced measurement on a CUDA 11 stack: an fp16
+# 8192 x 8192 x 8192 matmul at 230 TFLOP/s on an A100 80GB, PyTorch 1.13 on CUDA 11.7 (NGC container 22.07).
+A100_CUDA11_MATMUL_FLOPS = 230e12
+A100_CUDA11_SOURCE = ("M. Li, transformers-benchmarks (github.com/mli/transformers-benchmarks), README 'Micro-"
+                      "Benchmarking Summary' and micro_bench.ipynb: MatMul FP16 230 TFLOP/s on an A100 80GB")
 
 
-def sc21_setup(row: tuple) -> tuple[ModelSpec, DeviceSpec, ClusterSpec, Layout]:
+def sc21_setup(row: tuple, cuda11: bool = True) -> tuple[ModelSpec, DeviceSpec, ClusterSpec, Layout]:
     """One Table 1 row as the planner takes it, and the published mesh (dp = GPUs / (t p), no context parallelism,
-    full recomputation, no ZeRO: the paper's setting; its micro-batch and interleaving are not in the table)."""
+    full recomputation, no ZeRO: the paper's setting; its micro-batch and interleaving are not in the table).
+    ``cuda11``: a large GEMM at :data:`A100_CUDA11_MATMUL_FLOPS`, the stack of the paper's era; False: at today's
+    cited rate (:data:`labkit.plan.rates.MAMF`), to show what the newer kernels alone are worth."""
     billions, heads, hidden, layers, t, p, gpus, batch, _ = row
     model = ModelSpec(layers, hidden, heads, 2048, 51200, global_batch=batch, name=f"GPT {billions}B (SC21)")
     device = DeviceSpec.from_table("NVIDIA A100 SXM", 80)
+    if cuda11:
+        device = replace(device, efficiency=A100_CUDA11_MATMUL_FLOPS / device.peak_flops_per_s)
     cluster = ClusterSpec(8, gpus // 8, intra=Link(5e-6, 1 / (SC21_LINKS["intra_gb_s"] * 1e9)),
                           inter=Link(20e-6, 1 / (SC21_LINKS["inter_gb_s"] * 1e9)))
     return model, device, cluster, Layout(dp=gpus // (t * p), tp=t, pp=p, checkpointing=True)
@@ -205,17 +217,31 @@ def sc21_rows(tie: float | None = None, today: bool = False) -> list[dict]:
         model, device, cluster, paper = sc21_setup(row)
         ranked = plan(model, device, cluster, micro_batches=(1, 2, 4, 8), selective=False,
                       space=None if today else sc21_space())
-        mesh = (paper.dp, paper.tp, paper.pp, paper.cp, paper.ep)
-        same = [q for q in ranked if (q.layout.dp, q.layout.tp, q.layout.pp, q.layout.cp, q.layout.ep) == mesh]
-        like = [q for q in same if q.layout.checkpointing and q.layout.zero == 0 and not q.layout.zero_bubble]
-        pick = min(like, key=lambda q: (not q.fits, q.step_s))
+        pick = _paper_like(ranked, paper)
         tflops = model.step_flops(recompute=True) / (pick.step_s * cluster.world_size) / 1e12
+        _, newer, _, _ = sc21_setup(row, cuda11=False)
+        at_today = _paper_like(plan(model, newer, cluster, micro_batches=(1, 2, 4, 8), selective=False,
+                                    space=None if today else sc21_space()), paper)
+        today_tflops = model.step_flops(recompute=True) / (at_today.step_s * cluster.world_size) / 1e12
+        same = [q for q in ranked if _mesh(q.layout) == _mesh(paper)]
         group = top_group(ranked, tie)
         rows.append({"model": model.name, "GPUs": cluster.world_size, "published t, p": (paper.tp, paper.pp),
                      "batch": model.global_batch, "published TFLOP/s": row[-1], "predicted TFLOP/s": tflops,
                      "ratio": tflops / row[-1], "within band": abs(tflops / row[-1] - 1) <= SPEED_BAND,
+                     "ratio at today's GEMM rate": today_tflops / row[-1],
                      "fits": pick.fits, "GiB": pick.memory_bytes / 2**30, "variant": pick.layout.label(),
                      "in top group": any(q in group for q in same), "winner": ranked[0].layout.label(),
                      "published mesh slower by": min(q.step_s for q in same if q.fits) / ranked[0].step_s,
                      "group size": len(group), "source": f"{SC21}, arXiv:2104.04473, Table 1"})
     return rows
+
+
+def _mesh(layout: Layout) -> tuple[int, ...]:
+    return (layout.dp, layout.tp, layout.pp, layout.cp, layout.ep)
+
+
+def _paper_like(ranked: list[Prediction], paper: Layout) -> Prediction:
+    """The published mesh's fastest variant as the paper ran it: recomputed, no ZeRO, no ZB-H1 (fitting first)."""
+    like = [q for q in ranked if _mesh(q.layout) == _mesh(paper) and q.layout.checkpointing and q.layout.zero == 0
+            and not q.layout.zero_bubble]
+    return min(like, key=lambda q: (not q.fits, q.step_s))

@@ -97,12 +97,11 @@ def test_without_expert_parallelism_the_published_layout_would_not_fit(deepseek_
 # ---- Narayanan et al. SC21, Table 1: the planner held against practice (nothing fitted to it) -------------------
 from labkit.plan.published import SC21_TABLE1, SPEED_BAND, sc21_rows, sc21_setup  # noqa: E402
 
-# What holds today, asserted so that any change shows (the notebook and the report say why they miss):
-# the published mesh of the 7.5B and 18.4B rows is 10.3 % and 10.8 % behind the 2021-options winner (a layout with
-# less tensor parallelism, more pipeline and no recomputation), just outside the 10 % tie; and every row's speed is
-# over-predicted by 30-45 % (the planner prices GEMMs at the measured maximum matmul rate, quantization and
-# memory-bound element-wise work, not the paper's own kernels and launch overheads).
-KNOWN_GROUP_MISSES = {"GPT 7.5B (SC21)", "GPT 18.4B (SC21)"}
+# What holds today, asserted so that any change shows (the notebook and the report say why they miss): with a large
+# GEMM at the CUDA 11 stack's traced rate (the paper's era), every published mesh is in the planner's top group,
+# 8 of 10 speeds are within the 25 % band, and the 39.1B and 76.1B rows are over-predicted by 27-28 %.
+KNOWN_GROUP_MISSES: set[str] = set()
+KNOWN_SPEED_MISSES = {"GPT 39.1B (SC21)", "GPT 76.1B (SC21)"}
 
 
 @pytest.fixture(scope="module")
@@ -124,8 +123,18 @@ def test_every_sc21_layout_fits_and_is_near_the_top(sc21):
 
 
 def test_the_sc21_speeds_are_over_predicted_and_say_by_how_much(sc21):
-    """Rival: the planner under-predicts (a cost counted twice). It over-predicts every row, by 30-45 %, outside the
-    issue's 25 % band: the known miss, asserted as it stands so a modelling change shows here."""
+    """Rival: the planner under-predicts (a cost counted twice). It over-predicts every row, 8 of 10 within the
+    issue's 25 % band; the two misses are asserted as they stand so a modelling change shows here."""
     ratios = {r["model"]: r["ratio"] for r in sc21}
-    assert all(1.0 < x < 1.5 for x in ratios.values()), ratios
-    assert {m for m, x in ratios.items() if abs(x - 1) <= SPEED_BAND} == set(), ratios
+    assert all(1.0 < x < 1.35 for x in ratios.values()), ratios
+    assert {m for m, x in ratios.items() if abs(x - 1) > SPEED_BAND} == KNOWN_SPEED_MISSES, ratios
+
+
+def test_the_kernel_stack_is_what_the_planner_cannot_know_and_it_is_priced(sc21):
+    """Rival: the stack does not matter. At today's cited GEMM rate (torch 2.6, CUDA 12.6) every row predicts faster
+    still, by about the ratio of the two rates (0.87 / 0.74 of peak: 1.18x) where GEMMs dominate."""
+    from labkit.plan.published import A100_CUDA11_MATMUL_FLOPS
+    from labkit.plan.rates import MAMF
+    gain = dict((k, m / p) for k, m, p in MAMF)["A100 SXM"] / (A100_CUDA11_MATMUL_FLOPS / 312e12)
+    for r in sc21:
+        assert 1.0 < r["ratio at today's GEMM rate"] / r["ratio"] <= gain * 1.001, r
