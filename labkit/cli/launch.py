@@ -30,7 +30,7 @@ def run(args: argparse.Namespace) -> int:
     if args.nnodes is not None:
         return _run_node(args)          # before importing torch: this process only waits for torchrun
     from labkit.comm.launch import RankFailedError, launch
-    from labkit.comm.worker import run_in_launcher_group
+    from labkit.comm.worker import print_rank_result, run_in_launcher_group
 
     place = detect_launcher_env()
     if place.launcher != "single":
@@ -38,7 +38,7 @@ def run(args: argparse.Namespace) -> int:
             raise ValueError(f"--world-size {args.world_size} disagrees with the {place.world_size} ranks that "
                              f"{place.launcher} started; under a launcher, leave --world-size out")
         rank, world_size, result = run_in_launcher_group(args.target, args.backend, pg_timeout_s=args.timeout)
-        print(f"[rank {rank}/{world_size}] {args.target} -> {result!r}", flush=True)
+        print_rank_result(rank, world_size, args.target, result)
         return 0
     world_size = DEFAULT_WORLD_SIZE if args.world_size is None else args.world_size
     returned = ResultStream(None, world_size, "ranks returned")     # kept through a timeout, Ctrl-C or SIGTERM

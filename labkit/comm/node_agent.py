@@ -20,7 +20,7 @@ from torch.distributed.elastic.multiprocessing.api import SignalException
 from torch.distributed.launcher.api import elastic_launch
 from torch.distributed.run import config_from_args, get_args_parser
 
-from labkit.comm.worker import run_in_launcher_group
+from labkit.comm.worker import print_rank_result, run_in_launcher_group
 from labkit.core.results import Terminated
 
 
@@ -28,7 +28,7 @@ def forked_rank(target: str) -> None:
     """One worker: join the group the agent describes, run ``target``, print its result as ``labkit launch`` does."""
     torch.set_num_threads(1)
     rank, world_size, result = run_in_launcher_group(target)
-    print(f"[rank {rank}/{world_size}] {target} -> {result!r}", flush=True)
+    print_rank_result(rank, world_size, target, result)
 
 
 def run_forked_agent(torchrun_argv: list[str]) -> None:

@@ -119,3 +119,12 @@ def test_ranks_on_torchruns_agent_store_join_under_a_prefix_per_start_of_the_wor
         store.set("addr", starts[-1])
     assert starts == ["0", "0", "1", "1"]
     assert server.get("labkit/start0/addr") == b"0" and server.get("labkit/start1/addr") == b"1"
+
+
+def test_a_rank_result_is_one_write_so_two_ranks_lines_cannot_run_together(monkeypatch):
+    """Rival: print's text and newline as two writes (11 of 120 forked-agent runs under load joined two lines)."""
+    writes = []
+    monkeypatch.setattr(sys, "stdout", type("Out", (), {"write": lambda self, s: writes.append(s),
+                                                         "flush": lambda self: None})())
+    worker.print_rank_result(1, 2, "m:f", {"a": 1})
+    assert writes == ["[rank 1/2] m:f -> {'a': 1}\n"]
