@@ -44,6 +44,15 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
 
 
 @pytest.fixture
+def world_of_one():
+    """A gloo process group of this process alone: collectives run, with nobody else to wait for."""
+    import torch.distributed as dist
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    yield
+    dist.destroy_process_group()
+
+
+@pytest.fixture
 def own_tmp(tmp_path, monkeypatch):
     """A private temp folder: after the test, nothing named labkit-* may be left in it, and no child process."""
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))

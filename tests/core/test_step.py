@@ -122,13 +122,6 @@ def test_fp16_on_cuda_runs_and_scales():
     assert step.scaler is not None and torch.isfinite(step(*_batches(1)[0]).loss)
 
 
-@pytest.fixture
-def world_of_one():
-    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
-    yield
-    dist.destroy_process_group()
-
-
 def test_a_ddp_wrapper_passed_in_equals_the_plain_step(world_of_one):
     """A DDP model is passed in as the model; with accumulation the step uses its no_sync between micro-batches."""
     plain, ours = _cnn(), _cnn()

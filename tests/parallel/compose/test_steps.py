@@ -55,15 +55,7 @@ def test_each_rank_holds_its_part_and_only_the_last_stage_has_a_loss(composed, n
         assert wq.shape[0] == SHAPE.d_model // mesh.tp                            # tp: this rank's heads only
 
 
-@pytest.fixture
-def one_rank_world():
-    """A gloo process group of this process alone (the layer's f and g still call their collectives)."""
-    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
-    yield
-    dist.destroy_process_group()
-
-
-def test_the_training_step_for_timed_runs_updates_this_ranks_part(one_rank_world):
+def test_the_training_step_for_timed_runs_updates_this_ranks_part(world_of_one):
     single = {"tp": AxisGroup(None, (0,), 0), "dp": AxisGroup(None, (0,), 0)}     # one rank: nothing to reduce
     model = tp_stack(SHAPE, [0], single["tp"])
     before = model.layers["0"].mlp.fc1.weight.detach().clone()
@@ -72,7 +64,7 @@ def test_the_training_step_for_timed_runs_updates_this_ranks_part(one_rank_world
     assert not torch.equal(model.layers["0"].mlp.fc1.weight, before)
 
 
-def test_the_one_tp_x_dp_step_trains_this_ranks_share_and_sees_the_model_before_the_reduction(one_rank_world):
+def test_the_one_tp_x_dp_step_trains_this_ranks_share_and_sees_the_model_before_the_reduction(world_of_one):
     """The multi-node placements and the planner's runner both train through tensor_data_step: the feed is this
     rank's dp share (here index 1 of 2: the second half), the layers are checkpointed when asked, and the hook
     before the reduction runs once per backward (the runner reads the state held there)."""

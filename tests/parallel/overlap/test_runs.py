@@ -92,14 +92,6 @@ def test_a_parameter_left_out_of_the_loss_is_named_not_waited_for():
     assert all("never received all their gradients" in s for s in said), said
 
 
-@pytest.fixture
-def world_of_one():
-    import torch.distributed as dist
-    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
-    yield
-    dist.destroy_process_group()
-
-
 def test_a_flat_all_reduce_fit_is_measured_again_with_more_repeats_then_named(world_of_one):
     """A busy CI run once measured the all-reduce's slope below zero and the rank died; the fit is now re-measured
     with twice the repeats, and a third flat slope is one line that names the medians."""
