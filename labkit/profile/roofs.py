@@ -78,10 +78,14 @@ def matmul_rates(n: int, mode: str, device: torch.device, repeats: int) -> list[
 
 
 def raise_by_round(roofs: Roofs, faster: str, device: torch.device, rounds: int, baseline: str = "fp32") -> list[float]:
-    """How many times the ``faster`` mode's matmul rate is the ``baseline``'s, round by round: each at its measured
-    best size, timed back to back in interleaved rounds, so a neighbour's burst hits both alike. Two roofs measured
-    one after the other compare two spells of the machine: a CI run read bf16 at 0.24x fp32 where it is 2.1x."""
-    calls = {mode: (lambda m=mode: matmul_rates(roofs.compute[m].size, m, device, 1)[0]) for mode in (faster, baseline)}
+    """How many times the ``faster`` mode's matmul rate is the ``baseline``'s, round by round: both at the larger of
+    their two measured best sizes (on both plateaus: each sweep ran past its best), timed back to back in
+    interleaved rounds, so a neighbour's burst hits both alike. Two roofs measured one after the other compare two
+    spells of the machine (a CI run read bf16 at 0.24x fp32 where it is 2.1x); each at its own best size, a sweep
+    stopped early by a burst compares a small matmul with a large one (another read 0.65x: bf16 at 128 runs 0.64x
+    fp32 at 512 on the 2-core box, where both at 512 give 2.2x)."""
+    size = max(roofs.compute[faster].size, roofs.compute[baseline].size)
+    calls = {mode: (lambda m=mode: matmul_rates(size, m, device, 1)[0]) for mode in (faster, baseline)}
     timed = interleaved(calls, rounds=rounds)
     return [f / b for f, b in zip(timed[faster], timed[baseline]) if b > 0]
 

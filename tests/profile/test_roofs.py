@@ -111,7 +111,7 @@ def test_stream_rounds_are_interleaved_one_copy_and_one_triad_per_round():
 
 
 def test_a_raise_is_read_round_by_round_from_back_to_back_matmuls():
-    """The bf16 claim's paired rounds: one ratio per round, each mode at its own measured best size."""
+    """The bf16 claim's paired rounds: one ratio per round, both modes at one size."""
     from labkit.profile.roofline import RoofMeasurement, Roofs
     from labkit.profile.roofs import raise_by_round
 
@@ -121,6 +121,21 @@ def test_a_raise_is_read_round_by_round_from_back_to_back_matmuls():
     assert len(ratios) == 3 and all(r > 0 for r in ratios)
     same = raise_by_round(roofs, "fp32", torch.device("cpu"), rounds=3, baseline="fp32")
     assert all(0.2 < r < 5 for r in same)            # one mode against itself: near 1, whatever the machine
+
+
+def test_a_raise_times_both_modes_at_the_larger_of_their_best_sizes():
+    """A sweep stopped early on a burst left one mode at a small size: the pair is still timed at one size, the
+    larger, so a small matmul is never held against a large one."""
+    from labkit.profile.roofline import RoofMeasurement, Roofs
+    from labkit.profile import roofs as roofs_mod
+
+    roofs = Roofs("cpu", {"fp32": RoofMeasurement("matmul fp32", "FLOP/s", (1.0,), 512),
+                          "bf16": RoofMeasurement("matmul bf16", "FLOP/s", (1.0,), 128)},
+                  {"copy": RoofMeasurement("copy", "B/s", (1.0,), 1 << 20)})
+    sizes = []
+    with mock.patch.object(roofs_mod, "matmul_rates", lambda n, mode, device, repeats: sizes.append((n, mode)) or [1.0]):
+        assert roofs_mod.raise_by_round(roofs, "bf16", torch.device("cpu"), rounds=2) == [1.0, 1.0]
+    assert sorted(set(sizes)) == [(512, "bf16"), (512, "fp32")] and len(sizes) == 4
 
 
 def _swept(sizes):

@@ -12,7 +12,7 @@ from __future__ import annotations
 import statistics
 from typing import TYPE_CHECKING
 
-from labkit.core.verdict import Load, Rival, Verdict, judge_agreement, relative_spread
+from labkit.core.verdict import NOT_CHECKED, Load, Rival, Verdict, judge_agreement, relative_spread
 from labkit.parallel.pipeline.schedule_sim import (bubble_of_ideal, bubble_of_total, cross_rank_hops, formula_bubble_of_ideal,
                                           ideally_timed, makespan_s, measured_gaps, replay)
 
@@ -23,6 +23,8 @@ if TYPE_CHECKING:
 # bookkeeping, the OS taking the core away on a shared machine). Each repeat replayed from its own spans came within
 # 14% of its own live makespan (28 rounds: 7 schedules x 4 repeats, load average 10 on 2 cores); 20% leaves room for
 # a disturbed step, and the rival (the action times alone, hop = gap = 0) measured 45-60% of the live makespan there.
+# On a quiet machine the host adds less: the action times alone came to 63-81% of the makespan on the 2-core dev box
+# and to 89% for 1F1B on a CI machine, inside the band: there the clock cannot tell the two replays apart.
 REPLAY_BAND = 0.20
 
 RULES = {"ScheduleGPipe": "simplest; holds every micro-batch's activations until the backward pass",
@@ -72,12 +74,20 @@ def replay_rounds(run: "ScheduleRun") -> list[tuple[float, float, float]]:
 
 def judge_replay(run: "ScheduleRun", tolerance: float = REPLAY_BAND) -> Verdict:
     """Does replaying each repeat's measured actions, gaps and hops reproduce that repeat's live makespan? Paired
-    round by round; the rival is the replay that ignores the measured gaps and hops (hop = gap = 0)."""
+    round by round; the rival is the replay that ignores the measured gaps and hops (hop = gap = 0). Where the
+    action times alone already come within the band of the live makespan, this machine's host adds too little time
+    between actions for the clock to tell the two replays apart: NOT CHECKED, with the share it added."""
     rounds = replay_rounds(run)
     live, with_gaps, bare = (statistics.median(r[k] for r in rounds) for k in range(3))
-    return judge_agreement(f"{run.schedule}: replaying each repeat's measured actions, host gaps and hops "
-                           "reproduces its live makespan", 1e3 * with_gaps, 1e3 * live, tolerance=tolerance,
-                           load=run_load(run), unit=" ms", by_round=[(1e3 * r[1], 1e3 * r[0]) for r in rounds],
+    claim = (f"{run.schedule}: replaying each repeat's measured actions, host gaps and hops reproduces its live "
+             "makespan")
+    if bare * (1.0 + tolerance) >= live:
+        return Verdict(claim, NOT_CHECKED, f"the action times alone ({1e3 * bare:.3g} ms) come within the ±"
+                                           f"{tolerance:.0%} band of the live {1e3 * live:.3g} ms: host gaps and hops "
+                                           f"added only {live / bare - 1:.0%} on this run, too little to tell the "
+                                           "replay from the action times alone")
+    return judge_agreement(claim, 1e3 * with_gaps, 1e3 * live, tolerance=tolerance, load=run_load(run), unit=" ms",
+                           by_round=[(1e3 * r[1], 1e3 * r[0]) for r in rounds],
                            rival=Rival("the replay of the action times alone (hop = gap = 0)", 1e3 * bare))
 
 

@@ -79,8 +79,20 @@ def test_replay_of_each_repeat_reproduces_its_live_makespan_and_rejects_the_bare
     assert verdict.state == "checked" and "rules out the replay of the action times alone" in verdict.detail
 
 
-def test_replay_claim_fails_when_the_bare_replay_explains_the_run_as_well():
+def test_replay_is_not_checked_where_the_host_adds_too_little_time_to_tell_the_rival_apart():
     """Rival true: no host gaps or hops at all, so the replay of the action times alone is the live makespan."""
     verdict = report.judge_replay(gpipe_run(m=4, p=2))
-    assert verdict.state == "failed" and "cannot tell" in verdict.detail
+    assert verdict.state == "NOT CHECKED" and "added only 0%" in verdict.detail
+
+
+def test_replay_claim_fails_when_the_replay_misses_the_gaps_it_was_given(monkeypatch):
+    """A wrong model: gaps and hops measured at a tenth of their size. The run's gaps are large (the rival is far
+    outside the band), so the replay's miss is a failure on a quiet machine, not a NOT CHECKED."""
+    gapped = _with_gaps(gpipe_run(m=4, p=2), hop_s=1.0, gap_s=0.5)
+    run = ScheduleRun(**{**vars(gapped), "cpu_shares": {0: 1.0, 1: 1.0}, "makespans_s": (10.0, 10.0)})   # quiet
+    measured = report.measured_gaps
+    monkeypatch.setattr(report, "measured_gaps", lambda spans, posts=None: tuple(0.1 * x for x in measured(spans, posts)))
+    verdict = report.judge_replay(run)
+    assert verdict.state == "failed" and "on a quiet machine" in verdict.detail
+
 
