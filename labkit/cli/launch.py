@@ -23,6 +23,8 @@ if TYPE_CHECKING:
     from labkit.comm.launch_nodes import NodeLaunch
 
 DEFAULT_WORLD_SIZE = 2
+# a forked worker still running at this fraction of --timeout prints its stacks, before the deadline stops it
+STACK_DUMP_FRACTION = 0.9
 
 
 def run(args: argparse.Namespace) -> int:
@@ -67,7 +69,7 @@ def _run_node(args: argparse.Namespace) -> int:
         # torchrun's agent leaves torchelastic_* folders and error files in the temporary folder: give it one that goes
         with tempfile.TemporaryDirectory(prefix="labkit-torchrun-") as tmp, _temporary_folder(tmp), \
                 _deadline(args.timeout, node):                     # this process is the agent
-            run_forked_agent(command)
+            run_forked_agent(command, dump_stacks_after_s=STACK_DUMP_FRACTION * args.timeout)
         return 0
     try:                                                         # Ctrl-C or SIGTERM: no worker outlives this node
         return run_torchrun(command, args.timeout, capture_output=False, threads_per_rank=None, grace_s=10).returncode

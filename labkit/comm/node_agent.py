@@ -11,9 +11,11 @@ variables, each worker a fork of this process running ``labkit launch``'s rank s
 from __future__ import annotations
 
 import contextlib
+import faulthandler
 import gc
 import importlib
 import signal
+import sys
 
 import torch
 from torch.distributed.elastic.multiprocessing.api import SignalException
@@ -24,17 +26,26 @@ from labkit.comm.worker import print_rank_result, run_in_launcher_group
 from labkit.core.results import Terminated
 
 
-def forked_rank(target: str) -> None:
-    """One worker: join the group the agent describes, run ``target``, print its result as ``labkit launch`` does."""
+def forked_rank(target: str, dump_stacks_after_s: float | None = None) -> None:
+    """One worker: join the group the agent describes, run ``target``, print its result as ``labkit launch`` does.
+    Still running after ``dump_stacks_after_s``, it writes every thread's Python stack to stderr (faulthandler's
+    watchdog thread, which runs even while the main thread waits inside gloo): a hung rank names its call before the
+    agent's deadline stops it."""
     torch.set_num_threads(1)
-    rank, world_size, result = run_in_launcher_group(target)
+    if dump_stacks_after_s is not None:
+        faulthandler.dump_traceback_later(dump_stacks_after_s, exit=False, file=sys.stderr)
+    try:
+        rank, world_size, result = run_in_launcher_group(target)
+    finally:
+        faulthandler.cancel_dump_traceback_later()
     print_rank_result(rank, world_size, target, result)
 
 
-def run_forked_agent(torchrun_argv: list[str]) -> None:
+def run_forked_agent(torchrun_argv: list[str], dump_stacks_after_s: float | None = None) -> None:
     """Run the job ``torchrun_argv`` (a torchrun command line ending in ``-m labkit launch TARGET``) in this
     process's torchrun agent, workers forked; raises torch's ChildFailedError when the workers fail for good, and
-    the kit's own interrupts (KeyboardInterrupt, Terminated) when the agent was told to stop by a signal."""
+    the kit's own interrupts (KeyboardInterrupt, Terminated) when the agent was told to stop by a signal. A worker
+    still running ``dump_stacks_after_s`` after it started prints its stacks (:func:`forked_rank`)."""
     if torchrun_argv[-4:-1] != ["-m", "labkit", "launch"]:
         raise ValueError(f"expected a torchrun command ending in '-m labkit launch TARGET', got {torchrun_argv!r}")
     args = get_args_parser().parse_args(torchrun_argv[1:])
@@ -45,7 +56,7 @@ def run_forked_agent(torchrun_argv: list[str]) -> None:
         importlib.import_module(target.partition(":")[0])   # imported once here, inherited by every fork
     gc.freeze()                             # keep the collector from writing to (and so copying) inherited pages
     try:
-        elastic_launch(config, entrypoint=forked_rank)(target)
+        elastic_launch(config, entrypoint=forked_rank)(target, dump_stacks_after_s)
     except SignalException as err:          # torch's agent turns SIGTERM/SIGINT into this while its workers run
         if err.sigval == signal.SIGINT:
             raise KeyboardInterrupt from None

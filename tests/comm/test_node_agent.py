@@ -26,5 +26,22 @@ def test_a_one_node_job_with_forked_ranks_runs_every_rank():
                                "--nproc-per-node", "2", "--rdzv-endpoint", f"127.0.0.1:{port}", "--local-addr",
                                "127.0.0.1", "--fork-workers", "--timeout", "120", TARGET],
                               capture_output=True, text=True, env=ENV, timeout=180)
-    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.returncode == 0, f"stdout: {proc.stdout[-2000:]}\nstderr: {proc.stderr[-6000:]}"   # stacks of a hung rank
     assert proc.stdout.count(f"{TARGET} -> ") == 2, proc.stdout
+
+
+def sleep_a_minute() -> None:
+    """A rank's target that outlives its job's --timeout (imported by the launched agent from this file)."""
+    import time
+    time.sleep(60)
+
+
+def test_a_forked_rank_still_running_near_the_deadline_prints_where_it_waits():
+    """A rank that never returns (here: a sleep) writes its Python stack before the agent's deadline stops it."""
+    with reserved_port() as port:
+        proc = subprocess.run([sys.executable, "-m", "labkit", "launch", "--nnodes", "1", "--node-rank", "0",
+                               "--nproc-per-node", "1", "--rdzv-endpoint", f"127.0.0.1:{port}", "--local-addr",
+                               "127.0.0.1", "--fork-workers", "--timeout", "8", f"{__name__}:sleep_a_minute"],
+                              capture_output=True, text=True, env=ENV, timeout=120)
+    assert proc.returncode != 0 and "did not finish within --timeout 8 s" in proc.stderr, proc.stderr[-3000:]
+    assert "Timeout (0:00:07" in proc.stderr and "in sleep_a_minute" in proc.stderr, proc.stderr[-3000:]
