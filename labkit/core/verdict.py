@@ -94,6 +94,12 @@ class Load:
         return self.worst_share < BUSY_SHARE or self.spread > BUSY_SPREAD or bool(self.gpu_neighbours)
 
     @property
+    def kind(self) -> str:
+        """Why a busy run is INCONCLUSIVE: LOAD where a process was starved or shared the GPU, else SPREAD (the
+        rounds disagreed)."""
+        return LOAD if self.worst_share < BUSY_SHARE or self.gpu_neighbours else SPREAD
+
+    @property
     def explainable_factor(self) -> float:
         """The largest slow-down (or speed-up) this load can explain: 1/worst share, times the rounds' spread, times
         one more time slice on the GPU per neighbour that kept its SMs busy (time-slicing gives each its turn)."""
@@ -207,16 +213,11 @@ def _decide(claim: str, gap: float, allowed: float, load: Load, detail: str,
     if unsettled:
         return Verdict(claim, INCONCLUSIVE, f"{detail}; {unsettled}", kind=SPREAD, rival=name)
     if load.busy and gap <= allowed * load.explainable_factor:
-        return Verdict(claim, INCONCLUSIVE, f"{detail}; {load.reason()}", kind=_load_kind(load), rival=name)
+        return Verdict(claim, INCONCLUSIVE, f"{detail}; {load.reason()}", kind=load.kind, rival=name)
     why = "larger than this run's load can explain" if load.busy else "on a quiet machine"
     return Verdict(claim, FAILED, f"{detail}; off by {gap / allowed:.2f}x beyond the band, {why}"
                                   f" (worst CPU share {load.worst_share:.2f}, rounds spread {load.spread:.0%})",
                    rival=name)
-
-
-def _load_kind(load: Load) -> str:
-    """LOAD where a process was starved or shared the GPU, else SPREAD (the rounds disagreed)."""
-    return LOAD if load.worst_share < BUSY_SHARE or load.gpu_neighbours else SPREAD
 
 
 def _round_ratios(name: str, by_round: Sequence[tuple[float, float]]) -> list[float]:
@@ -246,7 +247,7 @@ def judge_agreement(claim: str, predicted: float, measured: float, *, tolerance:
     by_design = rival is not None and predicted / (1.0 + tolerance) <= rival.value <= predicted * (1.0 + tolerance)
     if cannot_tell and not by_design and load.busy and gap <= (1.0 + tolerance) * load.explainable_factor:
         # a perfect measurement would reject the rival: this busy run's load moved it there (a quiet run decides)
-        return Verdict(claim, INCONCLUSIVE, f"{cannot_tell.detail}; {load.reason()}", kind=_load_kind(load),
+        return Verdict(claim, INCONCLUSIVE, f"{cannot_tell.detail}; {load.reason()}", kind=load.kind,
                        rival=cannot_tell.rival)
     if cannot_tell:
         return cannot_tell

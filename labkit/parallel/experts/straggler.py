@@ -20,12 +20,15 @@ from labkit.comm.launch import launch
 from labkit.comm.worker import rank_device
 from labkit.core.clock import now_s
 from labkit.core.contention import ShareMeter
-from labkit.core.verdict import Load, relative_spread
+from labkit.core.verdict import INCONCLUSIVE, Load, Rival, Verdict, judge_at_least, relative_spread
 from labkit.parallel.experts.balance import skew_router
 from labkit.parallel.experts.dispatch import ExpertParallelMoE
 from labkit.parallel.experts.moe import MoE, MoEConfig
 
 ROUTERS = ("balanced", "skewed")
+STEP_CLAIM = ("every rank's step slows with the skewed router, by at least half the busiest rank's extra expert "
+              "time (measured in the same rounds)")
+STEP_RIVAL = Rival("the same tokens make the same step", 1.0)
 
 
 def straggler_worker(config_dict: dict, tokens: int, rounds: int = 5, skew_bias: float = 2.0, seed: int = 0) -> dict:
@@ -118,3 +121,18 @@ def step_slowdown_by_round(ranks: list[dict]) -> list[tuple[float, float]]:
         extra = busiest("skewed", "expert_s", i) - busiest("balanced", "expert_s", i)
         pairs.append((busiest("skewed", "step_s", i) / balanced_step, 1 + max(extra, 0.0) / 2 / balanced_step))
     return pairs
+
+
+def judge_step_slowdown(ranks: list[dict], load: Load) -> Verdict:
+    """:data:`STEP_CLAIM` on the paired rounds, against :data:`STEP_RIVAL`. Its threshold is measured too: where the
+    median round shows the busiest rank no extra expert time, the threshold is the rival's 1x and the clock cannot
+    tell them apart. On a busy run that is its load blurring the expert times (a starved rank's balanced round
+    looks as slow as the hot rank's skewed one): INCONCLUSIVE. On a quiet run the skew itself did not show: failed."""
+    slow = step_slowdown_by_round(ranks)
+    step_ratio, threshold = (sorted(v)[len(v) // 2] for v in zip(*slow))
+    if threshold <= STEP_RIVAL.value and load.busy:
+        return Verdict(STEP_CLAIM, INCONCLUSIVE, f"measured {step_ratio:.3g}x; the busiest rank showed no extra "
+                                                 f"expert time under the skewed router in the median round, so the "
+                                                 f"threshold is the rival's {STEP_RIVAL.value:g}x: {load.reason()}",
+                       kind=load.kind, rival=STEP_RIVAL.name)
+    return judge_at_least(STEP_CLAIM, step_ratio, threshold, load=load, by_round=slow, rival=STEP_RIVAL)
