@@ -123,6 +123,8 @@ def current_env_kernel_class() -> type:
     from jupyter_client.manager import AsyncKernelManager
     from traitlets import default
 
+    from labkit.core.kernels import ipc_kernel_manager
+
     class CurrentEnvSpecs(KernelSpecManager):
         def get_kernel_spec(self, kernel_name: str) -> KernelSpec:
             return KernelSpec(resource_dir=RESOURCES, **get_kernel_dict())
@@ -132,7 +134,7 @@ def current_env_kernel_class() -> type:
         def _current_env_specs(self) -> KernelSpecManager:
             return CurrentEnvSpecs()
 
-    return CurrentEnvKernel
+    return ipc_kernel_manager(CurrentEnvKernel)     # Unix sockets: no port for another process to take
 
 
 def current_env_kernel() -> Any:
@@ -208,7 +210,8 @@ def in_worker(fn: Callable[..., Any], *args: Any) -> Any:
 
 
 def end_kernel(client: Any) -> None:
-    """End a running notebook's kernel and every process it started (SIGTERM, then SIGKILL), and its connection file."""
+    """End a running notebook's kernel and every process it started (SIGTERM, then SIGKILL), its connection file and
+    its sockets."""
     import psutil                                   # lazy: only a stopped book needs it
 
     km = getattr(client, "km", None)
@@ -232,10 +235,11 @@ def end_kernel(client: Any) -> None:
         except psutil.Error:
             pass
     psutil.wait_procs(alive, timeout=_END_GRACE_S)
-    try:
-        km.cleanup_connection_file()
-    except Exception:  # noqa: BLE001 - best effort: the kernel is gone either way
-        pass
+    for cleanup in (km.cleanup_connection_file, km.cleanup_ipc_files):
+        try:
+            cleanup()
+        except Exception:  # noqa: BLE001 - best effort: the kernel is gone either way
+            pass
 
 
 def doctor_report() -> dict:

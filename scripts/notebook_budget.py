@@ -25,9 +25,11 @@ from pathlib import Path
 
 import nbformat
 import psutil
+from jupyter_client.manager import AsyncKernelManager
 from nbclient import NotebookClient
 
 from labkit.core.clock import now_s
+from labkit.core.kernels import ipc_kernel_manager
 from memory_cgroup import MemoryCgroup
 
 
@@ -119,6 +121,7 @@ def run_notebook(path: Path, timeout_s: int = 900) -> dict:
     start = now_s()
     try:
         NotebookClient(nb, timeout=timeout_s, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}},
+                       kernel_manager_class=ipc_kernel_manager(AsyncKernelManager),    # no port to lose to a rank
                        on_cell_execute=lambda cell, cell_index: running.update(cell=cell_index, since=now_s()),
                        on_cell_executed=lambda cell, cell_index, **_: cell_s.update(
                            {cell_index: now_s() - running["since"]})).execute()

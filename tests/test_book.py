@@ -265,9 +265,11 @@ def test_a_signal_during_a_sleeping_cell_stops_the_book_at_once_in_one_line(tmp_
     page = old_site(tmp_path / "out")
     (tmp_path / "out" / "notebooks").mkdir()
     (tmp_path / "out" / "notebooks" / "01_sleeps.ipynb").write_text("the previous copy")
+    sockets = tmp_path / "tmp"            # the book's temp folder, where its kernel's Unix sockets live
+    sockets.mkdir()
     book_run = subprocess.Popen([sys.executable, str(REPO / "scripts" / "book.py"), "build", "--folder", str(folder),
                                  "--out", str(tmp_path / "out")], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                text=True, cwd=REPO)
+                                text=True, cwd=REPO, env={**os.environ, "TMPDIR": str(sockets)})
     try:
         waited = time.perf_counter()
         while not (mark.is_file() and mark.read_text()) and book_run.poll() is None:
@@ -290,6 +292,7 @@ def test_a_signal_during_a_sleeping_cell_stops_the_book_at_once_in_one_line(tmp_
     assert page.read_text() == "the previous book"
     assert (tmp_path / "out" / "notebooks" / "01_sleeps.ipynb").read_text() == "the previous copy"
     assert not leftovers(tmp_path)
+    assert not list(sockets.glob("labkit-kernel-*")), "the stopped kernel's sockets are left behind"
 
 
 def test_each_notebooks_kernel_is_shut_down_when_that_notebook_ends(tmp_path):
