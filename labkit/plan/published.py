@@ -13,7 +13,8 @@ Today's shapes (GQA, SwiGLU, untied embeddings, mixtures of experts) are held ag
 counts (:func:`parameter_rows`), and the planner's ep axis against DeepSeek-V3's published training layout
 (:func:`published_run_rank`): it must fit and be in the list; where it ranks is reported, nothing is fitted to it.
 Narayanan et al. SC21's Table 1 is the speed test (:func:`sc21_rows`): the published meshes, their TFLOP/s per GPU
-predicted with a large GEMM at a traced CUDA 11 rate (the paper's era) and, beside it, at today's cited rate.
+predicted with a large GEMM at a traced CUDA 11 rate (the paper's era) and the links at what NCCL achieves on them
+(cited) and, beside it, at today's GEMM rate and at the links' line rate.
 """
 from __future__ import annotations
 
@@ -175,7 +176,14 @@ SC21_TABLE1 = ((1.7, 24, 2304, 24, 1, 1, 32, 512, 137), (3.6, 32, 3072, 30, 2, 1
                (39.1, 64, 8192, 48, 8, 2, 512, 1536, 138), (76.1, 80, 10240, 60, 8, 4, 1024, 1792, 140),
                (145.6, 96, 12288, 80, 8, 8, 1536, 2304, 148), (310.1, 128, 16384, 96, 8, 16, 1920, 2160, 155),
                (529.6, 128, 20480, 105, 8, 35, 2520, 2520, 163), (1008.0, 160, 25600, 128, 8, 64, 3072, 3072, 163))
-SC21_LINKS = {"intra_gb_s": 300, "inter_gb_s": 25}
+# The links at what NCCL achieves on them, not their line rates (the GEMMs, likewise, run at a measured rate, not at
+# peak). NVLink 3 on the A100: 25 GB/s a link each way, about 20 effective with the SMs' 128-byte payloads; 12 links,
+# 240 GB/s, and other limits on the GPU hold NCCL's bus bandwidth to about 230 GB/s (S. Jeaugey, NCCL's lead at
+# NVIDIA, NVIDIA/nccl-tests issue 149, 2023-07-05). HDR InfiniBand 200 Gb/s: about 24 GB/s inter-node per adapter
+# with GPUDirect RDMA (S. Jeaugey, NVIDIA/nccl issue 412, 2023-04-24). Both were said of NCCL releases after the
+# paper's, so they can only flatter its network.
+SC21_LINKS = {"intra_gb_s": 230, "inter_gb_s": 24}
+SC21_LINE_RATES = {"intra_gb_s": 300, "inter_gb_s": 25}     # Section 5's hardware: what the wires carry
 SPEED_BAND = 0.25     # the issue's bar: predicted TFLOP/s per GPU within 25 % of the published
 # The paper ran on the CUDA 11 stack of its day (CUDA 12.0 came out in December 2022). The kit's default A100 rate
 # (rates.MAMF) was measured with torch 2.6 on CUDA 12.6. The nearest traced measurement on a CUDA 11 stack: an fp16
@@ -185,18 +193,21 @@ A100_CUDA11_SOURCE = ("M. Li, transformers-benchmarks (github.com/mli/transforme
                       "Benchmarking Summary' and micro_bench.ipynb: MatMul FP16 230 TFLOP/s on an A100 80GB")
 
 
-def sc21_setup(row: tuple, cuda11: bool = True) -> tuple[ModelSpec, DeviceSpec, ClusterSpec, Layout]:
+def sc21_setup(row: tuple, cuda11: bool = True, line_rate: bool = False
+               ) -> tuple[ModelSpec, DeviceSpec, ClusterSpec, Layout]:
     """One Table 1 row as the planner takes it, and the published mesh (dp = GPUs / (t p), no context parallelism,
     full recomputation, no ZeRO: the paper's setting; its micro-batch and interleaving are not in the table).
     ``cuda11``: a large GEMM at :data:`A100_CUDA11_MATMUL_FLOPS`, the stack of the paper's era; False: at today's
-    cited rate (:data:`labkit.plan.rates.MAMF`), to show what the newer kernels alone are worth."""
+    cited rate (:data:`labkit.plan.rates.MAMF`), to show what the newer kernels alone are worth. ``line_rate``: the
+    links at :data:`SC21_LINE_RATES` instead of NCCL's achieved :data:`SC21_LINKS`, to show what that is worth."""
     billions, heads, hidden, layers, t, p, gpus, batch, _ = row
     model = ModelSpec(layers, hidden, heads, 2048, 51200, global_batch=batch, name=f"GPT {billions}B (SC21)")
     device = DeviceSpec.from_table("NVIDIA A100 SXM", 80)
     if cuda11:
         device = replace(device, efficiency=A100_CUDA11_MATMUL_FLOPS / device.peak_flops_per_s)
-    cluster = ClusterSpec(8, gpus // 8, intra=Link(5e-6, 1 / (SC21_LINKS["intra_gb_s"] * 1e9)),
-                          inter=Link(20e-6, 1 / (SC21_LINKS["inter_gb_s"] * 1e9)))
+    links = SC21_LINE_RATES if line_rate else SC21_LINKS
+    cluster = ClusterSpec(8, gpus // 8, intra=Link(5e-6, 1 / (links["intra_gb_s"] * 1e9)),
+                          inter=Link(20e-6, 1 / (links["inter_gb_s"] * 1e9)))
     return model, device, cluster, Layout(dp=gpus // (t * p), tp=t, pp=p, checkpointing=True)
 
 
@@ -210,30 +221,41 @@ def sc21_rows(tie: float | None = None, today: bool = False) -> list[dict]:
     """Per Table 1 row: the published mesh's best paper-like variant (recomputed, no ZeRO, no ZB-H1, any
     micro-batch and interleaving), its predicted TFLOP/s per GPU (the paper's count) beside the published, whether
     it fits, and whether the published mesh is in the planner's top group (its best variant of any kind) among
-    the options of 2021 (:func:`sc21_space`), or of today's planner with ``today``."""
+    the options of 2021 (:func:`sc21_space`), or of today's planner with ``today``. Two more columns price what the
+    planner cannot know: the same row at today's GEMM rate, and with the links at their line rate."""
     tie = TIE if tie is None else tie
+    space = None if today else sc21_space()
     rows = []
     for row in SC21_TABLE1:
-        model, device, cluster, paper = sc21_setup(row)
-        ranked = plan(model, device, cluster, micro_batches=(1, 2, 4, 8), selective=False,
-                      space=None if today else sc21_space())
-        pick = _paper_like(ranked, paper)
-        tflops = model.step_flops(recompute=True) / (pick.step_s * cluster.world_size) / 1e12
-        _, newer, _, _ = sc21_setup(row, cuda11=False)
-        at_today = _paper_like(plan(model, newer, cluster, micro_batches=(1, 2, 4, 8), selective=False,
-                                    space=None if today else sc21_space()), paper)
-        today_tflops = model.step_flops(recompute=True) / (at_today.step_s * cluster.world_size) / 1e12
+        model, _, cluster, paper = sc21_setup(row)
+        ranked, pick, tflops = _paper_speed(row, space)
+        _, _, today_tflops = _paper_speed(row, space, cuda11=False)
+        wired, _, wired_tflops = _paper_speed(row, space, line_rate=True)
         same = [q for q in ranked if _mesh(q.layout) == _mesh(paper)]
-        group = top_group(ranked, tie)
         rows.append({"model": model.name, "GPUs": cluster.world_size, "published t, p": (paper.tp, paper.pp),
                      "batch": model.global_batch, "published TFLOP/s": row[-1], "predicted TFLOP/s": tflops,
                      "ratio": tflops / row[-1], "within band": abs(tflops / row[-1] - 1) <= SPEED_BAND,
                      "ratio at today's GEMM rate": today_tflops / row[-1],
+                     "ratio at the links' line rate": wired_tflops / row[-1],
                      "fits": pick.fits, "GiB": pick.memory_bytes / 2**30, "variant": pick.layout.label(),
-                     "in top group": any(q in group for q in same), "winner": ranked[0].layout.label(),
+                     "in top group": _in_top_group(ranked, paper, tie), "winner": ranked[0].layout.label(),
                      "published mesh slower by": min(q.step_s for q in same if q.fits) / ranked[0].step_s,
-                     "group size": len(group), "source": f"{SC21}, arXiv:2104.04473, Table 1"})
+                     "in top group at line rate": _in_top_group(wired, paper, tie),
+                     "group size": len(top_group(ranked, tie)), "source": f"{SC21}, arXiv:2104.04473, Table 1"})
     return rows
+
+
+def _paper_speed(row: tuple, space: Space | None, **setup: bool) -> tuple[list[Prediction], Prediction, float]:
+    """The ranked plan of one row, the published mesh's paper-like variant and its TFLOP/s per GPU (paper's count)."""
+    model, device, cluster, paper = sc21_setup(row, **setup)
+    ranked = plan(model, device, cluster, micro_batches=(1, 2, 4, 8), selective=False, space=space)
+    pick = _paper_like(ranked, paper)
+    return ranked, pick, model.step_flops(recompute=True) / (pick.step_s * cluster.world_size) / 1e12
+
+
+def _in_top_group(ranked: list[Prediction], paper: Layout, tie: float) -> bool:
+    group = top_group(ranked, tie)
+    return any(q in group for q in ranked if _mesh(q.layout) == _mesh(paper))
 
 
 def _mesh(layout: Layout) -> tuple[int, ...]:

@@ -15,8 +15,7 @@ import statistics
 from dataclasses import replace
 
 from labkit.core.clock import paired_median
-from labkit.core.verdict import (BUSY_SHARE, CHECKED, FAILED, INCONCLUSIVE, LOAD, NOT_CHECKED, SPREAD, Load,
-                                 Verdict, relative_spread)
+from labkit.core.verdict import CHECKED, FAILED, INCONCLUSIVE, NOT_CHECKED, Load, Verdict, relative_spread
 from labkit.parallel.tensor.megatron import LayerShape, build_block
 from labkit.parallel.tensor.cost import SavedBytes
 from labkit.parallel.tensor.runs import layer_inputs
@@ -141,7 +140,7 @@ def winner_verdict(results: list[dict], rows: list[dict]) -> Verdict:
         return Verdict(claim, CHECKED, detail, rival=rival)
     if load.busy and margin >= 1 / (CLEAR_MARGIN * load.explainable_factor):   # a loss the load can explain
         return Verdict(claim, INCONCLUSIVE, f"{detail}; {load.reason()}",
-                       kind=LOAD if load.worst_share < BUSY_SHARE else SPREAD, rival=rival)
+                       kind=load.kind, rival=rival)
     if not load.busy and margin > 1 / CLEAR_MARGIN:    # quiet, no clear winner: nothing to check (not the load)
         return Verdict(claim, NOT_CHECKED, f"{detail}; no clear winner on this run (margin under {CLEAR_MARGIN}x "
                                            "either way)")

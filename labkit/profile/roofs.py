@@ -20,8 +20,8 @@ from labkit.core.device import device_label, get_device
 from labkit.core.timing import time_fn
 from labkit.core.torch_compat import cpu_has_native_bf16
 from labkit.core.validation import positive_int
-from labkit.core.verdict import (BUSY_SHARE, INCONCLUSIVE, LOAD, SPREAD, Load, Rival, Verdict, judge_agreement,
-                                 judge_at_least, relative_spread)
+from labkit.core.verdict import (INCONCLUSIVE, Load, Rival, Verdict, judge_agreement, judge_at_least,
+                                 relative_spread)
 from labkit.profile.roofline import CACHE_TAG, RoofMeasurement, Roofs
 from labkit.training.flops import fp32_math, peak_flops_per_s, peak_memory_bytes_per_s
 
@@ -176,10 +176,9 @@ def copy_triad_agreement(claim: str, roofs: Roofs, meter: ShareMeter, within: fl
     median = statistics.median(ratios)
     rival = Rival("two different roofs, a factor of 2 apart", 2.0 if median >= 1.0 else 0.5)
     if load.busy and median / within <= rival.value <= median * within:
-        kind = LOAD if load.worst_share < BUSY_SHARE or load.gpu_neighbours else SPREAD
         return Verdict(claim, INCONCLUSIVE, f"copy/triad {median:.3g} (rounds {[round(r, 2) for r in ratios]}): its "
                                             f"band +-{within:g}x also holds the rival {rival.name} "
-                                            f"({rival.value:g}); {load.reason()}", kind=kind, rival=rival.name)
+                                            f"({rival.value:g}); {load.reason()}", kind=load.kind, rival=rival.name)
     return judge_agreement(claim, 1.0, median, tolerance=within - 1.0, load=load,
                            unit="x copy/triad", by_round=[(1.0, ratio) for ratio in ratios], rival=rival)
 

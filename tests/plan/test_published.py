@@ -98,10 +98,12 @@ def test_without_expert_parallelism_the_published_layout_would_not_fit(deepseek_
 from labkit.plan.published import SC21_TABLE1, SPEED_BAND, sc21_rows, sc21_setup  # noqa: E402
 
 # What holds today, asserted so that any change shows (the notebook and the report say why they miss): with a large
-# GEMM at the CUDA 11 stack's traced rate (the paper's era), every published mesh is in the planner's top group,
-# 8 of 10 speeds are within the 25 % band, and the 39.1B and 76.1B rows are over-predicted by 27-28 %.
-KNOWN_GROUP_MISSES: set[str] = set()
-KNOWN_SPEED_MISSES = {"GPT 39.1B (SC21)", "GPT 76.1B (SC21)"}
+# GEMM at the CUDA 11 stack's traced rate (the paper's era) and the links at what NCCL achieves on them, every speed
+# is within the 25 % band, and the 7.5B and 18.4B published meshes are 10-12 % behind a deep interleaved pipeline
+# without recomputation, outside the 10 % tie. At the links' line rate the reverse holds (every mesh in its group,
+# 39.1B and 76.1B over-predicted by 27-28 %): one constant moves both, so neither is claimed fixed.
+KNOWN_GROUP_MISSES = {"GPT 7.5B (SC21)", "GPT 18.4B (SC21)"}
+KNOWN_SPEED_MISSES: set[str] = set()
 
 
 @pytest.fixture(scope="module")
@@ -119,12 +121,14 @@ def test_every_sc21_layout_fits_and_is_near_the_top(sc21):
     assert all(r["fits"] and r["GiB"] < 80 for r in sc21), [(r["model"], r["GiB"]) for r in sc21]
     misses = {r["model"] for r in sc21 if not r["in top group"]}
     assert misses == KNOWN_GROUP_MISSES, misses
-    assert all(r["published mesh slower by"] < 1.12 for r in sc21)      # the misses are 10-12 %, not a different regime
+    slower = {r["model"]: r["published mesh slower by"] for r in sc21}
+    assert all(1.10 < slower[m] < 1.13 for m in KNOWN_GROUP_MISSES), slower    # as they stand: a change shows here
+    assert all(r["in top group at line rate"] for r in sc21)                   # the link rate is what moves them
 
 
 def test_the_sc21_speeds_are_over_predicted_and_say_by_how_much(sc21):
-    """Rival: the planner under-predicts (a cost counted twice). It over-predicts every row, 8 of 10 within the
-    issue's 25 % band; the two misses are asserted as they stand so a modelling change shows here."""
+    """Rival: the planner under-predicts (a cost counted twice). It over-predicts every row, each within the
+    issue's 25 % band; the misses (none) are asserted as they stand so a modelling change shows here."""
     ratios = {r["model"]: r["ratio"] for r in sc21}
     assert all(1.0 < x < 1.35 for x in ratios.values()), ratios
     assert {m for m, x in ratios.items() if abs(x - 1) > SPEED_BAND} == KNOWN_SPEED_MISSES, ratios
@@ -138,3 +142,15 @@ def test_the_kernel_stack_is_what_the_planner_cannot_know_and_it_is_priced(sc21)
     gain = dict((k, m / p) for k, m, p in MAMF)["A100 SXM"] / (A100_CUDA11_MATMUL_FLOPS / 312e12)
     for r in sc21:
         assert 1.0 < r["ratio at today's GEMM rate"] / r["ratio"] <= gain * 1.001, r
+
+
+def test_the_network_is_what_the_planner_cannot_know_and_it_is_priced(sc21):
+    """Rival: the link rate does not matter. At the links' line rate (300 and 25 GB/s) every row predicts faster,
+    by at most the larger ratio of line rate to NCCL's achieved rate (300 / 230), reached only if all of a step
+    were NVLink traffic; and at line rate the 39.1B and 76.1B rows leave the band (27-28 %)."""
+    from labkit.plan.published import SC21_LINE_RATES, SC21_LINKS
+    most = max(SC21_LINE_RATES[k] / SC21_LINKS[k] for k in SC21_LINKS)
+    for r in sc21:
+        assert 1.0 < r["ratio at the links' line rate"] / r["ratio"] < most, r
+    outside = {r["model"] for r in sc21 if abs(r["ratio at the links' line rate"] - 1) > SPEED_BAND}
+    assert outside == {"GPT 39.1B (SC21)", "GPT 76.1B (SC21)"}, outside
