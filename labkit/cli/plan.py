@@ -117,11 +117,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                               "splits the model (GQA, SwiGLU, untied embeddings and a mixture of experts can be "
                               "described) over the cluster; predict memory per rank (parameters, gradients, optimizer "
                               "state, activations: ZeRO and Korthikanti et al. 2022; experts divided by ep) and step "
-                              "time (each GEMM at its shape's rate, element-wise work at memory bandwidth, alpha-beta "
-                              "collectives and all-to-alls, the 1F1B / interleaved / ZB-H1 bubble); print the "
-                              "fastest that fit, every time term a column, the top group (within 10 %%, a tie) "
-                              "marked. "
-                              "Exit status 1 when nothing fits.",
+                              "time (each GEMM at its shape's rate, element-wise work at memory bandwidth, the "
+                              "output layer on the last pipeline stage, alpha-beta collectives and all-to-alls, the "
+                              "1F1B / interleaved / ZB-H1 bubble); print the fastest that fit, every time term a "
+                              "column, the top group (within 10 %, a tie) marked. Exit status 1 when nothing fits.",
                   examples=["labkit plan --preset 7b --nodes 1",
                             "labkit plan --preset 70b --nodes 4 --inter-gb-s 50 --top 5",
                             "labkit plan --layers 24 --hidden 2048 --heads 16 --seq-len 2048 --vocab 50000 --json",

@@ -1,6 +1,11 @@
 """The busiest pipeline stage's compute seconds for one layout: every layer's GEMMs at their shape's rate, the
-attention blocks, element-wise work and the last stage's logits (:mod:`labkit.plan.rates`), forward once, backward
-twice, the forward again when recomputed; a mixture of experts runs its k routed and shared experts' GEMMs."""
+attention blocks, element-wise work and the output logits, forward once, backward twice, the forward again
+when recomputed; a mixture of experts runs its k routed and shared experts' GEMMs.
+
+The logits are the last stage's alone, not a share spread over the stages: a pipeline runs at the pace of its
+slowest stage, and Megatron-LM builds the output layer and loss only on the last one (``post_process =
+mpu.is_pipeline_last_stage()`` in ``megatron/training.py``'s ``get_model``, also under interleaving, on its last
+virtual chunk); its later ``--account-for-loss-in-pipeline-split`` exists to rebalance exactly this."""
 from __future__ import annotations
 
 from labkit.plan.rates import elementwise_s, layer_forward_s, logits_forward_s
@@ -36,5 +41,7 @@ def compute_terms(model: ModelSpec, device: DeviceSpec, layout: Layout, selectiv
                + moe_share * (passes * (moe_gemms + lay.cp * block) + elementwise_s(moe_bytes, rate[3],
                                                                                    lay.checkpointing)))
     logits = 3 * logits_forward_s(model.hidden, model.vocab, tokens, lay.tp, *rate) if model.embedding else 0.0
-    stage = lay.stage_layers(model) * layer_s + logits / lay.pp   # the logits' share of a stage's time
-    return m * stage, block
+    # the output layer runs on the last stage only (Megatron-LM builds it where is_pipeline_last_stage()), which
+    # keeps its even share of layers, or the smaller share where stages are uneven: the busiest stage sets the pace
+    last_stage = model.layers // lay.pp * layer_s + logits
+    return m * max(lay.stage_layers(model) * layer_s, last_stage), block

@@ -3,7 +3,8 @@ rank and step time predicted, term by term, ranked, and the winner's reason in o
 
 Step time = compute + exposed communication, stretched by the pipeline bubble:
 - compute: each GEMM of the busiest stage at its shape's rate after the split, attention, element-wise work at
-  memory bandwidth (:mod:`labkit.plan.compute`, :mod:`labkit.plan.rates`); MFU is an output;
+  memory bandwidth, the output layer on the last stage (:mod:`labkit.plan.compute`, :mod:`labkit.plan.rates`);
+  MFU is an output;
 - tensor parallelism: 4 all-reduces per layer per micro-batch of b(s/cp)h values (6 with recomputation, which
   repeats the forward's two), Narayanan et al. 2021 (:func:`labkit.parallel.tensor.cost.tp_bytes_per_layer`);
 - context parallelism: ring attention passes cp-1 K/V blocks per layer forward and K/V plus their gradients

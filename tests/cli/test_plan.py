@@ -12,6 +12,11 @@ def test_plan_prints_the_ranked_layouts_and_why():
     assert "GiB/rank" in proc.stdout and "predicts" in proc.stdout and "best other mesh" in proc.stdout
 
 
+def test_plan_help_prints_its_percent_sign_once():
+    proc = labkit("plan", "--help")
+    assert proc.returncode == 0 and "within 10 %, a tie" in proc.stdout and "%%" not in proc.stdout, proc.stdout
+
+
 def test_plan_json_matches_the_library_and_nothing_fitting_exits_1():
     from labkit.plan.planner import plan
     from labkit.plan.specs import ClusterSpec, DeviceSpec, ModelSpec
