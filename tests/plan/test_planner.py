@@ -152,13 +152,30 @@ def test_ep_divides_expert_memory_in_the_plan():
 
 
 def test_uneven_stages_are_listed_on_request_and_pay_their_imbalance():
-    model = ModelSpec(layers=6, hidden=256, heads=4, seq_len=128, vocab=100, global_batch=16, embedding=False)  # the logits spread over stages
+    model = ModelSpec(layers=6, hidden=256, heads=4, seq_len=128, vocab=100, global_batch=16, embedding=False)  # no logits
     cluster = ClusterSpec(4, 1)
     assert {lay.pp for lay in enumerate_layouts(model, cluster)} == {1, 2}
     assert {lay.pp for lay in enumerate_layouts(model, cluster, uneven_stages=True)} == {1, 2, 4}
     even = predict(model, DEV, cluster, Layout(pp=2, dp=2)).time["compute"]
     uneven = predict(model, DEV, cluster, Layout(pp=4)).time["compute"]
     assert uneven == pytest.approx(even * 2 * 4 / 6)      # same ranks; the busiest stage holds 2 layers, 1.5 mean
+
+
+def test_the_last_stage_carries_the_output_layer_beside_its_smaller_share_of_uneven_layers():
+    """6 layers on 4 stages: 2, 2, 1, 1. The last stage holds 1 layer and the logits; the busiest stage is whichever
+    is slower. Rival: the logits spread over the stages (a quarter each on top of 2 layers)."""
+    import dataclasses
+    cluster = ClusterSpec(4, 1)
+    for vocab in (100, 200_000):                      # logits far below one layer's work, and far above it
+        model = ModelSpec(layers=6, hidden=256, heads=4, seq_len=128, vocab=vocab, global_batch=16)
+        bare = dataclasses.replace(model, embedding=False)
+        layer = predict(bare, DEV, cluster, Layout(pp=4)).time["compute"] / 2
+        logits = predict(model, DEV, cluster, Layout(pp=1, dp=4)).time["compute"] \
+            - predict(bare, DEV, cluster, Layout(pp=1, dp=4)).time["compute"]
+        logits *= 4                                    # all 16 sequences' logits on one last stage, not 4 each
+        got = predict(model, DEV, cluster, Layout(pp=4)).time["compute"]
+        assert got == pytest.approx(max(2 * layer, layer + logits)), vocab
+        assert got != pytest.approx(2 * layer + logits / 4), vocab
 
 
 def test_cp_has_no_hidden_cap_and_a_cap_is_asked_for():
