@@ -131,7 +131,7 @@ def test_the_output_layer_on_the_last_stage_is_what_keeps_deep_pipelines_honest(
     layer (two thirds to one layer's FLOPs at these widths) on their last stage."""
     import dataclasses
 
-    from labkit.plan.planner import plan, predict
+    from labkit.plan.planner import bubble_ratio, plan, predict
     from labkit.plan.published import sc21_space
     for row in SC21_TABLE1[2:4]:                        # 7.5B and 18.4B
         model, device, cluster, _ = sc21_setup(row)
@@ -143,14 +143,10 @@ def test_the_output_layer_on_the_last_stage_is_what_keeps_deep_pipelines_honest(
         # element-wise work. Spread over 4 stages the busiest would carry a quarter of that (the rival: < 0.25)
         assert winner.layout.pp == 4 and 0.5 < logits_s / layer_s < 1.0, (model.name, logits_s / layer_s)
         # the rival's step for this winner: 1/pp of the logits on its busiest stage, the bubble shrunk alike
-        spread = winner.step_s - logits_s * (1 - 1 / winner.layout.pp) * (1 + _bubble(winner))
+        bubble = bubble_ratio(winner.layout, winner.layout.micro_batches(model))
+        spread = winner.step_s - logits_s * (1 - 1 / winner.layout.pp) * (1 + bubble)
         slower = next(r["published mesh slower by"] for r in sc21 if r["model"] == model.name)
         assert slower * winner.step_s / spread > 1.10, model.name       # out of the 10 % tie: the rival's miss
-
-
-def _bubble(p) -> float:
-    return p.time["pipeline bubble"] / (p.time["compute"] + p.time["TP all-reduces"] + p.time["CP ring (exposed)"]
-                                        + p.time["EP all-to-alls"])
 
 
 def test_the_sc21_speeds_are_over_predicted_and_say_by_how_much(sc21):
